@@ -1,0 +1,359 @@
+#include "kernels/reference/reference_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace lact::reference {
+namespace {
+
+// A row-major float64 matrix.
+struct Mat {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> v;
+  Mat() = default;
+  Mat(int64_t r, int64_t c) : rows(r), cols(c), v(r * c, 0.0) {}
+  double& at(int64_t r, int64_t c) { return v[r * cols + c]; }
+  double at(int64_t r, int64_t c) const { return v[r * cols + c]; }
+};
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double Silu(double x) { return x * Sigmoid(x); }
+double Softplus(double x) { return x > 30.0 ? x : std::log1p(std::exp(x)); }
+double InvSoftplus(double y) { return y + std::log(-std::expm1(-y)); }
+
+Mat FromFloat(const float* p, int64_t rows, int64_t cols) {
+  Mat m(rows, cols);
+  for (int64_t i = 0; i < rows * cols; ++i) m.v[i] = p[i];
+  return m;
+}
+
+TensorD ToTensor(const Mat& m, std::vector<int64_t> shape) {
+  TensorD t(std::move(shape));
+  t.data = m.v;
+  return t;
+}
+
+// x @ W^T with W[out, in] given as floats.
+Mat Linear(const Mat& x, const float* w, int64_t out) {
+  Mat y(x.rows, out);
+  for (int64_t r = 0; r < x.rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = 0;
+      for (int64_t i = 0; i < x.cols; ++i) s += x.at(r, i) * w[o * x.cols + i];
+      y.at(r, o) = s;
+    }
+  return y;
+}
+
+Mat MatMul(const Mat& a, const Mat& b) {
+  Mat c(a.rows, b.cols);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t k = 0; k < a.cols; ++k)
+      for (int64_t j = 0; j < b.cols; ++j) c.at(i, j) += a.at(i, k) * b.at(k, j);
+  return c;
+}
+
+Mat Transpose(const Mat& a) {
+  Mat t(a.cols, a.rows);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < a.cols; ++j) t.at(j, i) = a.at(i, j);
+  return t;
+}
+
+Mat RmsNorm(const Mat& x, const float* w) {
+  Mat y(x.rows, x.cols);
+  for (int64_t r = 0; r < x.rows; ++r) {
+    double ss = 0;
+    for (int64_t c = 0; c < x.cols; ++c) ss += x.at(r, c) * x.at(r, c);
+    const double inv = 1.0 / std::sqrt(ss / x.cols + 1e-5);
+    for (int64_t c = 0; c < x.cols; ++c) y.at(r, c) = x.at(r, c) * inv * w[c];
+  }
+  return y;
+}
+
+Mat Reverse(const Mat& x) {
+  Mat y(x.rows, x.cols);
+  for (int64_t r = 0; r < x.rows; ++r)
+    for (int64_t c = 0; c < x.cols; ++c) y.at(r, c) = x.at(x.rows - 1 - r, c);
+  return y;
+}
+
+Mat Columns(const Mat& x, int64_t begin, int64_t count) {
+  Mat y(x.rows, count);
+  for (int64_t r = 0; r < x.rows; ++r)
+    for (int64_t c = 0; c < count; ++c) y.at(r, c) = x.at(r, begin + c);
+  return y;
+}
+
+// Mamba state of one direction: S [H_s][P*N] and the conv inputs history [W-1, C].
+struct MixerState {
+  std::vector<double> ssm;
+  Mat conv;
+};
+
+// SPEC section 5, one direction, tokens already in scan order.
+Mat Mixer(const Mat& h, const MambaDirWeights& w, const ModelConfig& c, MixerState* st) {
+  const int64_t L = h.rows, di = c.d_inner(), N = c.ssm.d_state, hs = c.ssm_heads(), P = c.ssm.head_dim;
+  const int64_t W = c.ssm.conv_width, C = c.conv_channels();
+  Mat proj = Linear(h, w.in_proj, c.in_proj_rows());
+  Mat z = Columns(proj, 0, di), xbc_in = Columns(proj, di, C), dt = Columns(proj, di + C, hs);
+  // Conv over [history; inputs].
+  Mat u(W - 1 + L, C);
+  for (int64_t r = 0; r < W - 1; ++r)
+    for (int64_t ch = 0; ch < C; ++ch) u.at(r, ch) = st->conv.at(r, ch);
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t ch = 0; ch < C; ++ch) u.at(W - 1 + t, ch) = xbc_in.at(t, ch);
+  Mat xbc(L, C);
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double s = w.conv_b[ch];
+      for (int64_t j = 0; j < W; ++j) s += w.conv_w[ch * W + j] * u.at(t + j, ch);
+      xbc.at(t, ch) = Silu(s);
+    }
+  for (int64_t r = 0; r < W - 1; ++r)
+    for (int64_t ch = 0; ch < C; ++ch) st->conv.at(r, ch) = u.at(L + r, ch);
+  Mat y(L, di);
+  for (int64_t head = 0; head < hs; ++head) {
+    const double a = -std::exp(static_cast<double>(w.a_log[head]));
+    double* s = &st->ssm[head * P * N];
+    for (int64_t t = 0; t < L; ++t) {
+      const double d = Softplus(dt.at(t, head) + w.dt_bias[head]);
+      const double decay = std::exp(d * a);
+      for (int64_t p = 0; p < P; ++p) {
+        const double xv = xbc.at(t, head * P + p);
+        double out = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          double& sv = s[p * N + n];
+          sv = decay * sv + d * xv * xbc.at(t, di + n);
+          out += sv * xbc.at(t, di + N + n);
+        }
+        y.at(t, head * P + p) = out + w.d_skip[head] * xv;
+      }
+    }
+  }
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t ch = 0; ch < di; ++ch) y.at(t, ch) *= Silu(z.at(t, ch));
+  return RmsNorm(y, w.norm);
+}
+
+// Fast weights of one head.
+struct FastWeights {
+  Mat w0, w1, w2;  // [d_h, dh], [dh, d_h], [d_h, dh]
+};
+
+Mat NewtonSchulz(const Mat& g, int steps) {
+  double norm = 0;
+  for (double v : g.v) norm += v * v;
+  norm = std::sqrt(norm);
+  Mat x = g;
+  for (double& v : x.v) v /= (norm + 1e-7);
+  const bool transposed = x.rows > x.cols;
+  if (transposed) x = Transpose(x);
+  for (int i = 0; i < steps; ++i) {
+    Mat a = MatMul(x, Transpose(x));
+    Mat aa = MatMul(a, a);
+    Mat b(a.rows, a.cols);
+    for (int64_t k = 0; k < (int64_t)b.v.size(); ++k) b.v[k] = -4.7750 * a.v[k] + 2.0315 * aa.v[k];
+    Mat bx = MatMul(b, x);
+    for (int64_t k = 0; k < (int64_t)x.v.size(); ++k) x.v[k] = 3.4445 * x.v[k] + bx.v[k];
+  }
+  return transposed ? Transpose(x) : x;
+}
+
+void UpdateWeight(Mat* w, Mat dw, const Mat& w_init, int muon_steps) {
+  if (muon_steps > 0) dw = NewtonSchulz(dw, muon_steps);
+  for (int64_t r = 0; r < w->rows; ++r) {
+    double n = 0, n0 = 0;
+    for (int64_t c = 0; c < w->cols; ++c) {
+      w->at(r, c) += dw.at(r, c);
+      n += w->at(r, c) * w->at(r, c);
+      n0 += w_init.at(r, c) * w_init.at(r, c);
+    }
+    const double scale = std::sqrt(n0) / (std::sqrt(n) + 1e-5);
+    for (int64_t c = 0; c < w->cols; ++c) w->at(r, c) *= scale;
+  }
+}
+
+// f_w(q) for rows of q: w1 @ (silu(w0 q) * (w2 q)).
+Mat ApplyFast(const FastWeights& f, const Mat& q) {
+  Mat g = MatMul(q, Transpose(f.w0)), u = MatMul(q, Transpose(f.w2));
+  for (int64_t i = 0; i < (int64_t)g.v.size(); ++i) g.v[i] = Silu(g.v[i]) * u.v[i];
+  return MatMul(g, Transpose(f.w1));
+}
+
+// One chunk's update of one head's fast weights (SPEC section 6).
+void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat& v, const Mat& lr,
+                int muon_steps) {
+  const int64_t n = k.rows;
+  Mat g = MatMul(k, Transpose(f->w0)), u = MatMul(k, Transpose(f->w2)), dh = MatMul(v, f->w1);
+  Mat hd(n, g.cols), du(n, g.cols), dg(n, g.cols);
+  for (int64_t i = 0; i < (int64_t)g.v.size(); ++i) {
+    const double sg = Sigmoid(g.v[i]);
+    hd.v[i] = g.v[i] * sg * u.v[i];
+    du.v[i] = dh.v[i] * g.v[i] * sg;
+    dg.v[i] = dh.v[i] * u.v[i] * sg * (1.0 + g.v[i] * (1.0 - sg));
+  }
+  Mat lk0 = k, lk2 = k;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t c = 0; c < k.cols; ++c) {
+      lk0.at(t, c) *= lr.at(t, 0);
+      lk2.at(t, c) *= lr.at(t, 2);
+    }
+    for (int64_t c = 0; c < hd.cols; ++c) hd.at(t, c) *= lr.at(t, 1);
+  }
+  Mat dw1 = MatMul(Transpose(v), hd), dw0 = MatMul(Transpose(dg), lk0), dw2 = MatMul(Transpose(du), lk2);
+  UpdateWeight(&f->w0, dw0, init.w0, muon_steps);
+  UpdateWeight(&f->w1, dw1, init.w1, muon_steps);
+  UpdateWeight(&f->w2, dw2, init.w2, muon_steps);
+}
+
+// SPEC section 6 for all heads. Context: updates `fast` chunk by chunk;
+// query (is_context false): applies `fast` as it is.
+Mat Lact(const Mat& h, const LayerWeights& w, const ModelConfig& c, bool is_context,
+         std::vector<FastWeights>* fast, const std::vector<FastWeights>& init) {
+  const int64_t L = h.rows, D = c.d_model, ht = c.ttt_heads(), dh = c.ttt.head_dim;
+  Mat qkv = Linear(h, w.qkv, 3 * D);
+  for (double& x : qkv.v) x = Silu(x);
+  Mat lr = Linear(h, w.lr_w, 3 * ht);
+  const double lr_shift = InvSoftplus(c.ttt.base_lr);
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t j = 0; j < 3 * ht; ++j) lr.at(t, j) = Softplus(lr.at(t, j) + w.lr_b[j] + lr_shift);
+  Mat o(L, D);
+  for (int64_t head = 0; head < ht; ++head) {
+    Mat q = Columns(qkv, head * dh, dh), k = Columns(qkv, D + head * dh, dh), v = Columns(qkv, 2 * D + head * dh, dh);
+    for (Mat* m : {&q, &k}) {
+      for (int64_t t = 0; t < L; ++t) {
+        double ss = 0;
+        for (int64_t i = 0; i < dh; ++i) ss += m->at(t, i) * m->at(t, i);
+        const double inv = 1.0 / (std::sqrt(ss) + 1e-5);
+        for (int64_t i = 0; i < dh; ++i) m->at(t, i) *= inv;
+      }
+    }
+    Mat head_lr = Columns(lr, 3 * head, 3);
+    FastWeights& f = (*fast)[head];
+    Mat out(L, dh);
+    const int64_t chunk = is_context && c.ttt.chunk_tokens > 0 ? c.ttt.chunk_tokens : L;
+    for (int64_t start = 0; start < L; start += chunk) {
+      const int64_t n = std::min(chunk, L - start);
+      Mat qc(n, dh), kc(n, dh), vc(n, dh), lc(n, 3);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t i = 0; i < dh; ++i) {
+          qc.at(t, i) = q.at(start + t, i);
+          kc.at(t, i) = k.at(start + t, i);
+          vc.at(t, i) = v.at(start + t, i);
+        }
+        for (int64_t j = 0; j < 3; ++j) lc.at(t, j) = head_lr.at(start + t, j);
+      }
+      if (is_context) UpdateFast(&f, init[head], kc, vc, lc, c.ttt.muon_steps);
+      Mat oc = ApplyFast(f, qc);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i < dh; ++i) out.at(start + t, i) = oc.at(t, i);
+    }
+    out = RmsNorm(out, w.o_norm);
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t i = 0; i < dh; ++i) o.at(t, head * dh + i) = out.at(t, i);
+  }
+  return Linear(o, w.o_proj, D);
+}
+
+struct LayerRefState {
+  std::vector<FastWeights> fast, init;
+  MixerState mamba[2];
+};
+
+LayerRefState InitialLayerState(const LayerWeights& w, const ModelConfig& c) {
+  LayerRefState s;
+  const int64_t dh = c.ttt.head_dim, dhh = c.fast_hidden();
+  for (int64_t head = 0; head < c.ttt_heads(); ++head) {
+    FastWeights f{FromFloat(w.w0 + head * dhh * dh, dhh, dh), FromFloat(w.w1 + head * dh * dhh, dh, dhh),
+                  FromFloat(w.w2 + head * dhh * dh, dhh, dh)};
+    s.fast.push_back(f);
+    s.init.push_back(f);
+  }
+  for (MixerState& m : s.mamba) {
+    m.ssm.assign(c.ssm_heads() * c.ssm.head_dim * c.ssm.d_state, 0.0);
+    m.conv = Mat(c.ssm.conv_width - 1, c.conv_channels());
+  }
+  return s;
+}
+
+// SPEC section 4. For a query set, `state` holds the context's final state
+// and is left unchanged.
+Mat Block(const Mat& x_in, const LayerWeights& w, const ModelConfig& c, bool is_context, LayerRefState* state) {
+  Mat h = RmsNorm(x_in, w.norm1);
+  MixerState fwd = state->mamba[kForward];
+  MixerState bwd;
+  bwd.ssm.assign(fwd.ssm.size(), 0.0);
+  bwd.conv = Mat(fwd.conv.rows, fwd.conv.cols);
+  Mat yf = Mixer(h, w.mamba[kForward], c, &fwd);
+  Mat yb = Reverse(Mixer(Reverse(h), w.mamba[kBackward], c, &bwd));
+  Mat ysum = yf;
+  for (int64_t i = 0; i < (int64_t)ysum.v.size(); ++i) ysum.v[i] += yb.v[i];
+  Mat a = Linear(ysum, w.out_proj, c.d_model);
+  std::vector<FastWeights> fast = state->fast;
+  Mat t = Lact(h, w, c, is_context, &fast, state->init);
+  if (is_context) {
+    state->mamba[kForward] = fwd;
+    state->mamba[kBackward] = bwd;
+    state->fast = fast;
+  }
+  Mat x = x_in;
+  for (int64_t i = 0; i < (int64_t)x.v.size(); ++i) x.v[i] += a.v[i] + t.v[i];
+  Mat g = RmsNorm(x, w.norm2);
+  Mat gate = Linear(g, w.mlp_gate, c.mlp_hidden), up = Linear(g, w.mlp_up, c.mlp_hidden);
+  for (int64_t i = 0; i < (int64_t)gate.v.size(); ++i) gate.v[i] = Silu(gate.v[i]) * up.v[i];
+  Mat m = Linear(gate, w.mlp_down, c.d_model);
+  for (int64_t i = 0; i < (int64_t)x.v.size(); ++i) x.v[i] += m.v[i];
+  return x;
+}
+
+Mat RunSequence(const Model& model, const ModelConfig& c, const Tensor& tokens, bool is_context,
+                std::vector<LayerRefState>* states) {
+  Mat x = FromFloat(tokens.ptr(), tokens.dim(0), c.input_width());
+  if (model.embed()) x = Linear(x, model.embed(), c.d_model);
+  for (int i = 0; i < c.n_layers; ++i) x = Block(x, model.layer(i), c, is_context, &(*states)[i]);
+  x = RmsNorm(x, model.final_norm());
+  if (model.head()) x = Linear(x, model.head(), c.d_output);
+  return x;
+}
+
+}  // namespace
+
+JobOutputs RunJob(const Model& model, const ModelConfig& c, const Tensor& context,
+                  const std::vector<Tensor>& queries) {
+  std::vector<LayerRefState> states;
+  for (int i = 0; i < c.n_layers; ++i) states.push_back(InitialLayerState(model.layer(i), c));
+  JobOutputs out;
+  const int64_t d_out = c.output_width();
+  out.output = ToTensor(RunSequence(model, c, context, true, &states), {context.dim(0), d_out});
+  for (const Tensor& q : queries) {
+    out.queries.push_back(ToTensor(RunSequence(model, c, q, false, &states), {q.dim(0), d_out}));
+  }
+  const int64_t ht = c.ttt_heads(), dh = c.ttt.head_dim, dhh = c.fast_hidden();
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = absl::StrCat("layers.", i, ".");
+    const LayerRefState& s = states[i];
+    TensorD w0({ht, dhh, dh}), w1({ht, dh, dhh}), w2({ht, dhh, dh});
+    for (int64_t head = 0; head < ht; ++head) {
+      std::copy(s.fast[head].w0.v.begin(), s.fast[head].w0.v.end(), w0.data.begin() + head * dhh * dh);
+      std::copy(s.fast[head].w1.v.begin(), s.fast[head].w1.v.end(), w1.data.begin() + head * dh * dhh);
+      std::copy(s.fast[head].w2.v.begin(), s.fast[head].w2.v.end(), w2.data.begin() + head * dhh * dh);
+    }
+    out.state[p + "ttt.w0"] = std::move(w0);
+    out.state[p + "ttt.w1"] = std::move(w1);
+    out.state[p + "ttt.w2"] = std::move(w2);
+    const char* dirs[2] = {"fwd", "bwd"};
+    for (int d = 0; d < 2; ++d) {
+      TensorD ssm({c.ssm_heads(), c.ssm.head_dim, c.ssm.d_state});
+      ssm.data = s.mamba[d].ssm;
+      out.state[absl::StrCat(p, "mamba.", dirs[d], ".ssm_state")] = std::move(ssm);
+      out.state[absl::StrCat(p, "mamba.", dirs[d], ".conv_state")] =
+          ToTensor(s.mamba[d].conv, {c.ssm.conv_width - 1, c.conv_channels()});
+    }
+  }
+  return out;
+}
+
+}  // namespace lact::reference

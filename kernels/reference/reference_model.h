@@ -1,0 +1,30 @@
+// A deliberately naive float64 implementation of SPEC.md, written for
+// obviousness, not speed: whole sequences at once, explicit reversal, one
+// loop per formula. It is the trivially-correct model that every backend is
+// run beside in the parity tests. Single-threaded; O(L) memory per tensor.
+#ifndef LACT_KERNELS_REFERENCE_REFERENCE_MODEL_H_
+#define LACT_KERNELS_REFERENCE_REFERENCE_MODEL_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+#include "common/tensor.h"
+
+namespace lact::reference {
+
+struct JobOutputs {
+  TensorD output;                       // [L, d_out]
+  std::vector<TensorD> queries;         // [L_k, d_out] each
+  std::map<std::string, TensorD> state;  // SPEC section 7 names
+};
+
+// Runs a job: `config` is the model's config with the job's overrides
+// applied (muon_steps, chunk_tokens); the weights come from `model`.
+JobOutputs RunJob(const Model& model, const ModelConfig& config, const Tensor& context,
+                  const std::vector<Tensor>& queries);
+
+}  // namespace lact::reference
+
+#endif  // LACT_KERNELS_REFERENCE_REFERENCE_MODEL_H_
