@@ -1,0 +1,21 @@
+// Thin wrappers over OpenBLAS sgemm, row-major, for the shapes the model
+// uses. Matrices are described by pointer + leading dimension (row stride).
+#ifndef LACT_KERNELS_CPU_BLAS_H_
+#define LACT_KERNELS_CPU_BLAS_H_
+
+#include <cstdint>
+
+namespace lact::cpu {
+
+// C[m, n] = alpha * op(A) @ op(B) + beta * C, op = transpose when the flag is set.
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
+// `ldw` lets a caller use a block of rows of a larger weight.
+void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
+            int64_t ldy, float beta = 0.0f);
+
+}  // namespace lact::cpu
+
+#endif  // LACT_KERNELS_CPU_BLAS_H_

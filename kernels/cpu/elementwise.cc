@@ -1,0 +1,38 @@
+#include "kernels/cpu/elementwise.h"
+
+namespace lact::cpu {
+
+void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    float ss = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) ss += xr[c] * xr[c];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + kRmsNormEps);
+    float* yr = y + r * ldy;
+    for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * inv * w[c];
+  }
+}
+
+void L2NormGroups(float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float* v = x + r * ldx + g * group;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < group; ++i) ss += v[i] * v[i];
+      const float inv = 1.0f / (std::sqrt(ss) + kL2NormEps);
+      for (int64_t i = 0; i < group; ++i) v[i] *= inv;
+    }
+  }
+}
+
+void SiluRows(float* x, int64_t ldx, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * ldx;
+    for (int64_t c = 0; c < cols; ++c) v[c] = Silu(v[c]);
+  }
+}
+
+}  // namespace lact::cpu

@@ -1,0 +1,63 @@
+// LaCT large-chunk test-time training with SwiGLU fast weights (SPEC.md
+// section 6), split into the steps that distribution needs:
+//   1. projections of a tile of tokens (k, v, lr for the update; q to apply),
+//   2. partial sums of dw0, dw1, dw2 over any subset of a chunk's tokens
+//      (sums over a partition of the chunk add up to the whole-chunk sums:
+//      this is what workers all-reduce),
+//   3. the update from the summed gradients (Muon, w += dw, weight norm),
+//   4. applying the fast weights, o = f_w(q).
+// Fast weights of all heads are stored contiguously as in the state:
+// w0, w2 [H_t, d_h, dh], w1 [H_t, dh, d_h]; gradients have the same layout.
+#ifndef LACT_KERNELS_CPU_LACT_OPS_H_
+#define LACT_KERNELS_CPU_LACT_OPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/model.h"
+
+namespace lact::cpu {
+
+struct FastWeightsRef {
+  const float* w0;
+  const float* w1;
+  const float* w2;
+};
+
+struct FastGradsRef {
+  float* dw0;
+  float* dw1;
+  float* dw2;
+};
+
+struct LactWorkspace {
+  std::vector<float> g, u, dh, lk;
+};
+
+// kv[T, 2D] = (silu(h @ qkv[k|v]^T)), k l2-normalised per head;
+// lr[T, 3 H_t] = softplus(h @ lr_w^T + lr_b + inv_softplus(base_lr)).
+void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens, float* kv,
+                    float* lr);
+
+// q[T, D] = l2norm(silu(h @ qkv[q]^T)) per head.
+void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens, float* q);
+
+// grads += the chunk-gradient sums over these tokens (kv, lr as produced above).
+void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const float* lr, int64_t tokens,
+                               FastWeightsRef fast, FastGradsRef grads, LactWorkspace* ws);
+
+// w += (muon_steps ? NS(dw) : dw), then each row rescaled to its initial norm.
+// Consumes `grads` (Muon rewrites them).
+void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef initial, float* w0, float* w1,
+                       float* w2);
+
+// o[T, D] = f_w(q) per head (before o_norm), q[T, D] as produced by LactQuery.
+void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t tokens, FastWeightsRef fast, float* o,
+                      LactWorkspace* ws);
+
+// In place: g [rows, cols] <- NS(g) with `steps` Newton-Schulz iterations.
+void NewtonSchulz(float* g, int64_t rows, int64_t cols, int steps);
+
+}  // namespace lact::cpu
+
+#endif  // LACT_KERNELS_CPU_LACT_OPS_H_

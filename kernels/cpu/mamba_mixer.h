@@ -1,0 +1,34 @@
+// One direction of the BiMamba mixer (SPEC.md section 5) over a segment of
+// tokens given in scan order, carrying the direction's state across calls:
+//   proj = h @ in_proj^T -> z, xBC, dt;  xBC = silu(conv(xBC));
+//   y = scan(x, B, C, softplus(dt + dt_bias));  y = rmsnorm(y * silu(z), norm)
+// Calling it on consecutive segments with the same MixerState equals one
+// call on their concatenation. Scratch is owned by the MixerWorkspace and
+// reused; a workspace is not shared between threads.
+#ifndef LACT_KERNELS_CPU_MAMBA_MIXER_H_
+#define LACT_KERNELS_CPU_MAMBA_MIXER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/model.h"
+
+namespace lact::cpu {
+
+struct MixerWorkspace {
+  std::vector<float> proj, xbc, dt;
+};
+
+// ssm: [H_s, P, N]; conv: [W-1, d_inner + 2N] (the direction's history).
+struct MixerStateView {
+  float* ssm;
+  float* conv;
+};
+
+// h: [T, D] (row stride D); y: [T, d_inner] (row stride d_inner).
+void MambaMixerSegment(const ModelConfig& config, const MambaDirWeights& w, const float* h, int64_t tokens,
+                       MixerStateView state, MixerWorkspace* ws, float* y);
+
+}  // namespace lact::cpu
+
+#endif  // LACT_KERNELS_CPU_MAMBA_MIXER_H_

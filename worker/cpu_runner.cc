@@ -1,0 +1,77 @@
+#include "worker/cpu_runner.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/threading.h"
+#include "worker/cpu_block.h"
+
+namespace lact {
+
+CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, RunOptions options)
+    : model_(model), config_(config), options_(std::move(options)) {
+  if (options_.tile_tokens < 1) options_.tile_tokens = 4096;
+}
+
+absl::Status CpuRunner::ValidateTokens(const Tensor& tokens, const std::string& what) const {
+  const int64_t width = config_.input_width();
+  if (tokens.rank() != 2 || tokens.dim(1) != width) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has shape ", ShapeString(tokens.shape),
+                                                   "; the model takes [L, ", width, "] tokens"));
+  }
+  if (tokens.dim(0) < 1) return absl::InvalidArgumentError(absl::StrCat(what, " has no tokens (need L >= 1)"));
+  for (int64_t i = 0; i < tokens.size(); ++i) {
+    if (!std::isfinite(tokens.data[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite value at token ", i / width,
+                                                     ", feature ", i % width, " (NaN and Inf are not allowed)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> CpuRunner::RunContext(Tensor context, FusedState* state) {
+  LACT_RETURN_IF_ERROR(ValidateTokens(context, "context"));
+  *state = ZeroFusedState(config_);
+  return Run(std::move(context), /*is_context=*/true, state);
+}
+
+absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state) {
+  LACT_RETURN_IF_ERROR(ValidateTokens(query, "query set"));
+  if (static_cast<int>(state.layers.size()) != config_.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("state has ", state.layers.size(), " layers, the model ",
+                                                   config_.n_layers));
+  }
+  FusedState copy = state;  // small: the block reads it as scratch for the scans
+  return Run(std::move(query), /*is_context=*/false, &copy);
+}
+
+absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, bool is_context, FusedState* state) {
+  cpu::SetNumThreads(options_.threads);
+  const ModelConfig& c = config_;
+  const int64_t L = tokens.dim(0), D = c.d_model;
+  Tensor x;
+  if (model_.embed() != nullptr) {
+    x = Tensor({L, D});
+    cpu::Linear(tokens.ptr(), c.d_input, L, c.d_input, model_.embed(), D, x.ptr(), D);
+    tokens = Tensor();
+  } else {
+    x = std::move(tokens);
+  }
+  BlockBuffers buffers;
+  for (int i = 0; i < c.n_layers; ++i) {
+    RunBlockCpu(c, model_.layer(i), is_context, options_.tile_tokens, &x, &buffers, &state->layers[i]);
+    if (options_.on_layer_done) options_.on_layer_done(i + 1, c.n_layers);
+  }
+  buffers.acc = Tensor();
+  Tensor normed = std::move(buffers.h);
+  cpu::RmsNormRows(x.ptr(), D, L, D, model_.final_norm(), normed.ptr(), D);
+  if (model_.head() == nullptr) return normed;
+  Tensor out({L, c.d_output});
+  cpu::Linear(normed.ptr(), D, L, D, model_.head(), c.d_output, out.ptr(), c.d_output);
+  return out;
+}
+
+}  // namespace lact
