@@ -207,6 +207,11 @@ std::function<float(Random&)> InitFor(const std::string& name, const std::vector
 
 absl::StatusOr<Model> MakePresetModel(const std::string& preset, uint64_t seed) {
   LACT_ASSIGN_OR_RETURN(ModelConfig config, PresetConfig(preset));
+  return MakeRandomModel(config, seed);
+}
+
+absl::StatusOr<Model> MakeRandomModel(const ModelConfig& config, uint64_t seed) {
+  LACT_RETURN_IF_ERROR(ValidateModelConfig(config));
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, shape] : ExpectedTensors(config)) {
     tensors[name] = Fill(shape, seed, name, InitFor(name, shape, config));

@@ -93,6 +93,9 @@ absl::StatusOr<Model> LoadModel(const std::string& path);
 // given seed on every machine.
 absl::StatusOr<Model> MakePresetModel(const std::string& preset, uint64_t seed);
 
+// Random weights for any valid config, initialised as the presets are.
+absl::StatusOr<Model> MakeRandomModel(const ModelConfig& config, uint64_t seed);
+
 // "preset:NAME[:SEED]" or a path to a .safetensors file.
 absl::StatusOr<Model> ResolveModel(const std::string& spec);
 

@@ -1,0 +1,36 @@
+// Minimal "--name value" command-line parsing for the lact subcommands:
+// every flag takes one value; unknown flags, missing values and repeats of a
+// non-repeatable flag are INVALID_ARGUMENT naming the flag.
+#ifndef LACT_CLIENT_CLI_FLAGS_H_
+#define LACT_CLIENT_CLI_FLAGS_H_
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lact::cli {
+
+class Flags {
+ public:
+  // `allowed`: flag names without dashes; `repeatable`: those that may repeat.
+  static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args, const std::set<std::string>& allowed,
+                                     const std::set<std::string>& repeatable = {});
+
+  std::optional<std::string> Get(const std::string& name) const;
+  std::vector<std::string> GetAll(const std::string& name) const;
+  absl::StatusOr<std::string> Required(const std::string& name) const;
+  // Integer flag within [min, max]; `fallback` when absent.
+  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
+  absl::StatusOr<std::optional<int64_t>> OptionalInt(const std::string& name, int64_t min, int64_t max) const;
+
+ private:
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+}  // namespace lact::cli
+
+#endif  // LACT_CLIENT_CLI_FLAGS_H_

@@ -1,0 +1,94 @@
+#include "client/cli/run_command.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/flags.h"
+#include "client/cli/tokens_source.h"
+#include "common/fused_state.h"
+#include "common/model.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "worker/cpu_runner.h"
+
+namespace lact::cli {
+namespace {
+
+double PeakRssMiB() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
+  JobOptions options;
+  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> muon, flags.OptionalInt("muon-steps", 0, 100));
+  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk, flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
+  if (muon) options.muon_steps = static_cast<int>(*muon);
+  if (chunk) options.chunk_tokens = static_cast<int>(*chunk);
+  return ApplyJobOptions(model.config(), options);
+}
+
+}  // namespace
+
+absl::Status RunCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
+                                                  {"model", "context", "query", "muon-steps", "chunk-tokens",
+                                                   "threads", "tile-tokens", "out"},
+                                                  {"query"}));
+  LACT_ASSIGN_OR_RETURN(std::string model_spec, flags.Required("model"));
+  LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
+  LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
+  LACT_ASSIGN_OR_RETURN(int64_t tile, flags.Int("tile-tokens", 4096, 1, int64_t{1} << 24));
+
+  LACT_ASSIGN_OR_RETURN(Model model, ResolveModel(model_spec));
+  LACT_ASSIGN_OR_RETURN(ModelConfig config, JobConfig(model, flags));
+  const int64_t width = config.input_width();
+  LACT_ASSIGN_OR_RETURN(Tensor context, LoadTokens(context_spec, width));
+  std::vector<Tensor> queries;
+  for (const std::string& q : flags.GetAll("query")) {
+    LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, width));
+    queries.push_back(std::move(t));
+  }
+  const int64_t context_tokens = context.rank() > 0 ? context.dim(0) : 0;
+  int64_t total_tokens = context_tokens;
+  for (const Tensor& q : queries) total_tokens += q.rank() > 0 ? q.dim(0) : 0;
+  std::fprintf(stderr, "lact run: %s, %lld context tokens, %zu query sets, %lld parameters\n", model_spec.c_str(),
+               static_cast<long long>(context_tokens), queries.size(),
+               static_cast<long long>(model.num_parameters()));
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  RunOptions options{static_cast<int>(threads), tile, [&](int done, int all) {
+                       std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
+                     }};
+  CpuRunner runner(model, config, options);
+  FusedState state;
+  LACT_ASSIGN_OR_RETURN(Tensor output, runner.RunContext(std::move(context), &state));
+  std::vector<Tensor> query_outputs;
+  for (size_t k = 0; k < queries.size(); ++k) {
+    absl::StatusOr<Tensor> q = CpuRunner(model, config, {static_cast<int>(threads), tile, nullptr})
+                                   .RunQuery(std::move(queries[k]), state);
+    if (!q.ok()) return absl::Status(q.status().code(), absl::StrCat("query set ", k, ": ", q.status().message()));
+    query_outputs.push_back(*std::move(q));
+  }
+  const double seconds = elapsed();
+
+  SafetensorsWriter writer;
+  writer.Add("output", output);
+  for (size_t k = 0; k < query_outputs.size(); ++k) writer.Add(absl::StrCat("query_", k), query_outputs[k]);
+  for (const auto& [name, t] : FusedStateTensors(state)) writer.Add(name, *t);
+  writer.SetMetadata("lact.config", ModelConfigToJson(config));
+  LACT_RETURN_IF_ERROR(writer.Write(out_path));
+  std::fprintf(stderr, "lact run: %lld tokens in %.2f s = %.0f tokens/s; peak RSS %.0f MiB; wrote %s\n",
+               static_cast<long long>(total_tokens), seconds, static_cast<double>(total_tokens) / seconds,
+               PeakRssMiB(), out_path.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace lact::cli

@@ -1,0 +1,21 @@
+// `lact run`: one job in this process on the CPU backend.
+//   lact run --model PATH|preset:NAME[:SEED] --context FILE.npy|random:L[:SEED]
+//            [--query FILE.npy]... [--muon-steps N] [--chunk-tokens N]
+//            [--threads N] [--tile-tokens N] --out FILE.safetensors
+// Writes `output`, `query_K` and the fused state (SPEC section 7) as float32;
+// prints progress, tokens/s and peak memory to stderr.
+#ifndef LACT_CLIENT_CLI_RUN_COMMAND_H_
+#define LACT_CLIENT_CLI_RUN_COMMAND_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace lact::cli {
+
+absl::Status RunCommand(const std::vector<std::string>& args);
+
+}  // namespace lact::cli
+
+#endif  // LACT_CLIENT_CLI_RUN_COMMAND_H_

@@ -1,0 +1,18 @@
+// Where a command's tokens come from: "FILE.npy" or "random:L[:SEED]"
+// (standard-normal tokens of the model's input width, the same for a given
+// seed on every machine).
+#ifndef LACT_CLIENT_CLI_TOKENS_SOURCE_H_
+#define LACT_CLIENT_CLI_TOKENS_SOURCE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/tensor.h"
+
+namespace lact::cli {
+
+absl::StatusOr<Tensor> LoadTokens(const std::string& source, int64_t width);
+
+}  // namespace lact::cli
+
+#endif  // LACT_CLIENT_CLI_TOKENS_SOURCE_H_
