@@ -1,0 +1,92 @@
+// `lact run` as a user runs it: the real binary on every golden case (job
+// options passed as flags), with --threads 1 and 2, output file read back and
+// compared with expected.safetensors; and its usage errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "tests/golden_case.h"
+
+namespace lact::testing {
+namespace {
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+CommandResult RunLact(const std::string& args) {
+  const std::string command = absl::StrCat(LACT_CLI_PATH, " ", args, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+class CliGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CliGoldenTest, ReproducesExpected) {
+  const auto& [name, threads] = GetParam();
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const std::string dir = GoldenDir() + "/" + name;
+  const std::string out = absl::StrCat(::testing::TempDir(), "/lact_cli_", getpid(), "_", name, ".safetensors");
+  std::string args = absl::StrCat("run --model ", dir, "/model.safetensors --context ", dir,
+                                  "/context.npy --threads ", threads, " --out ", out);
+  for (size_t k = 0; k < golden->queries.size(); ++k) absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
+  if (golden->options.muon_steps) absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
+  if (golden->options.chunk_tokens) absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
+  CommandResult r = RunLact(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::HasSubstr("tokens/s"));
+  EXPECT_THAT(r.output, ::testing::HasSubstr("peak RSS"));
+
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->entries().size(), golden->expected.size());
+  for (const auto& [tensor_name, want] : golden->expected) {
+    absl::StatusOr<Tensor> got = file->ReadFloat(tensor_name);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(file->entries().at(tensor_name).dtype, DType::kF32);
+    EXPECT_LE(RelativeError(*got, want), 1e-4) << name << " " << tensor_name;
+  }
+  std::remove(out.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CliGoldenTest,
+                         ::testing::Combine(::testing::ValuesIn(GoldenCaseNames()), ::testing::Values(1, 2)));
+
+TEST(CliErrors, NameTheProblem) {
+  const std::string golden = GoldenDir() + "/tiny";
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"frobnicate", "unknown command 'frobnicate'"},
+      {"run --model preset:small --context random:8", "missing required flag --out"},
+      {"run --model preset:small --context random:8 --out /tmp/x --colour red", "unknown flag --colour"},
+      {"run --model preset:small --context random:8 --out /tmp/x --threads many",
+       "--threads 'many' must be an integer in [0, 1024]"},
+      {"run --model preset:small --context random:0 --out /tmp/x", "expected random:L[:SEED] with 1 <= L"},
+      {"run --model /nonexistent.safetensors --context random:8 --out /tmp/x", "cannot open '/nonexistent.safetensors'"},
+      {"run --model preset:small --context " + golden + "/context.npy --out /tmp/x",
+       "context has shape [37, 32]; the model takes [L, 256] tokens"},
+      {"run --model preset:small --context random:4 --muon-steps -2 --out /tmp/x", "--muon-steps '-2' must be"},
+      {"run --model preset:small --context random:4 --out", "flag --out needs a value"},
+  };
+  for (const Case& c : cases) {
+    CommandResult r = RunLact(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_THAT(r.output, ::testing::HasSubstr(c.message)) << c.args;
+  }
+}
+
+}  // namespace
+}  // namespace lact::testing

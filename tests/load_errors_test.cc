@@ -1,0 +1,293 @@
+// Every load and parse error names the problem: safetensors files (missing,
+// truncated, bad header, bad dtype, bad offsets), models (missing, extra and
+// mis-shaped tensors, missing or bad config), npy files, tokens given to the
+// runner, job options. Also: BF16 and F16 weights load upcast.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+#include "common/model.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "nlohmann/json.hpp"
+#include "tests/golden_case.h"
+#include "tests/random_model.h"
+#include "worker/cpu_runner.h"
+
+namespace lact::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/lact_", getpid(), "_", name);
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
+}
+
+std::string SafetensorsBytes(const std::string& header, const std::string& data) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + data;
+}
+
+template <typename T>
+std::string ErrorOf(const absl::StatusOr<T>& s) {
+  return s.ok() ? "(no error)" : std::string(s.status().message());
+}
+
+TEST(SafetensorsErrors, MissingFile) {
+  auto st = SafetensorsFile::Open("/nonexistent/model.safetensors");
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(ErrorOf(st), HasSubstr("/nonexistent/model.safetensors"));
+}
+
+TEST(SafetensorsErrors, MalformedFiles) {
+  const std::string path = TempPath("bad.safetensors");
+  const std::string ok_entry = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  struct Case {
+    std::string bytes, message;
+  } cases[] = {
+      {"abc", "shorter than the 8-byte header length"},
+      {SafetensorsBytes(ok_entry, "12345678").substr(0, 20), "exceeds the file size"},
+      {SafetensorsBytes("{not json", ""), "header is not a JSON object"},
+      {SafetensorsBytes(R"({"t":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})", "12345678"),
+       "tensor 't': unsupported dtype \"I32\" (allowed: F32, F16, BF16, F64)"},
+      {SafetensorsBytes(ok_entry, "1234"), "tensor 't': data_offsets [0, 8) outside the 4-byte data section"},
+      {SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "12345678"),
+       "tensor 't': has 8 bytes but shape [3] of F32 needs 12"},
+      {SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", "12345678"),
+       "shape entries must be non-negative integers"},
+      {SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[2]}})", "12345678"), "needs dtype, shape and data_offsets"},
+  };
+  for (const Case& c : cases) {
+    WriteBytes(path, c.bytes);
+    auto st = SafetensorsFile::Open(path);
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(ErrorOf(st), HasSubstr(c.message));
+    EXPECT_THAT(ErrorOf(st), HasSubstr(path));
+  }
+  std::remove(path.c_str());
+}
+
+// A model file built from the golden `tiny` model, with edits.
+class ModelFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto golden = LoadGoldenCase("tiny");
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    config_ = golden->model.config();
+    tensors_ = golden->model.tensors();
+    path_ = TempPath("model.safetensors");
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+
+  // Writes tensors_ with `dtype` (F32, BF16 or F16) and the given config text.
+  void Write(const std::string& dtype, const std::optional<std::string>& config_json) {
+    json header = json::object();
+    if (config_json) header["__metadata__"] = {{"lact.config", *config_json}};
+    std::string data;
+    for (const auto& [name, t] : tensors_) {
+      const size_t begin = data.size();
+      for (float v : t.data) {
+        if (dtype == "F32") {
+          data.append(reinterpret_cast<const char*>(&v), 4);
+        } else {
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          const uint16_t h = dtype == "BF16" ? static_cast<uint16_t>(bits >> 16) : FloatToHalf(v);
+          data.append(reinterpret_cast<const char*>(&h), 2);
+        }
+      }
+      header[name] = {{"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {begin, data.size()}}};
+    }
+    WriteBytes(path_, SafetensorsBytes(header.dump(), data));
+  }
+
+  ModelConfig config_;
+  std::map<std::string, Tensor> tensors_;
+  std::string path_;
+};
+
+TEST_F(ModelFileTest, LoadsF32) {
+  Write("F32", ModelConfigToJson(config_));
+  auto model = LoadModel(path_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->tensors().at("layers.0.ttt.w0").data, tensors_.at("layers.0.ttt.w0").data);
+}
+
+TEST_F(ModelFileTest, LoadsBf16AndF16Upcast) {
+  for (const char* dtype : {"BF16", "F16"}) {
+    Write(dtype, ModelConfigToJson(config_));
+    auto model = LoadModel(path_);
+    ASSERT_TRUE(model.ok()) << dtype << ": " << model.status();
+    const Tensor& got = model->tensors().at("layers.1.mlp.up.weight");
+    const Tensor& want = tensors_.at("layers.1.mlp.up.weight");
+    for (int64_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(got.data[i], want.data[i], std::abs(want.data[i]) * 1e-2 + 1e-6) << dtype;
+    }
+  }
+}
+
+TEST_F(ModelFileTest, MissingTensor) {
+  tensors_.erase("layers.1.ttt.o_norm.weight");
+  Write("F32", ModelConfigToJson(config_));
+  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("missing tensor 'layers.1.ttt.o_norm.weight' (shape [16])"));
+}
+
+TEST_F(ModelFileTest, ExtraTensor) {
+  tensors_["layers.0.bonus"] = Tensor({2});
+  Write("F32", ModelConfigToJson(config_));
+  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("unexpected tensor 'layers.0.bonus'"));
+}
+
+TEST_F(ModelFileTest, MisShapedTensor) {
+  tensors_["layers.0.mamba.fwd.A_log"] = Tensor({7});
+  Write("F32", ModelConfigToJson(config_));
+  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("tensor 'layers.0.mamba.fwd.A_log' has shape [7], expected [8]"));
+}
+
+TEST_F(ModelFileTest, MissingConfig) {
+  Write("F32", std::nullopt);
+  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("no __metadata__[\"lact.config\"]"));
+}
+
+TEST_F(ModelFileTest, TruncatedFile) {
+  Write("F32", ModelConfigToJson(config_));
+  std::ifstream in(path_, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  WriteBytes(path_, bytes.substr(0, bytes.size() - 100));
+  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("(truncated file?)"));
+}
+
+TEST_F(ModelFileTest, BadConfigs) {
+  json base = json::parse(ModelConfigToJson(config_));
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string message;
+  } cases[] = {
+      {[](json& j) { j.erase("d_model"); }, "missing field 'd_model'"},
+      {[](json& j) { j["ssm"].erase("d_state"); }, "missing field 'ssm.d_state'"},
+      {[](json& j) { j["colour"] = 3; }, "unknown field 'colour'"},
+      {[](json& j) { j["ttt"]["lr"] = 3; }, "unknown field 'ttt.lr'"},
+      {[](json& j) { j["n_layers"] = "two"; }, "'n_layers' must be an integer, got \"two\""},
+      {[](json& j) { j["d_model"] = 0; }, "'d_model' = 0 must be >= 1"},
+      {[](json& j) { j["ssm"]["head_dim"] = 5; }, "ssm.head_dim 5 must divide d_inner = expand * d_model = 64"},
+      {[](json& j) { j["ttt"]["head_dim"] = 5; }, "ttt.head_dim 5 must divide d_model 32"},
+      {[](json& j) { j["ttt"]["base_lr"] = -1; }, "ttt.base_lr -1 must be a positive finite number"},
+  };
+  for (const Case& c : cases) {
+    json j = base;
+    c.edit(j);
+    Write("F32", j.dump());
+    EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr(c.message));
+  }
+  Write("F32", "{oops");
+  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("model config: not valid JSON"));
+}
+
+TEST(PresetErrors, UnknownPresetAndBadSeed) {
+  EXPECT_THAT(ErrorOf(ResolveModel("preset:huge")), HasSubstr("unknown preset 'huge' (allowed: small, base)"));
+  EXPECT_THAT(ErrorOf(ResolveModel("preset:small:x")), HasSubstr("expected preset:NAME[:SEED]"));
+  auto a = ResolveModel("preset:small:3"), b = ResolveModel("preset:small:3"), c = ResolveModel("preset:small:4");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->tensors().at("layers.1.ttt.w1").data, b->tensors().at("layers.1.ttt.w1").data);
+  EXPECT_NE(a->tensors().at("layers.1.ttt.w1").data, c->tensors().at("layers.1.ttt.w1").data);
+}
+
+std::string NpyBytes(const std::string& dict, const std::string& payload, int version = 1) {
+  std::string out = "\x93NUMPY";
+  out += static_cast<char>(version);
+  out += '\0';
+  out += static_cast<char>(dict.size() & 0xff);
+  out += static_cast<char>(dict.size() >> 8);
+  return out + dict + payload;
+}
+
+TEST(NpyErrors, MalformedFiles) {
+  const std::string path = TempPath("bad.npy");
+  const std::string payload(8, '\0');
+  struct Case {
+    std::string bytes, message;
+  } cases[] = {
+      {"PK\x03\x04 not npy", "not a .npy file (bad magic)"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", payload, 7),
+       "unsupported format version 7"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", payload), "Fortran-order"},
+      {NpyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", payload),
+       "dtype '<f8' is not supported (allowed: little-endian float32 <f4, float16 <f2)"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", payload),
+       "payload is 8 bytes but shape [3] needs 12"},
+      {NpyBytes("{'descr': '<f4', 'shape': (2,), }", payload), "header lacks descr, fortran_order or shape"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (x,), }", payload), "is not a tuple"},
+  };
+  for (const Case& c : cases) {
+    WriteBytes(path, c.bytes);
+    auto t = ReadNpy(path);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(ErrorOf(t), HasSubstr(c.message));
+  }
+  std::remove(path.c_str());
+}
+
+TEST(Npy, RoundTripAndFloat16) {
+  const std::string path = TempPath("rt.npy");
+  Tensor t({3, 2});
+  for (int i = 0; i < 6; ++i) t.data[i] = 0.5f * i - 1.0f;
+  ASSERT_TRUE(WriteNpy(path, t).ok());
+  auto back = ReadNpy(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape, t.shape);
+  EXPECT_EQ(back->data, t.data);
+  std::string half;
+  for (float v : t.data) {
+    const uint16_t h = FloatToHalf(v);
+    half.append(reinterpret_cast<const char*>(&h), 2);
+  }
+  WriteBytes(path, NpyBytes("{'descr': '<f2', 'fortran_order': False, 'shape': (3, 2), }", half));
+  auto h = ReadNpy(path);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->data, t.data);  // these values are exact in float16
+  std::remove(path.c_str());
+}
+
+TEST(RunnerErrors, BadTokens) {
+  ModelConfig c;
+  c.d_model = 16;
+  c.ttt.head_dim = 8;
+  c.ssm.head_dim = 8;
+  c.ssm.d_state = 4;
+  c.mlp_hidden = 16;
+  Model model = RandomTestModel(c, 1);
+  CpuRunner runner(model, c, {});
+  FusedState state;
+  EXPECT_THAT(ErrorOf(runner.RunContext(Tensor({4, 15}), &state)),
+              HasSubstr("context has shape [4, 15]; the model takes [L, 16] tokens"));
+  EXPECT_THAT(ErrorOf(runner.RunContext(Tensor({0, 16}), &state)), HasSubstr("context has no tokens"));
+  Tensor nan = RandomTokens(3, 16, 1);
+  nan.data[2 * 16 + 5] = std::nanf("");
+  EXPECT_THAT(ErrorOf(runner.RunContext(nan, &state)), HasSubstr("non-finite value at token 2, feature 5"));
+  ASSERT_TRUE(runner.RunContext(RandomTokens(3, 16, 1), &state).ok());
+  EXPECT_THAT(ErrorOf(runner.RunQuery(Tensor({2, 3}), state)), HasSubstr("query set has shape [2, 3]"));
+}
+
+TEST(JobOptionErrors, OutOfRange) {
+  ModelConfig c;
+  EXPECT_THAT(ErrorOf(ApplyJobOptions(c, {std::optional<int>(-1), std::nullopt})),
+              HasSubstr("muon_steps -1 is out of range (allowed: 0..100)"));
+  EXPECT_THAT(ErrorOf(ApplyJobOptions(c, {std::nullopt, std::optional<int>(-5)})),
+              HasSubstr("chunk_tokens -5 must be >= 0"));
+  EXPECT_THAT(ErrorOf(ParseJobOptions(R"({"d_model": 3})")),
+              HasSubstr("unknown field 'd_model' (a job may override only muon_steps and chunk_tokens)"));
+}
+
+}  // namespace
+}  // namespace lact::testing
