@@ -1,81 +1,121 @@
 #include "worker/cpu_block.h"
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/conv.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/lact_ops.h"
 #include "kernels/cpu/mamba_mixer.h"
+#include "kernels/cpu/ssd_scan.h"
+#include "worker/bimamba_shard.h"
 
 namespace lact {
 namespace {
 
 using cpu::FastGradsRef;
 using cpu::FastWeightsRef;
+using Clock = std::chrono::steady_clock;
 
-// acc = BiMamba(h) @ out_proj^T, tile by tile: forward left to right, then
-// backward right to left on reversed tiles.
-void BiMamba(const ModelConfig& c, const LayerWeights& w, int64_t tile, const Tensor& h, Tensor* acc,
-             MambaState (&mamba)[2]) {
-  const int64_t L = h.dim(0), D = c.d_model, di = c.d_inner();
-  cpu::MixerWorkspace ws;
-  std::vector<float> y(tile * di), rev(tile * D), a(tile * D);
-  for (int64_t t0 = 0; t0 < L; t0 += tile) {
-    const int64_t n = std::min(tile, L - t0);
-    cpu::MambaMixerSegment(c, w.mamba[kForward], h.ptr() + t0 * D, n,
-                           {mamba[kForward].ssm.ptr(), mamba[kForward].conv.ptr()}, &ws, y.data());
-    cpu::Linear(y.data(), di, n, di, w.out_proj, D, acc->ptr() + t0 * D, D);
-  }
-  for (int64_t end = L; end > 0; end -= tile) {
-    const int64_t n = std::min(tile, end);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(h.ptr() + (end - 1 - i) * D, D, rev.data() + i * D);
-    cpu::MambaMixerSegment(c, w.mamba[kBackward], rev.data(), n,
-                           {mamba[kBackward].ssm.ptr(), mamba[kBackward].conv.ptr()}, &ws, y.data());
-    cpu::Linear(y.data(), di, n, di, w.out_proj, D, a.data(), D);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      float* dst = acc->ptr() + (end - 1 - i) * D;
-      const float* src = a.data() + i * D;
-      for (int64_t k = 0; k < D; ++k) dst[k] += src[k];
-    }
-  }
-}
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// acc += LaCT(h): per chunk, gradient sums over its tiles, the update, then
-// the updated fast weights applied to the chunk's tokens. Query: apply only.
-void Lact(const ModelConfig& c, const LayerWeights& w, bool is_context, int64_t tile, const Tensor& h, Tensor* acc,
-          LayerState* state) {
-  const int64_t L = h.dim(0), D = c.d_model, ht = c.ttt_heads(), dh = c.ttt.head_dim;
-  const int64_t chunk = is_context && c.ttt.chunk_tokens > 0 ? c.ttt.chunk_tokens : L;
-  const FastWeightsRef fast{state->w0.ptr(), state->w1.ptr(), state->w2.ptr()};
-  cpu::LactWorkspace ws;
-  std::vector<float> kv(tile * 2 * D), lr(tile * 3 * ht), q(tile * D), o(tile * D);
-  std::vector<float> dw0(state->w0.size()), dw1(state->w1.size()), dw2(state->w2.size());
-  for (int64_t c0 = 0; c0 < L; c0 += chunk) {
-    const int64_t c1 = std::min(L, c0 + chunk);
-    if (is_context) {
-      std::fill(dw0.begin(), dw0.end(), 0.0f);
-      std::fill(dw1.begin(), dw1.end(), 0.0f);
-      std::fill(dw2.begin(), dw2.end(), 0.0f);
-      const FastGradsRef grads{dw0.data(), dw1.data(), dw2.data()};
-      for (int64_t t0 = c0; t0 < c1; t0 += tile) {
-        const int64_t n = std::min(tile, c1 - t0);
-        cpu::LactKeyValueLr(c, w, h.ptr() + t0 * D, n, kv.data(), lr.data());
-        cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), n, fast, grads, &ws);
-      }
-      cpu::UpdateFastWeights(c, grads, {w.w0, w.w1, w.w2}, state->w0.ptr(), state->w1.ptr(), state->w2.ptr());
-    }
-    for (int64_t t0 = c0; t0 < c1; t0 += tile) {
-      const int64_t n = std::min(tile, c1 - t0);
-      cpu::LactQuery(c, w, h.ptr() + t0 * D, n, q.data());
-      cpu::ApplyFastWeights(c, q.data(), n, fast, o.data(), &ws);
-      for (int64_t head = 0; head < ht; ++head) {
-        cpu::RmsNormRows(o.data() + head * dh, D, n, dh, w.o_norm, o.data() + head * dh, D);
-      }
-      cpu::Linear(o.data(), D, n, D, w.o_proj, D, acc->ptr() + t0 * D, D, 1.0f);
+// The LaCT part of a block over this shard: per global chunk, gradient sums
+// over the shard's tokens in it, all-reduced, the update, then the updated
+// fast weights applied to those tokens (acc += o @ o_proj^T).
+class LactShard {
+ public:
+  LactShard(const ModelConfig& c, const LayerWeights& w, bool is_context, int64_t tile, const ShardContext& shard,
+            const Tensor& h, LayerState* state)
+      : c_(c), w_(w), is_context_(is_context), tile_(tile), shard_(shard), h_(h), state_(state) {
+    chunk_ = is_context && c.ttt.chunk_tokens > 0 ? c.ttt.chunk_tokens : shard.total;
+    const int64_t D = c.d_model;
+    kv_.resize(tile * 2 * D);
+    lr_.resize(tile * 3 * c.ttt_heads());
+    q_.resize(tile * D);
+    o_.resize(tile * D);
+    grads_.resize(state->w0.size() + state->w1.size() + state->w2.size());
+  }
+
+  int64_t chunks() const { return (shard_.total + chunk_ - 1) / chunk_; }
+
+  // Gradient sums of chunk k over the local tokens (zeros if none).
+  void LocalGrads(int64_t k) {
+    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    const auto [lo, hi] = LocalRange(k);
+    const FastWeightsRef fast{state_->w0.ptr(), state_->w1.ptr(), state_->w2.ptr()};
+    for (int64_t t0 = lo; t0 < hi; t0 += tile_) {
+      const int64_t n = std::min(tile_, hi - t0);
+      cpu::LactKeyValueLr(c_, w_, h_.ptr() + t0 * c_.d_model, n, kv_.data(), lr_.data());
+      cpu::AccumulateFastWeightGrads(c_, kv_.data(), lr_.data(), n, fast, GradsRef(), &ws_);
     }
   }
+
+  // Starts the all-reduce of the current gradients on its own thread.
+  std::future<absl::Status> StartAllReduce(OverlapStats* stats) {
+    return std::async(std::launch::async, [this, stats] {
+      const auto start = Clock::now();
+      absl::Status s = shard_.grads->AllReduceSum(grads_.data(), grads_.size());
+      stats->allreduce_seconds += Seconds(Clock::now() - start);
+      return s;
+    });
+  }
+
+  void UpdateAndApply(int64_t k) {
+    if (is_context_) {
+      cpu::UpdateFastWeights(c_, GradsRef(), {w_.w0, w_.w1, w_.w2}, state_->w0.ptr(), state_->w1.ptr(),
+                             state_->w2.ptr());
+    }
+    const FastWeightsRef fast{state_->w0.ptr(), state_->w1.ptr(), state_->w2.ptr()};
+    const auto [lo, hi] = LocalRange(k);
+    const int64_t D = c_.d_model, dh = c_.ttt.head_dim;
+    for (int64_t t0 = lo; t0 < hi; t0 += tile_) {
+      const int64_t n = std::min(tile_, hi - t0);
+      cpu::LactQuery(c_, w_, h_.ptr() + t0 * D, n, q_.data());
+      cpu::ApplyFastWeights(c_, q_.data(), n, fast, o_.data(), &ws_);
+      for (int64_t head = 0; head < c_.ttt_heads(); ++head) {
+        cpu::RmsNormRows(o_.data() + head * dh, D, n, dh, w_.o_norm, o_.data() + head * dh, D);
+      }
+      cpu::Linear(o_.data(), D, n, D, w_.o_proj, D, acc_->ptr() + t0 * D, D, 1.0f);
+    }
+  }
+
+  void set_acc(Tensor* acc) { acc_ = acc; }
+
+ private:
+  // Chunk k's tokens in this shard, as local row indices [lo, hi).
+  std::pair<int64_t, int64_t> LocalRange(int64_t k) const {
+    const int64_t L = h_.dim(0);
+    const int64_t lo = std::clamp(k * chunk_ - shard_.begin, int64_t{0}, L);
+    const int64_t hi = std::clamp((k + 1) * chunk_ - shard_.begin, int64_t{0}, L);
+    return {lo, hi};
+  }
+  FastGradsRef GradsRef() {
+    float* g = grads_.data();
+    return {g, g + state_->w0.size(), g + state_->w0.size() + state_->w1.size()};
+  }
+
+  const ModelConfig& c_;
+  const LayerWeights& w_;
+  bool is_context_;
+  int64_t tile_;
+  const ShardContext& shard_;
+  const Tensor& h_;
+  LayerState* state_;
+  Tensor* acc_ = nullptr;
+  int64_t chunk_;
+  cpu::LactWorkspace ws_;
+  std::vector<float> kv_, lr_, q_, o_, grads_;
+};
+
+absl::Status Wait(std::future<absl::Status>& pending, OverlapStats* stats) {
+  const auto start = Clock::now();
+  absl::Status status = pending.get();
+  stats->waited_seconds += Seconds(Clock::now() - start);
+  return status;
 }
 
 // x += acc; x += SwiGLU-MLP(rmsnorm(x, norm2)), tile by tile.
@@ -99,31 +139,44 @@ void ResidualMlp(const ModelConfig& c, const LayerWeights& w, int64_t tile, cons
 
 }  // namespace
 
-void RunBlockCpu(const ModelConfig& c, const LayerWeights& w, bool is_context, int64_t tile, Tensor* x,
-                 BlockBuffers* buffers, LayerState* state) {
+absl::Status RunBlockCpu(const ModelConfig& c, const LayerWeights& w, bool is_context, int64_t tile,
+                         const ShardContext& shard, Tensor* x, BlockBuffers* buffers, LayerState* state,
+                         OverlapStats* stats) {
   const int64_t L = x->dim(0), D = c.d_model;
   buffers->h.shape = {L, D};
   buffers->h.data.resize(L * D);
   buffers->acc.shape = {L, D};
   buffers->acc.data.resize(L * D);
   cpu::RmsNormRows(x->ptr(), D, L, D, w.norm1, buffers->h.ptr(), D);
-
-  MambaState mamba[2];
-  mamba[kForward] = state->mamba[kForward];  // zero for a context, the context's for a query
-  mamba[kBackward] = state->mamba[kBackward];
-  std::fill(mamba[kBackward].ssm.data.begin(), mamba[kBackward].ssm.data.end(), 0.0f);
-  std::fill(mamba[kBackward].conv.data.begin(), mamba[kBackward].conv.data.end(), 0.0f);
-  BiMamba(c, w, tile, buffers->h, &buffers->acc, mamba);
+  const bool distributed = shard.sync->size() > 1;
 
   if (is_context) {
-    state->mamba[kForward] = std::move(mamba[kForward]);
-    state->mamba[kBackward] = std::move(mamba[kBackward]);
     std::copy_n(w.w0, state->w0.size(), state->w0.ptr());
     std::copy_n(w.w1, state->w1.size(), state->w1.ptr());
     std::copy_n(w.w2, state->w2.size(), state->w2.ptr());
   }
-  Lact(c, w, is_context, tile, buffers->h, &buffers->acc, state);
+  LactShard lact(c, w, is_context, tile, shard, buffers->h, state);
+  lact.set_acc(&buffers->acc);
+  // Chunk 0's gradients first, so their all-reduce overlaps the scans.
+  std::future<absl::Status> pending;
+  if (is_context) {
+    lact.LocalGrads(0);
+    if (distributed) pending = lact.StartAllReduce(stats);
+  }
+  absl::Status scans = RunBiMambaShard(c, w, is_context, tile, shard, buffers->h, &buffers->acc, state);
+  if (pending.valid()) LACT_RETURN_IF_ERROR(Wait(pending, stats));
+  LACT_RETURN_IF_ERROR(scans);
+  lact.UpdateAndApply(0);
+  for (int64_t k = 1; k < lact.chunks(); ++k) {
+    lact.LocalGrads(k);
+    if (distributed) {
+      std::future<absl::Status> reduce = lact.StartAllReduce(stats);  // nothing to overlap with
+      LACT_RETURN_IF_ERROR(Wait(reduce, stats));
+    }
+    lact.UpdateAndApply(k);
+  }
   ResidualMlp(c, w, tile, buffers->acc, x);
+  return absl::OkStatus();
 }
 
 }  // namespace lact

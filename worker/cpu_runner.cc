@@ -7,7 +7,6 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
-#include "worker/cpu_block.h"
 
 namespace lact {
 
@@ -35,7 +34,19 @@ absl::Status CpuRunner::ValidateTokens(const Tensor& tokens, const std::string& 
 absl::StatusOr<Tensor> CpuRunner::RunContext(Tensor context, FusedState* state) {
   LACT_RETURN_IF_ERROR(ValidateTokens(context, "context"));
   *state = ZeroFusedState(config_);
-  return Run(std::move(context), /*is_context=*/true, state);
+  const int64_t L = context.dim(0);
+  return Run(std::move(context), /*is_context=*/true, {&local_, &local_, 0, L}, state);
+}
+
+absl::StatusOr<Tensor> CpuRunner::RunContextShard(Tensor shard, int64_t begin, int64_t total, Collective* sync,
+                                                  Collective* grads, FusedState* state) {
+  LACT_RETURN_IF_ERROR(ValidateTokens(shard, "context shard"));
+  if (begin < 0 || begin + shard.dim(0) > total) {
+    return absl::InvalidArgumentError(absl::StrCat("shard [", begin, ", ", begin + shard.dim(0),
+                                                   ") lies outside a context of ", total, " tokens"));
+  }
+  *state = ZeroFusedState(config_);
+  return Run(std::move(shard), /*is_context=*/true, {sync, grads, begin, total}, state);
 }
 
 absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state) {
@@ -45,10 +56,12 @@ absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state
                                                    config_.n_layers));
   }
   FusedState copy = state;  // small: the block reads it as scratch for the scans
-  return Run(std::move(query), /*is_context=*/false, &copy);
+  const int64_t L = query.dim(0);
+  return Run(std::move(query), /*is_context=*/false, {&local_, &local_, 0, L}, &copy);
 }
 
-absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, bool is_context, FusedState* state) {
+absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, bool is_context, const ShardContext& shard,
+                                      FusedState* state) {
   cpu::SetNumThreads(options_.threads);
   const ModelConfig& c = config_;
   const int64_t L = tokens.dim(0), D = c.d_model;
@@ -62,7 +75,8 @@ absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, bool is_context, FusedState
   }
   BlockBuffers buffers;
   for (int i = 0; i < c.n_layers; ++i) {
-    RunBlockCpu(c, model_.layer(i), is_context, options_.tile_tokens, &x, &buffers, &state->layers[i]);
+    LACT_RETURN_IF_ERROR(RunBlockCpu(c, model_.layer(i), is_context, options_.tile_tokens, shard, &x, &buffers,
+                                     &state->layers[i], &overlap_));
     if (options_.on_layer_done) options_.on_layer_done(i + 1, c.n_layers);
   }
   buffers.acc = Tensor();

@@ -19,6 +19,8 @@
 #include "common/fused_state.h"
 #include "common/model.h"
 #include "common/tensor.h"
+#include "worker/collective.h"
+#include "worker/cpu_block.h"
 
 namespace lact {
 
@@ -39,16 +41,28 @@ class CpuRunner {
   // fills *state.
   absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state);
 
+  // This rank's contiguous shard [begin, begin + L) of a context of `total`
+  // tokens, run together with the other ranks of `sync`/`grads` (two
+  // collectives of the same group; see cpu_block.h). Every rank gets the
+  // same *state; the returned rows are this shard's output.
+  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, Collective* sync,
+                                         Collective* grads, FusedState* state);
+
   // query: [L_q, d_input or D]. `state` as produced by RunContext.
   absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state);
 
+  // Gradient all-reduce time and the part of it not hidden, summed over runs.
+  const OverlapStats& overlap() const { return overlap_; }
+
  private:
   absl::Status ValidateTokens(const Tensor& tokens, const std::string& what) const;
-  absl::StatusOr<Tensor> Run(Tensor tokens, bool is_context, FusedState* state);
+  absl::StatusOr<Tensor> Run(Tensor tokens, bool is_context, const ShardContext& shard, FusedState* state);
 
   const Model& model_;
   ModelConfig config_;
   RunOptions options_;
+  LocalCollective local_;
+  OverlapStats overlap_;
 };
 
 }  // namespace lact

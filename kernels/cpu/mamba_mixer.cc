@@ -9,29 +9,59 @@
 
 namespace lact::cpu {
 
+namespace {
+
+// ws->xbc = silu(conv(proj xBC columns)); ws->dt = softplus(dt + dt_bias).
+// `proj` holds the xBC columns at `xbc_col` and dt right after them.
+void ConvAndDt(const ModelConfig& c, const MambaDirWeights& w, const float* proj, int64_t ld, int64_t xbc_col,
+               int64_t T, float* conv_history, MixerWorkspace* ws) {
+  const int64_t C = c.conv_channels(), hs = c.ssm_heads();
+  ws->xbc.resize(T * C);
+  ws->dt.resize(T * hs);
+  CausalConvSilu({T, C, c.ssm.conv_width, proj + xbc_col, ld, w.conv_w, w.conv_b, ws->xbc.data(), C}, conv_history);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t k = 0; k < hs; ++k) ws->dt[t * hs + k] = Softplus(proj[t * ld + xbc_col + C + k] + w.dt_bias[k]);
+  }
+}
+
+ScanParams ScanOf(const ModelConfig& c, const MixerWorkspace& ws, int64_t T, const float* a, const float* d_skip,
+                  float* y) {
+  const int64_t di = c.d_inner(), N = c.ssm.d_state, C = c.conv_channels(), hs = c.ssm_heads();
+  const float* xbc = ws.xbc.data();
+  return {T,  static_cast<int>(hs), c.ssm.head_dim, c.ssm.d_state, xbc, C, xbc + di, C, xbc + di + N, C,
+          ws.dt.data(), hs, a, d_skip, y, di};
+}
+
+std::vector<float> NegExp(const float* a_log, int64_t n) {
+  std::vector<float> a(n);
+  for (int64_t k = 0; k < n; ++k) a[k] = -std::exp(a_log[k]);
+  return a;
+}
+
+}  // namespace
+
+void MambaSummarySegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
+                         MixerStateView state, float* log_decay, MixerWorkspace* ws) {
+  if (T == 0) return;
+  const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows(), cols = R - di;
+  ws->proj.resize(T * cols);
+  Linear(h, D, T, D, w.in_proj + di * D, cols, ws->proj.data(), cols);  // rows x, B, C, dt
+  ConvAndDt(c, w, ws->proj.data(), cols, 0, T, state.conv, ws);
+  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
+  SsdScanStateOnly(ScanOf(c, *ws, T, a.data(), nullptr, nullptr), state.ssm, log_decay);
+}
+
 void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
                        MixerStateView state, MixerWorkspace* ws, float* y) {
   if (T == 0) return;
-  const int64_t D = c.d_model, di = c.d_inner(), N = c.ssm.d_state, hs = c.ssm_heads();
-  const int64_t C = c.conv_channels(), R = c.in_proj_rows();
+  const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows();
   ws->proj.resize(T * R);
-  ws->xbc.resize(T * C);
-  ws->dt.resize(T * hs);
   float* proj = ws->proj.data();
   Linear(h, D, T, D, w.in_proj, R, proj, R);
-
-  CausalConvSilu({T, C, c.ssm.conv_width, proj + di, R, w.conv_w, w.conv_b, ws->xbc.data(), C}, state.conv);
-
-  std::vector<float> a(hs);
-  for (int64_t k = 0; k < hs; ++k) a[k] = -std::exp(w.a_log[k]);
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < hs; ++k) ws->dt[t * hs + k] = Softplus(proj[t * R + di + C + k] + w.dt_bias[k]);
-  }
-  const float* xbc = ws->xbc.data();
-  ScanParams scan{T,        static_cast<int>(hs), c.ssm.head_dim, c.ssm.d_state, xbc,     C, xbc + di, C,
-                  xbc + di + N, C, ws->dt.data(), hs, a.data(), w.d_skip, y, di};
-  SsdScan(scan, state.ssm, nullptr);
+  ConvAndDt(c, w, proj, R, di, T, state.conv, ws);
+  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
+  SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, nullptr);
 
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {

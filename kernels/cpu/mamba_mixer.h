@@ -29,6 +29,12 @@ struct MixerStateView {
 void MambaMixerSegment(const ModelConfig& config, const MambaDirWeights& w, const float* h, int64_t tokens,
                        MixerStateView state, MixerWorkspace* ws, float* y);
 
+// The summary pre-pass of a segment: the same projection, conv and scan but
+// only the x, B, C, dt rows and only the state. `state.ssm` and `log_decay`
+// ([H_s], added to) accumulate from whatever they hold; conv history as above.
+void MambaSummarySegment(const ModelConfig& config, const MambaDirWeights& w, const float* h, int64_t tokens,
+                         MixerStateView state, float* log_decay, MixerWorkspace* ws);
+
 }  // namespace lact::cpu
 
 #endif  // LACT_KERNELS_CPU_MAMBA_MIXER_H_

@@ -92,6 +92,32 @@ void SsdScan(const ScanParams& p, float* state, float* log_decay) {
   }
 }
 
+void SsdScanStateOnly(const ScanParams& p, float* state, float* log_decay) {
+  const int64_t T = p.tokens, P = p.head_dim, N = p.d_state;
+#pragma omp parallel for schedule(static)
+  for (int h = 0; h < p.heads; ++h) {
+    std::vector<float> cum(kChunk), xw(kChunk * P);
+    float* sh = state + static_cast<int64_t>(h) * P * N;
+    float total = 0.0f;
+    for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
+      const int64_t n = std::min(kChunk, T - t0);
+      float run = 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        run += p.dt[(t0 + i) * p.lddt + h] * p.a[h];
+        cum[i] = run;
+      }
+      const float* xc = p.x + t0 * p.ldx + h * P;
+      for (int64_t j = 0; j < n; ++j) {
+        const float w = std::exp(run - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
+        for (int64_t q = 0; q < P; ++q) xw[j * P + q] = w * xc[j * p.ldx + q];
+      }
+      Gemm(true, false, P, N, n, 1.0f, xw.data(), P, p.b + t0 * p.ldb, p.ldb, std::exp(run), sh, N);
+      total += run;
+    }
+    log_decay[h] += total;
+  }
+}
+
 void SsdAddCarry(const ScanParams& p, const float* carry) {
   const int64_t T = p.tokens, P = p.head_dim, N = p.d_state;
 #pragma omp parallel for schedule(static)

@@ -41,6 +41,11 @@ struct ScanParams {
 // state). `log_decay` ([H_s], may be null) receives sum_t dt_t A.
 void SsdScan(const ScanParams& p, float* state, float* log_decay);
 
+// The state part of SsdScan only (no outputs; p.c, p.y and p.d_skip unused):
+// state <- state after the segment, log_decay[h] += sum_t dt_t A. This is the
+// cheap pre-pass that yields a segment's summary.
+void SsdScanStateOnly(const ScanParams& p, float* state, float* log_decay);
+
 // y_t[p] += exp(sum_{s<=t} dt_s A) * (carry_h @ C_t)[p] for every token:
 // the part of the output that a carry-in state contributes.
 void SsdAddCarry(const ScanParams& p, const float* carry);

@@ -1,0 +1,151 @@
+#include "worker/bimamba_shard.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/mamba_mixer.h"
+#include "kernels/cpu/ssd_scan.h"
+
+namespace lact {
+namespace {
+
+// Visits the shard's tiles in a direction's scan order: fn(rows, n, first)
+// where rows are the tile's normed inputs in scan order (a reversed copy for
+// the backward direction) and [first, first + n) are their local rows.
+template <typename Fn>
+void ForEachScanTile(const Tensor& h, int64_t tile, Direction dir, std::vector<float>* scratch, Fn fn) {
+  const int64_t L = h.dim(0), D = h.dim(1);
+  if (dir == kForward) {
+    for (int64_t t0 = 0; t0 < L; t0 += tile) fn(h.ptr() + t0 * D, std::min(tile, L - t0), t0);
+    return;
+  }
+  scratch->resize(std::min(tile, L) * D);
+  for (int64_t end = L; end > 0; end -= tile) {
+    const int64_t n = std::min(tile, end);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(h.ptr() + (end - 1 - i) * D, D, scratch->data() + i * D);
+    fn(scratch->data(), n, end - n);
+  }
+}
+
+// One direction of the BiMamba over a shard, with its exchanges.
+class DirectionScan {
+ public:
+  DirectionScan(const ModelConfig& c, const LayerWeights& w, Direction dir, int64_t tile, const ShardContext& shard,
+                const Tensor& h)
+      : c_(c), w_(w), dw_(w.mamba[dir]), dir_(dir), tile_(tile), shard_(shard), h_(h) {}
+
+  // The shard's position in this direction's scan order, and rank of position i.
+  int Position() const { return dir_ == kForward ? shard_.sync->rank() : shard_.sync->size() - 1 - shard_.sync->rank(); }
+  int RankAt(int i) const { return dir_ == kForward ? i : shard_.sync->size() - 1 - i; }
+
+  // Sets start (conv halo and carry-in state) and final (composed over all
+  // shards) from the exchanged boundary rows and summaries.
+  absl::Status Exchange(MambaState* start, MambaState* final) {
+    const int ranks = shard_.sync->size(), pos = Position();
+    const int64_t C = c_.conv_channels(), W = c_.ssm.conv_width;
+    const int64_t halo_size = 1 + (W - 1) * C;
+    std::vector<float> mine = BoundaryPacket(), all(halo_size * ranks);
+    LACT_RETURN_IF_ERROR(shard_.sync->AllGather(mine.data(), halo_size, all.data()));
+    for (int i = 0; i < ranks; ++i) {
+      if (i == pos) start->conv = final->conv;
+      const float* packet = all.data() + RankAt(i) * halo_size;
+      cpu::AdvanceConvHistory(packet + 1, C, static_cast<int64_t>(packet[0]), C, static_cast<int>(W),
+                              final->conv.ptr());
+    }
+
+    const int heads = c_.ssm_heads();
+    const int64_t per_head = int64_t{c_.ssm.head_dim} * c_.ssm.d_state, summary_size = heads + heads * per_head;
+    std::vector<float> summary(summary_size, 0.0f), summaries(summary_size * ranks);
+    MambaState pre;
+    pre.ssm = Tensor(start->ssm.shape);  // from zero
+    pre.conv = start->conv;
+    ForEachScanTile(h_, tile_, dir_, &rev_, [&](const float* rows, int64_t n, int64_t) {
+      cpu::MambaSummarySegment(c_, dw_, rows, n, {pre.ssm.ptr(), pre.conv.ptr()}, summary.data(), &ws_);
+    });
+    std::copy(pre.ssm.data.begin(), pre.ssm.data.end(), summary.begin() + heads);
+    LACT_RETURN_IF_ERROR(shard_.sync->AllGather(summary.data(), summary_size, summaries.data()));
+    std::vector<float> log_decay(heads, 0.0f);
+    for (int i = 0; i < ranks; ++i) {
+      if (i == pos) start->ssm = final->ssm;
+      const float* s = summaries.data() + RankAt(i) * summary_size;
+      cpu::ComposeScanSummary(heads, per_head, final->ssm.ptr(), log_decay.data(), s + heads, s, final->ssm.ptr(),
+                              log_decay.data());
+    }
+    return absl::OkStatus();
+  }
+
+  // The scan itself from `state`: acc (forward) = or (backward) += y @ out_proj^T.
+  void Scan(MambaState* state, Tensor* acc) {
+    const int64_t D = c_.d_model, di = c_.d_inner();
+    std::vector<float> y(tile_ * di), a(tile_ * D);
+    ForEachScanTile(h_, tile_, dir_, &rev_, [&](const float* rows, int64_t n, int64_t first) {
+      cpu::MambaMixerSegment(c_, dw_, rows, n, {state->ssm.ptr(), state->conv.ptr()}, &ws_, y.data());
+      if (dir_ == kForward) {
+        cpu::Linear(y.data(), di, n, di, w_.out_proj, D, acc->ptr() + first * D, D);
+        return;
+      }
+      cpu::Linear(y.data(), di, n, di, w_.out_proj, D, a.data(), D);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = acc->ptr() + (first + n - 1 - i) * D;
+        const float* src = a.data() + i * D;
+        for (int64_t k = 0; k < D; ++k) dst[k] += src[k];
+      }
+    });
+  }
+
+ private:
+  // [count, rows...]: this shard's last min(W-1, L) conv inputs in scan order.
+  std::vector<float> BoundaryPacket() const {
+    const int64_t L = h_.dim(0), D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels();
+    const int64_t W = c_.ssm.conv_width, k = std::min(W - 1, L);
+    std::vector<float> rows(k * D), packet(1 + (W - 1) * C, 0.0f);
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t src = dir_ == kForward ? L - k + i : k - 1 - i;
+      std::copy_n(h_.ptr() + src * D, D, rows.data() + i * D);
+    }
+    packet[0] = static_cast<float>(k);
+    cpu::Linear(rows.data(), D, k, D, dw_.in_proj + di * D, C, packet.data() + 1, C);
+    return packet;
+  }
+
+  const ModelConfig& c_;
+  const LayerWeights& w_;
+  const MambaDirWeights& dw_;
+  Direction dir_;
+  int64_t tile_;
+  const ShardContext& shard_;
+  const Tensor& h_;
+  std::vector<float> rev_;
+  cpu::MixerWorkspace ws_;
+};
+
+MambaState ZeroLike(const MambaState& s) { return {Tensor(s.ssm.shape), Tensor(s.conv.shape)}; }
+
+}  // namespace
+
+absl::Status RunBiMambaShard(const ModelConfig& c, const LayerWeights& w, bool is_context, int64_t tile,
+                             const ShardContext& shard, const Tensor& h, Tensor* acc, LayerState* state) {
+  const bool distributed = shard.sync->size() > 1;
+  if (distributed && !is_context) return absl::InternalError("query sets run on one rank");
+  for (Direction dir : {kForward, kBackward}) {
+    DirectionScan scan(c, w, dir, tile, shard, h);
+    MambaState start = ZeroLike(state->mamba[dir]);
+    if (!is_context && dir == kForward) start = state->mamba[kForward];
+    if (distributed) {
+      MambaState final = ZeroLike(state->mamba[dir]);
+      LACT_RETURN_IF_ERROR(scan.Exchange(&start, &final));
+      scan.Scan(&start, acc);
+      state->mamba[dir] = std::move(final);
+    } else {
+      scan.Scan(&start, acc);
+      if (is_context) state->mamba[dir] = std::move(start);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lact
