@@ -78,6 +78,9 @@ absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, bool is_context, const Shar
     LACT_RETURN_IF_ERROR(RunBlockCpu(c, model_.layer(i), is_context, options_.tile_tokens, shard, &x, &buffers,
                                      &state->layers[i], &overlap_));
     if (options_.on_layer_done) options_.on_layer_done(i + 1, c.n_layers);
+    if (options_.cancelled && options_.cancelled()) {
+      return absl::CancelledError(absl::StrCat("cancelled after layer ", i + 1, " of ", c.n_layers));
+    }
   }
   buffers.acc = Tensor();
   Tensor normed = std::move(buffers.h);

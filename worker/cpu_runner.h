@@ -29,6 +29,8 @@ struct RunOptions {
   int64_t tile_tokens = 4096;  // tokens per tile
   // Called after each layer with (layers done, layers in all).
   std::function<void(int, int)> on_layer_done;
+  // Polled between layers; true stops the run with CANCELLED.
+  std::function<bool()> cancelled;
 };
 
 class CpuRunner {

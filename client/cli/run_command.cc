@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/cli/flags.h"
+#include "common/flags.h"
 #include "client/cli/tokens_source.h"
 #include "common/fused_state.h"
 #include "common/model.h"

@@ -1,8 +1,8 @@
 // Minimal "--name value" command-line parsing for the lact subcommands:
 // every flag takes one value; unknown flags, missing values and repeats of a
 // non-repeatable flag are INVALID_ARGUMENT naming the flag.
-#ifndef LACT_CLIENT_CLI_FLAGS_H_
-#define LACT_CLIENT_CLI_FLAGS_H_
+#ifndef LACT_COMMON_FLAGS_H_
+#define LACT_COMMON_FLAGS_H_
 
 #include <map>
 #include <optional>
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace lact::cli {
+namespace lact {
 
 class Flags {
  public:
@@ -31,6 +31,6 @@ class Flags {
   std::map<std::string, std::vector<std::string>> values_;
 };
 
-}  // namespace lact::cli
+}  // namespace lact
 
-#endif  // LACT_CLIENT_CLI_FLAGS_H_
+#endif  // LACT_COMMON_FLAGS_H_

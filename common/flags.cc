@@ -1,11 +1,11 @@
-#include "client/cli/flags.h"
+#include "common/flags.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace lact::cli {
+namespace lact {
 
 absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const std::set<std::string>& allowed,
                                    const std::set<std::string>& repeatable) {
@@ -71,4 +71,4 @@ absl::StatusOr<int64_t> Flags::Int(const std::string& name, int64_t fallback, in
   return v->value_or(fallback);
 }
 
-}  // namespace lact::cli
+}  // namespace lact

@@ -1,0 +1,62 @@
+#include "common/token_codec.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/half.h"
+
+namespace lact {
+
+int WireBytes(WireType type) { return type == WireType::kF32 ? 4 : 2; }
+
+absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
+                          std::vector<float>* out) {
+  const int64_t elem = WireBytes(type), row = elem * width;
+  if (width < 1 || bytes.size() % row != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes.size(), " bytes is not a whole number of ",
+                                                   width, "-wide tokens of ", elem, " bytes per value"));
+  }
+  const int64_t count = static_cast<int64_t>(bytes.size()) / elem;
+  const size_t start = out->size();
+  out->resize(start + count);
+  float* dst = out->data() + start;
+  const char* src = bytes.data();
+  for (int64_t i = 0; i < count; ++i) {
+    if (type == WireType::kF32) {
+      std::memcpy(&dst[i], src + 4 * i, 4);
+    } else {
+      uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      dst[i] = type == WireType::kBF16 ? BFloat16ToFloat(v) : HalfToFloat(v);
+    }
+    if (!std::isfinite(dst[i])) {
+      out->resize(start);
+      return absl::InvalidArgumentError(absl::StrCat("token ", first_token + i / width, " feature ", i % width,
+                                                     " is ", dst[i], "; tokens must be finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string EncodeTokens(const float* data, int64_t count, WireType type) {
+  std::string out(count * WireBytes(type), '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    if (type == WireType::kF32) {
+      std::memcpy(out.data() + 4 * i, &data[i], 4);
+      continue;
+    }
+    uint16_t v;
+    if (type == WireType::kF16) {
+      v = FloatToHalf(data[i]);
+    } else {
+      const uint32_t bits = std::bit_cast<uint32_t>(data[i]);
+      v = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+    std::memcpy(out.data() + 2 * i, &v, 2);
+  }
+  return out;
+}
+
+}  // namespace lact

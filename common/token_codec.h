@@ -1,0 +1,28 @@
+// Tokens on the wire: little-endian f32, bf16 or f16 bytes <-> float32.
+// Decoding rejects a byte count that is not a whole number of tokens and any
+// NaN or Inf, naming the token (global index = first_token + row).
+#ifndef LACT_COMMON_TOKEN_CODEC_H_
+#define LACT_COMMON_TOKEN_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace lact {
+
+enum class WireType { kF32 = 1, kBF16 = 2, kF16 = 3 };
+
+int WireBytes(WireType type);
+
+// Appends the decoded floats to *out.
+absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
+                          std::vector<float>* out);
+
+// float32 -> wire bytes (bf16 and f16 round to nearest even).
+std::string EncodeTokens(const float* data, int64_t count, WireType type);
+
+}  // namespace lact
+
+#endif  // LACT_COMMON_TOKEN_CODEC_H_

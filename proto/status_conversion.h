@@ -1,0 +1,16 @@
+// The one place where absl::Status and grpc::Status meet (the RPC edge).
+#ifndef LACT_PROTO_STATUS_CONVERSION_H_
+#define LACT_PROTO_STATUS_CONVERSION_H_
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+
+namespace lact {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace lact
+
+#endif  // LACT_PROTO_STATUS_CONVERSION_H_

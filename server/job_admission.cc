@@ -1,0 +1,97 @@
+#include "server/job_admission.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace lact::server {
+namespace {
+
+absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
+
+}  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> SplitContext(int64_t total, int parts) {
+  std::vector<std::pair<int64_t, int64_t>> shards;
+  int64_t begin = 0;
+  for (int r = 0; r < parts; ++r) {
+    const int64_t n = total / parts + (r < total % parts ? 1 : 0);
+    shards.emplace_back(begin, n);
+    begin += n;
+  }
+  return shards;
+}
+
+absl::StatusOr<JobOptions> ToJobOptions(const v1::JobOptions& options) {
+  JobOptions o;
+  if (options.has_muon_steps()) o.muon_steps = options.muon_steps();
+  if (options.has_chunk_tokens()) o.chunk_tokens = options.chunk_tokens();
+  return o;
+}
+
+absl::StatusOr<WireType> ToWireType(v1::DType dtype) {
+  switch (dtype) {
+    case v1::F32: return WireType::kF32;
+    case v1::BF16: return WireType::kBF16;
+    case v1::F16: return WireType::kF16;
+    default: return Invalid("dtype must be F32, BF16 or F16");
+  }
+}
+
+absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& tokens, const AdmissionLimits& limits) {
+  if (tokens.size() > limits.max_query_sets) {
+    return Invalid(absl::StrCat(tokens.size(), " query sets; at most ", limits.max_query_sets, " are allowed"));
+  }
+  int64_t sum = 0;
+  for (int k = 0; k < tokens.size(); ++k) {
+    if (tokens[k] < 1) return Invalid(absl::StrCat("query set ", k, " has ", tokens[k], " tokens; need >= 1"));
+    sum += tokens[k];
+    if (sum > limits.max_query_tokens) {
+      return Invalid(absl::StrCat("query sets hold more than ", limits.max_query_tokens, " tokens in all"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& registry,
+                                const AdmissionLimits& limits) {
+  if (spec.model().empty()) return Invalid("JobSpec.model is empty; ListModels shows the available models");
+  absl::StatusOr<ModelConfig> model = registry.FindModel(spec.model());
+  if (!model.ok()) {
+    return model.status().code() == absl::StatusCode::kNotFound ? Invalid(std::string(model.status().message()))
+                                                                 : model.status();
+  }
+  JobPlan plan;
+  LACT_ASSIGN_OR_RETURN(plan.dtype, ToWireType(spec.dtype()));
+  LACT_ASSIGN_OR_RETURN(JobOptions options, ToJobOptions(spec.options()));
+  absl::StatusOr<ModelConfig> config = ApplyJobOptions(*model, options);
+  if (!config.ok()) return Invalid(std::string(config.status().message()));
+  plan.config = *config;
+  const int64_t L = spec.context_tokens();
+  if (L < 1 || L > limits.max_context_tokens) {
+    return Invalid(absl::StrCat("context_tokens ", L, " is out of range (allowed: 1..", limits.max_context_tokens,
+                                ")"));
+  }
+  if (spec.token_width() != plan.config.input_width()) {
+    return Invalid(absl::StrCat("token_width ", spec.token_width(), " does not match model '", spec.model(),
+                                "', which takes ", plan.config.input_width(), " features per token"));
+  }
+  LACT_RETURN_IF_ERROR(CheckQuerySets(spec.query_tokens(), limits));
+  const int holding = registry.CountHolding(spec.model());
+  int workers = spec.workers();
+  if (workers < 0) return Invalid(absl::StrCat("workers ", workers, " must be >= 0 (0 = all that hold the model)"));
+  if (workers == 0) workers = static_cast<int>(std::min<int64_t>(holding, L));
+  if (workers > holding) {
+    return Invalid(absl::StrCat("the job asks for ", workers, " workers but ", holding,
+                                " healthy workers hold model '", spec.model(), "'"));
+  }
+  if (workers > L) {
+    return Invalid(absl::StrCat("cannot shard ", L, " context tokens over ", workers,
+                                " workers; each needs at least one token"));
+  }
+  if (spec.retain_seconds() < 0) return Invalid("retain_seconds must be >= 0");
+  plan.workers = workers;
+  plan.shards = SplitContext(L, workers);
+  return plan;
+}
+
+}  // namespace lact::server

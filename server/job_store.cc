@@ -1,0 +1,135 @@
+#include "server/job_store.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lact::server {
+namespace {
+
+absl::Status Unknown(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("no job '", id, "' (ListJobs shows the known ones)"));
+}
+
+}  // namespace
+
+std::string JobStore::Create(const v1::JobSpec& spec, int workers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  const std::string id = absl::StrFormat("job-%d-%06x", next_++, rng() & 0xffffff);
+  Record& r = jobs_[id];
+  r.info.set_job_id(id);
+  r.info.set_model(spec.model());
+  r.info.set_status(v1::JobInfo::RUNNING);
+  r.info.set_context_tokens(spec.context_tokens());
+  r.info.set_workers(workers);
+  return id;
+}
+
+void JobStore::SetCanceller(const std::string& id, std::function<void()> cancel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = jobs_.find(id); it != jobs_.end()) it->second.cancel = std::move(cancel);
+}
+
+void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
+                      const v1::JobStats& stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  Record& r = it->second;
+  if (r.info.status() == v1::JobInfo::RUNNING) r.info.set_status(status);
+  if (r.info.error().empty()) r.info.set_error(error);
+  *r.info.mutable_stats() = stats;
+  r.cancel = nullptr;
+}
+
+void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state, std::chrono::seconds ttl) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  it->second.state = std::move(state);
+  it->second.expires = std::chrono::system_clock::now() + ttl;
+  it->second.info.set_state_retained(true);
+  it->second.info.set_expires_unix_seconds(
+      std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch()).count());
+}
+
+absl::StatusOr<v1::JobInfo> JobStore::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Unknown(id);
+  return it->second.info;
+}
+
+std::vector<v1::JobInfo> JobStore::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::JobInfo> out;
+  for (const auto& [id, r] : jobs_) out.push_back(r.info);
+  return out;
+}
+
+absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {
+  std::function<void()> cancel;
+  v1::JobInfo info;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Unknown(id);
+    Record& r = it->second;
+    if (r.info.status() != v1::JobInfo::RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat("job '", id, "' is not running (status ",
+                                                        v1::JobInfo::Status_Name(r.info.status()), ")"));
+    }
+    r.info.set_status(v1::JobInfo::CANCELLED);
+    r.info.set_error("cancelled by CancelJob");
+    cancel = std::move(r.cancel);
+    r.cancel = nullptr;
+    info = r.info;
+  }
+  if (cancel) cancel();
+  return info;
+}
+
+absl::Status JobStore::Delete(const std::string& id) {
+  std::function<void()> cancel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Unknown(id);
+    cancel = std::move(it->second.cancel);
+    jobs_.erase(it);
+  }
+  if (cancel) cancel();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Unknown(id);
+  const Record& r = it->second;
+  if (!r.state || std::chrono::system_clock::now() >= r.expires) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' has no retained state (status ",
+                                                      v1::JobInfo::Status_Name(r.info.status()),
+                                                      r.state ? ", expired" : "", ")"));
+  }
+  return r.state;
+}
+
+void JobStore::Expire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked();
+}
+
+void JobStore::ExpireLocked() {
+  const auto now = std::chrono::system_clock::now();
+  for (auto& [id, r] : jobs_) {
+    if (r.state && now >= r.expires) {
+      r.state.reset();
+      r.info.set_state_retained(false);
+    }
+  }
+}
+
+}  // namespace lact::server

@@ -1,0 +1,64 @@
+// Jobs the coordinator has accepted: their status and statistics, a way to
+// cancel the running ones, and the retained fused state of finished ones
+// (dropped after its TTL, or by Delete). Thread-safe.
+#ifndef LACT_SERVER_JOB_STORE_H_
+#define LACT_SERVER_JOB_STORE_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lact/v1/coordinator.pb.h"
+
+namespace lact::server {
+
+// What a later Query needs: the model, the job's options and the state.
+struct RetainedState {
+  std::string model;
+  v1::JobOptions options;
+  std::vector<v1::Tensor> tensors;
+};
+
+class JobStore {
+ public:
+  // A new RUNNING job; returns its id.
+  std::string Create(const v1::JobSpec& spec, int workers);
+  // `cancel` is called (once) by Cancel() while the job runs.
+  void SetCanceller(const std::string& id, std::function<void()> cancel);
+  void Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
+              const v1::JobStats& stats);
+  void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, std::chrono::seconds ttl);
+
+  absl::StatusOr<v1::JobInfo> Get(const std::string& id) const;
+  std::vector<v1::JobInfo> List() const;
+  // NOT_FOUND, or FAILED_PRECONDITION if the job is not running.
+  absl::StatusOr<v1::JobInfo> Cancel(const std::string& id);
+  absl::Status Delete(const std::string& id);
+  // NOT_FOUND if unknown, FAILED_PRECONDITION if not retained (running,
+  // failed, expired).
+  absl::StatusOr<std::shared_ptr<const RetainedState>> State(const std::string& id) const;
+  // Drops retained states whose TTL has passed.
+  void Expire();
+
+ private:
+  struct Record {
+    v1::JobInfo info;
+    std::function<void()> cancel;
+    std::shared_ptr<const RetainedState> state;
+    std::chrono::system_clock::time_point expires;
+  };
+  void ExpireLocked();
+
+  mutable std::mutex mu_;
+  std::map<std::string, Record> jobs_;
+  uint64_t next_ = 1;
+};
+
+}  // namespace lact::server
+
+#endif  // LACT_SERVER_JOB_STORE_H_

@@ -1,0 +1,125 @@
+#include "server/worker_registry.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace lact::server {
+
+std::string ModelKey(const std::string& model) {
+  if (!absl::StartsWith(model, "preset:")) return model;
+  std::vector<std::string> parts = absl::StrSplit(model, ':');
+  return absl::StrCat("preset:", parts.size() > 1 ? parts[1] : "");
+}
+
+std::string WorkerRegistry::Register(const std::string& address, const std::string& backend,
+                                     std::map<std::string, ModelConfig> models) {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerEntry& w = workers_[address];
+  w.id = absl::StrCat("w", next_id_++);
+  w.address = address;
+  w.backend = backend;
+  w.models = std::move(models);
+  w.last_seen = std::chrono::steady_clock::now();
+  w.healthy = true;
+  w.busy = false;
+  released_.notify_all();
+  return w.id;
+}
+
+bool WorkerRegistry::Heartbeat(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [address, w] : workers_) {
+    if (w.id == id) {
+      w.last_seen = std::chrono::steady_clock::now();
+      if (!w.healthy) released_.notify_all();
+      w.healthy = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+void WorkerRegistry::MarkFailed(const std::string& address) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = workers_.find(address); it != workers_.end()) it->second.healthy = false;
+}
+
+bool WorkerRegistry::HealthyLocked(const WorkerEntry& w) const {
+  return w.healthy && std::chrono::steady_clock::now() - w.last_seen < 3 * interval_;
+}
+
+absl::StatusOr<ModelConfig> WorkerRegistry::FindModel(const std::string& model) const {
+  const std::string key = ModelKey(model);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> names;
+  for (const auto& [address, w] : workers_) {
+    if (!HealthyLocked(w)) continue;
+    if (auto it = w.models.find(key); it != w.models.end()) return it->second;
+    for (const auto& [name, config] : w.models) names.insert(name);
+  }
+  if (names.empty()) return absl::UnavailableError("no healthy worker is registered");
+  return absl::NotFoundError(absl::StrCat("unknown model '", model, "' (available: ",
+                                          absl::StrJoin(names, ", "), "; presets take an optional :SEED)"));
+}
+
+std::vector<ModelEntry> WorkerRegistry::Models() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, ModelEntry> models;
+  for (const auto& [address, w] : workers_) {
+    if (!HealthyLocked(w)) continue;
+    for (const auto& [name, config] : w.models) {
+      ModelEntry& e = models[name];
+      e.name = name;
+      e.config = config;
+      ++e.workers;
+    }
+  }
+  std::vector<ModelEntry> out;
+  for (auto& [name, e] : models) out.push_back(e);
+  return out;
+}
+
+int WorkerRegistry::CountHolding(const std::string& model) const {
+  const std::string key = ModelKey(model);
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [address, w] : workers_) n += HealthyLocked(w) && w.models.count(key) ? 1 : 0;
+  return n;
+}
+
+absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::string& model, int count,
+                                                                 std::chrono::milliseconds wait) {
+  const std::string key = ModelKey(model);
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<std::string> picked;
+  const auto idle = [&] {
+    picked.clear();
+    for (const auto& [address, w] : workers_) {
+      if (HealthyLocked(w) && !w.busy && w.models.count(key)) picked.push_back(address);
+    }
+    return static_cast<int>(picked.size()) >= count;
+  };
+  if (!released_.wait_for(lock, wait, idle)) {
+    return absl::ResourceExhaustedError(absl::StrCat("needs ", count, " idle workers holding '", model, "', ",
+                                                     picked.size(), " are idle; retry later or ask for fewer"));
+  }
+  picked.resize(count);
+  for (const std::string& a : picked) workers_[a].busy = true;
+  return picked;
+}
+
+void WorkerRegistry::Release(const std::vector<std::string>& addresses) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& a : addresses) {
+      if (auto it = workers_.find(a); it != workers_.end()) it->second.busy = false;
+    }
+  }
+  released_.notify_all();
+}
+
+}  // namespace lact::server

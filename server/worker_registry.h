@@ -1,0 +1,78 @@
+// The workers the coordinator knows: their address, backend, models and
+// heartbeats. A worker silent for 3 heartbeat intervals, or reported failed
+// by a job, is unhealthy until its next heartbeat. Workers are leased to one
+// job at a time (a worker runs one shard at once, so two jobs never wait on
+// each other's collectives). Thread-safe.
+#ifndef LACT_SERVER_WORKER_REGISTRY_H_
+#define LACT_SERVER_WORKER_REGISTRY_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+
+namespace lact::server {
+
+// "preset:small:7" -> "preset:small"; a file model's name is its own key.
+std::string ModelKey(const std::string& model);
+
+struct WorkerEntry {
+  std::string id;
+  std::string address;
+  std::string backend;
+  std::map<std::string, ModelConfig> models;  // by ModelKey
+  std::chrono::steady_clock::time_point last_seen;
+  bool healthy = true;
+  bool busy = false;
+};
+
+struct ModelEntry {
+  std::string name;
+  ModelConfig config;
+  int workers = 0;
+};
+
+class WorkerRegistry {
+ public:
+  explicit WorkerRegistry(std::chrono::milliseconds heartbeat_interval) : interval_(heartbeat_interval) {}
+
+  // Registers (or re-registers, by address) a worker; returns its id.
+  std::string Register(const std::string& address, const std::string& backend,
+                       std::map<std::string, ModelConfig> models);
+  // False if the id is unknown (the worker should register again).
+  bool Heartbeat(const std::string& id);
+  void MarkFailed(const std::string& address);
+
+  // The config of `model` as the healthy workers hold it; NOT_FOUND naming
+  // the available models otherwise.
+  absl::StatusOr<ModelConfig> FindModel(const std::string& model) const;
+  std::vector<ModelEntry> Models() const;
+  // Healthy workers holding `model` (busy or not).
+  int CountHolding(const std::string& model) const;
+
+  // Leases `count` idle healthy workers holding `model`, waiting up to
+  // `wait` for busy ones to free up; RESOURCE_EXHAUSTED when they don't.
+  absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
+                                                   std::chrono::milliseconds wait);
+  void Release(const std::vector<std::string>& addresses);
+
+  std::chrono::milliseconds heartbeat_interval() const { return interval_; }
+
+ private:
+  bool HealthyLocked(const WorkerEntry& w) const;
+
+  const std::chrono::milliseconds interval_;
+  mutable std::mutex mu_;
+  std::condition_variable released_;
+  std::map<std::string, WorkerEntry> workers_;  // by address
+  int next_id_ = 1;
+};
+
+}  // namespace lact::server
+
+#endif  // LACT_SERVER_WORKER_REGISTRY_H_

@@ -1,0 +1,41 @@
+#include "worker/kv_store_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <stdexcept>
+
+namespace lact {
+
+void KvStoreClient::set(const std::string& key, const std::vector<char>& data) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout_);
+  v1::KvSetRequest request;
+  request.set_key(key);
+  request.set_value(std::string(data.begin(), data.end()));
+  v1::KvSetResponse response;
+  grpc::Status s = control_->KvSet(&ctx, request, &response);
+  if (!s.ok()) throw std::runtime_error("rendezvous set '" + key + "' failed: " + s.error_message());
+}
+
+std::vector<std::string> KvStoreClient::Get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(5));
+  v1::KvGetRequest request;
+  for (const std::string& k : keys) request.add_keys(k);
+  request.set_timeout_ms(static_cast<int32_t>(timeout.count()));
+  v1::KvGetResponse response;
+  grpc::Status s = control_->KvGet(&ctx, request, &response);
+  if (!s.ok()) throw std::runtime_error("rendezvous get failed: " + s.error_message());
+  return {response.values().begin(), response.values().end()};
+}
+
+std::vector<char> KvStoreClient::get(const std::string& key) {
+  const std::string v = Get({key}, timeout_).at(0);
+  return {v.begin(), v.end()};
+}
+
+void KvStoreClient::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  Get(keys, timeout);
+}
+
+}  // namespace lact

@@ -1,0 +1,136 @@
+// lact-worker: serves the Worker service, registers with the coordinator,
+// heartbeats, and runs shards. Stops cleanly on SIGINT/SIGTERM.
+//   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]
+//               [--model-dir DIR] [--threads N] [--tile-tokens N]
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
+#include "common/model_config.h"
+#include "lact/v1/control.grpc.pb.h"
+#include "worker/model_cache.h"
+#include "worker/worker_service.h"
+
+namespace lact {
+namespace {
+
+constexpr int kMaxMessageBytes = 64 << 20;
+
+absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address, const ModelCache& models,
+                                     int threads, int* interval_ms) {
+  v1::RegisterRequest request;
+  request.set_address(address);
+  request.set_backend("cpu");
+  request.set_threads(threads);
+  for (const auto& [name, config] : models.Catalog()) {
+    v1::WorkerModel* m = request.add_models();
+    m->set_name(name);
+    m->set_config_json(ModelConfigToJson(config));
+  }
+  grpc::Status last;
+  for (int attempt = 0; attempt < 100; ++attempt) {  // ~30 s for the coordinator to come up
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::RegisterResponse response;
+    last = control.Register(&ctx, request, &response);
+    if (last.ok()) {
+      *interval_ms = response.heartbeat_interval_ms();
+      return response.worker_id();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  return absl::UnavailableError(absl::StrCat("cannot register with the coordinator: ", last.error_message()));
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                                             {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens"});
+  absl::StatusOr<std::string> coordinator = flags.ok() ? flags->Required("coordinator") : flags.status();
+  absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
+  absl::StatusOr<int64_t> threads = flags.ok() ? flags->Int("threads", 0, 0, 1024) : flags.status();
+  absl::StatusOr<int64_t> tile = flags.ok() ? flags->Int("tile-tokens", 4096, 1, 1 << 24) : flags.status();
+  for (const absl::Status& s : {coordinator.status(), port.status(), threads.status(), tile.status()}) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
+  const std::string host = flags->Get("host").value_or("127.0.0.1");
+  absl::StatusOr<std::unique_ptr<ModelCache>> models = ModelCache::Create(flags->Get("model-dir").value_or(""));
+  if (!models.ok()) {
+    std::fprintf(stderr, "lact-worker: %s\n", std::string(models.status().message()).c_str());
+    return 2;
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  auto control = std::shared_ptr<v1::Control::Stub>(
+      v1::Control::NewStub(grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
+
+  WorkerService service(models->get(), control, {static_cast<int>(*threads), *tile, host});
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(), &bound_port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    std::fprintf(stderr, "lact-worker: cannot listen on %s:%lld\n", host.c_str(), static_cast<long long>(*port));
+    return 1;
+  }
+  const std::string address = absl::StrCat(host, ":", bound_port);
+  int interval_ms = 1000;
+  absl::StatusOr<std::string> id = Register(*control, address, **models, static_cast<int>(*threads), &interval_ms);
+  if (!id.ok()) {
+    std::fprintf(stderr, "lact-worker: %s\n", std::string(id.status().message()).c_str());
+    return 1;
+  }
+  std::printf("lact-worker %s listening on %s\n", id->c_str(), address.c_str());
+  std::fflush(stdout);
+
+  std::atomic<bool> stopping{false};
+  std::thread heartbeat([&] {
+    std::string worker_id = *id;
+    while (!stopping) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(interval_ms));
+      v1::HeartbeatRequest request;
+      request.set_worker_id(worker_id);
+      v1::HeartbeatResponse response;
+      if (control->Heartbeat(&ctx, request, &response).ok() && !response.known()) {
+        absl::StatusOr<std::string> again = Register(*control, address, **models, static_cast<int>(*threads), &interval_ms);
+        if (again.ok()) worker_id = *again;
+      }
+    }
+  });
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  stopping = true;
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  heartbeat.join();
+  return 0;
+}
+
+}  // namespace
+}  // namespace lact
+
+int main(int argc, char** argv) {
+  // Block the stop signals in every thread; the main thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return lact::Main(argc, argv);
+}
