@@ -148,6 +148,12 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   return model;
 }
 
+std::string ModelKey(const std::string& model) {
+  if (!absl::StartsWith(model, "preset:")) return model;
+  std::vector<std::string> parts = absl::StrSplit(model, ':');
+  return absl::StrCat("preset:", parts.size() > 1 ? parts[1] : "");
+}
+
 absl::StatusOr<ModelConfig> PresetConfig(const std::string& preset) {
   ModelConfig c;  // defaults are the `small` preset of SPEC.md
   if (preset == "small") return c;

@@ -99,6 +99,10 @@ absl::StatusOr<Model> MakeRandomModel(const ModelConfig& config, uint64_t seed);
 // "preset:NAME[:SEED]" or a path to a .safetensors file.
 absl::StatusOr<Model> ResolveModel(const std::string& spec);
 
+// The name under which a model is listed: "preset:small:7" -> "preset:small";
+// a file model's name is its own key.
+std::string ModelKey(const std::string& model);
+
 // The configs of the built-in presets.
 absl::StatusOr<ModelConfig> PresetConfig(const std::string& preset);
 

@@ -78,6 +78,13 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   LACT_RETURN_IF_ERROR(CheckQuerySets(spec.query_tokens(), limits));
   const int holding = registry.CountHolding(spec.model());
   int workers = spec.workers();
+  if (spec.shard_tokens_size() > 0) {
+    if (workers != 0 && workers != spec.shard_tokens_size()) {
+      return Invalid(absl::StrCat("workers ", workers, " disagrees with the ", spec.shard_tokens_size(),
+                                  " shard_tokens given"));
+    }
+    workers = spec.shard_tokens_size();
+  }
   if (workers < 0) return Invalid(absl::StrCat("workers ", workers, " must be >= 0 (0 = all that hold the model)"));
   if (workers == 0) workers = static_cast<int>(std::min<int64_t>(holding, L));
   if (workers > holding) {
@@ -91,6 +98,18 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   if (spec.retain_seconds() < 0) return Invalid("retain_seconds must be >= 0");
   plan.workers = workers;
   plan.shards = SplitContext(L, workers);
+  if (spec.shard_tokens_size() > 0) {
+    int64_t begin = 0;
+    for (int r = 0; r < workers; ++r) {
+      const int64_t n = spec.shard_tokens(r);
+      if (n < 1) return Invalid(absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
+      plan.shards[r] = {begin, n};
+      begin += n;
+    }
+    if (begin != L) {
+      return Invalid(absl::StrCat("shard_tokens add up to ", begin, ", not context_tokens ", L));
+    }
+  }
   return plan;
 }
 

@@ -9,12 +9,6 @@
 
 namespace lact::server {
 
-std::string ModelKey(const std::string& model) {
-  if (!absl::StartsWith(model, "preset:")) return model;
-  std::vector<std::string> parts = absl::StrSplit(model, ':');
-  return absl::StrCat("preset:", parts.size() > 1 ? parts[1] : "");
-}
-
 std::string WorkerRegistry::Register(const std::string& address, const std::string& backend,
                                      std::map<std::string, ModelConfig> models) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -14,12 +14,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_config.h"
+#include "common/model.h"
 
 namespace lact::server {
-
-// "preset:small:7" -> "preset:small"; a file model's name is its own key.
-std::string ModelKey(const std::string& model);
 
 struct WorkerEntry {
   std::string id;

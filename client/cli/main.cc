@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "client/cli/run_command.h"
+#include "client/cli/service_commands.h"
 
 namespace {
 
@@ -14,7 +15,18 @@ constexpr char kUsage[] =
     "  run   run one job in this process (CPU):\n"
     "        lact run --model PATH|preset:NAME[:SEED] --context FILE.npy|random:L[:SEED]\n"
     "                 [--query FILE.npy]... [--muon-steps N] [--chunk-tokens N]\n"
-    "                 [--threads N] [--tile-tokens N] --out FILE.safetensors\n";
+    "                 [--threads N] [--tile-tokens N] --out FILE.safetensors\n"
+    "  local   a coordinator and N workers on 127.0.0.1 until Ctrl-C:\n"
+    "        lact local --workers N [--port P] [--model-dir DIR] [--threads-per-worker T]\n"
+    "  submit  a job to a cluster, outputs and state to a file:\n"
+    "        lact submit --server ADDR --model NAME --context FILE.npy|random:L[:SEED]\n"
+    "                    [--query FILE.npy]... [--workers P] [--shards N]... [--muon-steps N]\n"
+    "                    [--chunk-tokens N] [--dtype f32|bf16|f16] [--timeout S] --out FILE.safetensors\n"
+    "  query   query sets against a finished job's retained state:\n"
+    "        lact query --server ADDR --job ID --query FILE.npy... --out FILE.safetensors\n"
+    "  status  lact status --server ADDR [--job ID]\n"
+    "  cancel  lact cancel --server ADDR --job ID\n"
+    "  models  lact models --server ADDR\n";
 
 }  // namespace
 
@@ -26,8 +38,18 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   absl::Status status;
-  if (command == "run") {
-    status = lact::cli::RunCommand(args);
+  using Command = absl::Status (*)(const std::vector<std::string>&);
+  const std::pair<const char*, Command> commands[] = {
+      {"run", lact::cli::RunCommand},       {"local", lact::cli::LocalCommand},
+      {"submit", lact::cli::SubmitCommand}, {"query", lact::cli::QueryCommand},
+      {"status", lact::cli::StatusCommand}, {"cancel", lact::cli::CancelCommand},
+      {"models", lact::cli::ModelsCommand}};
+  Command run = nullptr;
+  for (const auto& [name, fn] : commands) {
+    if (command == name) run = fn;
+  }
+  if (run != nullptr) {
+    status = run(args);
   } else {
     std::fprintf(stderr, "lact: unknown command '%s'\n%s", command.c_str(), kUsage);
     return 2;

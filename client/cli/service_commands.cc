@@ -1,0 +1,220 @@
+#include "client/cli/service_commands.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/tokens_source.h"
+#include "client/lact_client.h"
+#include "client/local_cluster.h"
+#include "common/flags.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+
+namespace lact::cli {
+namespace {
+
+absl::StatusOr<WireType> ParseDType(const std::string& s) {
+  if (s == "f32") return WireType::kF32;
+  if (s == "bf16") return WireType::kBF16;
+  if (s == "f16") return WireType::kF16;
+  return absl::InvalidArgumentError(absl::StrCat("--dtype '", s, "' (allowed: f32, bf16, f16)"));
+}
+
+// One line, rewritten in place on a terminal; every few seconds otherwise.
+class ProgressLine {
+ public:
+  ProgressLine() : tty_(isatty(STDERR_FILENO)) {}
+  void Update(const v1::Progress& p) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!tty_ && now - last_ < std::chrono::seconds(5) && p.stage() != v1::Progress::QUERIES) return;
+    last_ = now;
+    std::string text;
+    if (p.stage() == v1::Progress::UPLOAD) {
+      const double frac = p.tokens_total() > 0 ? static_cast<double>(p.tokens_done()) / p.tokens_total() : 0;
+      text = absl::StrFormat("upload %5.1f%% (%d/%d tokens)", 100 * frac, p.tokens_done(), p.tokens_total());
+    } else if (p.stage() == v1::Progress::LAYERS) {
+      const double rate = p.tokens_total() * p.layers_done() / std::max(1e-9, p.elapsed_seconds() - upload_end_);
+      const double eta = (p.layers_total() - p.layers_done()) * p.tokens_total() / std::max(1e-9, rate);
+      text = absl::StrFormat("layer %d/%d  %.0f tokens/s per layer  ETA %.0f s", p.layers_done(), p.layers_total(),
+                             rate, eta);
+    } else if (p.stage() == v1::Progress::QUERIES) {
+      text = "running query sets";
+    }
+    if (p.stage() == v1::Progress::UPLOAD) upload_end_ = p.elapsed_seconds();
+    std::fprintf(stderr, tty_ ? "\r\033[K[%6.1f s] %s" : "[%6.1f s] %s\n", p.elapsed_seconds(), text.c_str());
+    std::fflush(stderr);
+  }
+  void Finish() {
+    if (tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool tty_;
+  double upload_end_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+absl::Status WriteResult(const std::string& path, const Tensor& output, const std::vector<Tensor>& queries,
+                         const std::map<std::string, Tensor>& state) {
+  SafetensorsWriter writer;
+  writer.Add("output", output);
+  for (size_t k = 0; k < queries.size(); ++k) writer.Add(absl::StrCat("query_", k), queries[k]);
+  for (const auto& [name, t] : state) writer.Add(name, t);
+  return writer.Write(path);
+}
+
+void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
+  std::fprintf(stderr,
+               "  %lld context tokens in %.2f s = %.0f tokens/s (compute %.2f s on the slowest worker)\n"
+               "  upload %.1f MB/s through the coordinator; gradient all-reduce %.3f s, %.0f%% hidden behind the scans\n",
+               static_cast<long long>(context_tokens), s.seconds(), s.tokens_per_second(), s.compute_seconds(),
+               s.upload_mb_per_second(), s.allreduce_seconds(), 100 * s.allreduce_hidden_fraction());
+  std::string rss;
+  for (int64_t b : s.worker_peak_rss_bytes()) absl::StrAppend(&rss, rss.empty() ? "" : ", ", b >> 20, " MiB");
+  std::fprintf(stderr, "  peak RSS: coordinator %lld MiB; workers %s\n",
+               static_cast<long long>(s.coordinator_peak_rss_bytes() >> 20), rss.c_str());
+}
+
+}  // namespace
+
+absl::Status SubmitCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
+                                                  {"server", "model", "context", "query", "workers", "muon-steps",
+                                                   "chunk-tokens", "dtype", "timeout", "out", "shards"},
+                                                  {"query", "shards"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  SubmitOptions options;
+  LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
+  LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
+  LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 0, 0, 4096));
+  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> muon, flags.OptionalInt("muon-steps", 0, 100));
+  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk, flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
+  LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
+  LACT_ASSIGN_OR_RETURN(options.dtype, ParseDType(flags.Get("dtype").value_or("f32")));
+  options.workers = static_cast<int>(workers);
+  if (muon) options.options.muon_steps = static_cast<int>(*muon);
+  if (chunk) options.options.chunk_tokens = static_cast<int>(*chunk);
+  options.timeout = std::chrono::seconds(timeout_s);
+  for (const std::string& s : flags.GetAll("shards")) {
+    int64_t n;
+    if (!absl::SimpleAtoi(s, &n)) return absl::InvalidArgumentError(absl::StrCat("--shards '", s, "' is not an integer"));
+    options.shard_tokens.push_back(n);
+  }
+  LactClient client(server);
+  LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(options.model));
+  LACT_ASSIGN_OR_RETURN(Tensor context, LoadTokens(context_spec, config.input_width()));
+  std::vector<Tensor> queries;
+  for (const std::string& q : flags.GetAll("query")) {
+    LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
+    queries.push_back(std::move(t));
+  }
+  ProgressLine line;
+  absl::StatusOr<JobResult> result = client.Submit(
+      options, context, queries, [&](const v1::Progress& p) { line.Update(p); },
+      [](const std::string& id) { std::fprintf(stderr, "lact submit: job %s accepted\n", id.c_str()); });
+  line.Finish();
+  LACT_RETURN_IF_ERROR(result.status());
+  LACT_RETURN_IF_ERROR(WriteResult(out_path, result->output, result->queries, result->state));
+  std::printf("%s\n", result->job_id.c_str());
+  std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n", result->job_id.c_str(),
+               result->shards.size(), out_path.c_str());
+  PrintStats(result->stats, context.dim(0));
+  return absl::OkStatus();
+}
+
+absl::Status QueryCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job", "query", "dtype", "timeout", "out"}, {"query"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
+  LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  LACT_ASSIGN_OR_RETURN(WireType dtype, ParseDType(flags.Get("dtype").value_or("f32")));
+  LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
+  if (flags.GetAll("query").empty()) return absl::InvalidArgumentError("give at least one --query FILE.npy");
+  std::vector<Tensor> queries;
+  for (const std::string& q : flags.GetAll("query")) {
+    LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, 0));
+    queries.push_back(std::move(t));
+  }
+  LactClient client(server);
+  LACT_ASSIGN_OR_RETURN(std::vector<Tensor> outputs,
+                        client.Query(job, queries, dtype, std::chrono::seconds(timeout_s)));
+  SafetensorsWriter writer;
+  for (size_t k = 0; k < outputs.size(); ++k) writer.Add(absl::StrCat("query_", k), outputs[k]);
+  LACT_RETURN_IF_ERROR(writer.Write(out_path));
+  std::fprintf(stderr, "lact query: %zu query sets against %s; wrote %s\n", outputs.size(), job.c_str(),
+               out_path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status StatusCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LactClient client(server);
+  std::vector<v1::JobInfo> jobs;
+  if (std::optional<std::string> job = flags.Get("job")) {
+    LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.GetJob(*job));
+    jobs.push_back(info);
+  } else {
+    LACT_ASSIGN_OR_RETURN(jobs, client.ListJobs());
+  }
+  for (const v1::JobInfo& j : jobs) {
+    std::printf("%s  %-9s  %-20s  %lld tokens on %d workers  %.1f s  state %s%s%s\n", j.job_id().c_str(),
+                v1::JobInfo::Status_Name(j.status()).c_str(), j.model().c_str(),
+                static_cast<long long>(j.context_tokens()), j.workers(), j.stats().seconds(),
+                j.state_retained() ? "retained" : "none", j.error().empty() ? "" : "  error: ", j.error().c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CancelCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
+  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, LactClient(server).CancelJob(job));
+  std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
+  return absl::OkStatus();
+}
+
+absl::Status ModelsCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, LactClient(server).ListModels());
+  for (const v1::ModelInfo& m : models) {
+    std::printf("%-20s %d workers  %s\n", m.name().c_str(), m.workers(), m.config_json().c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"workers", "port", "model-dir", "threads-per-worker"}));
+  LocalClusterOptions options;
+  LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
+  LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
+  LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads-per-worker", 0, 0, 1024));
+  options.workers = static_cast<int>(workers);
+  options.port = static_cast<int>(port);
+  options.threads_per_worker = static_cast<int>(threads);
+  options.model_dir = flags.Get("model-dir").value_or("");
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
+  std::printf("lact local: coordinator at %s with %d workers (Ctrl-C stops)\n", cluster->address().c_str(),
+              options.workers);
+  std::fflush(stdout);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "lact local: stopping\n");
+  return absl::OkStatus();
+}
+
+}  // namespace lact::cli

@@ -1,0 +1,238 @@
+#include "client/lact_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/model.h"
+#include "common/status_macros.h"
+#include "proto/status_conversion.h"
+
+namespace lact {
+namespace {
+
+constexpr int kMaxMessageBytes = 64 << 20;
+constexpr int64_t kChunkBytes = 4 << 20;
+
+void SetTimeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+void ApplyOptions(const JobOptions& o, v1::JobOptions* out) {
+  if (o.muon_steps) out->set_muon_steps(*o.muon_steps);
+  if (o.chunk_tokens) out->set_chunk_tokens(*o.chunk_tokens);
+}
+
+v1::DType ToProto(WireType t) {
+  switch (t) {
+    case WireType::kF32: return v1::F32;
+    case WireType::kBF16: return v1::BF16;
+    case WireType::kF16: return v1::F16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+// Writes the chunks of `sets` (set index = position + first_set) in order.
+template <typename Request, typename Stream>
+bool WriteSets(Stream* stream, const std::vector<const Tensor*>& sets, int first_set, WireType dtype) {
+  for (size_t s = 0; s < sets.size(); ++s) {
+    const Tensor& t = *sets[s];
+    const int64_t width = t.dim(1), per_chunk = std::max<int64_t>(1, kChunkBytes / (WireBytes(dtype) * width));
+    for (int64_t row = 0; row < t.dim(0); row += per_chunk) {
+      const int64_t n = std::min(per_chunk, t.dim(0) - row);
+      Request r;
+      r.mutable_chunk()->set_set(static_cast<int>(s) + first_set);
+      r.mutable_chunk()->set_offset(row);
+      r.mutable_chunk()->set_data(EncodeTokens(t.ptr() + row * width, n * width, dtype));
+      if (!stream->Write(r)) return false;
+    }
+  }
+  stream->WritesDone();
+  return true;
+}
+
+// Copies an output chunk into its tensor; out-of-range chunks are errors.
+absl::Status PlaceOutput(const v1::OutputChunk& chunk, std::vector<Tensor*>& sets) {
+  if (chunk.set() < 0 || chunk.set() >= static_cast<int>(sets.size()) || sets[chunk.set()] == nullptr) {
+    return absl::InternalError(absl::StrCat("server sent output for unknown set ", chunk.set()));
+  }
+  Tensor& t = *sets[chunk.set()];
+  const int64_t width = t.dim(1), values = static_cast<int64_t>(chunk.data().size()) / 4;
+  if (chunk.offset() < 0 || chunk.offset() * width + values > t.size()) {
+    return absl::InternalError(absl::StrCat("server sent output rows outside set ", chunk.set()));
+  }
+  std::memcpy(t.ptr() + chunk.offset() * width, chunk.data().data(), values * 4);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+LactClient::LactClient(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  stub_ = v1::Coordinator::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
+                                             const std::vector<Tensor>& queries, const ProgressFn& progress,
+                                             std::function<void(const std::string&)> on_accepted) {
+  if (context.rank() != 2) return absl::InvalidArgumentError("context must be [L, width]");
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, options.timeout);
+  auto stream = stub_->Submit(&ctx);
+  v1::SubmitRequest first;
+  v1::JobSpec* spec = first.mutable_spec();
+  spec->set_model(options.model);
+  spec->set_context_tokens(context.dim(0));
+  spec->set_token_width(static_cast<int32_t>(context.dim(1)));
+  for (const Tensor& q : queries) spec->add_query_tokens(q.rank() == 2 ? q.dim(0) : 0);
+  spec->set_dtype(ToProto(options.dtype));
+  spec->set_workers(options.workers);
+  for (int64_t n : options.shard_tokens) spec->add_shard_tokens(n);
+  ApplyOptions(options.options, spec->mutable_options());
+  spec->set_return_state(options.return_state);
+  spec->set_retain_seconds(options.retain_seconds);
+  std::vector<const Tensor*> sets = {&context};
+  for (const Tensor& q : queries) sets.push_back(&q);
+  std::thread writer([&] {
+    if (stream->Write(first)) WriteSets<v1::SubmitRequest>(stream.get(), sets, 0, options.dtype);
+  });
+  JobResult result;
+  std::vector<Tensor*> outputs;
+  absl::Status failure;
+  v1::SubmitResponse response;
+  while (failure.ok() && stream->Read(&response)) {
+    if (response.has_accepted()) {
+      const v1::JobAccepted& a = response.accepted();
+      result.job_id = a.job_id();
+      result.shards.assign(a.shards().begin(), a.shards().end());
+      result.output = Tensor({context.dim(0), a.output_width()});
+      for (const Tensor& q : queries) result.queries.emplace_back(std::vector<int64_t>{q.dim(0), a.output_width()});
+      outputs = {&result.output};
+      for (Tensor& q : result.queries) outputs.push_back(&q);
+      if (on_accepted) on_accepted(a.job_id());
+    } else if (response.has_progress()) {
+      if (progress) progress(response.progress());
+    } else if (response.has_output()) {
+      failure = PlaceOutput(response.output(), outputs);
+    } else if (response.has_state()) {
+      const v1::Tensor& s = response.state();
+      Tensor& t = result.state[s.name()];
+      t.shape.assign(s.shape().begin(), s.shape().end());
+      t.data.resize(s.data().size() / 4);
+      std::memcpy(t.ptr(), s.data().data(), t.data.size() * 4);
+    } else if (response.has_done()) {
+      result.stats = response.done().stats();
+    }
+  }
+  if (!failure.ok()) ctx.TryCancel();
+  grpc::Status status = stream->Finish();
+  writer.join();
+  LACT_RETURN_IF_ERROR(failure);
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
+  return result;
+}
+
+absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id, const std::vector<Tensor>& queries,
+                                                      WireType dtype, std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  auto stream = stub_->Query(&ctx);
+  v1::QueryRequest first;
+  first.mutable_spec()->set_job_id(job_id);
+  first.mutable_spec()->set_dtype(ToProto(dtype));
+  first.mutable_spec()->set_token_width(queries.empty() ? 0 : static_cast<int32_t>(queries[0].dim(1)));
+  std::vector<const Tensor*> sets;
+  for (const Tensor& q : queries) {
+    first.mutable_spec()->add_query_tokens(q.dim(0));
+    sets.push_back(&q);
+  }
+  std::thread writer([&] {
+    if (stream->Write(first)) WriteSets<v1::QueryRequest>(stream.get(), sets, 1, dtype);
+  });
+  std::vector<Tensor> out;
+  std::vector<Tensor*> targets = {nullptr};
+  absl::Status failure;
+  v1::SubmitResponse response;
+  while (failure.ok() && stream->Read(&response)) {
+    if (!response.has_output()) continue;
+    if (out.empty()) {
+      const int64_t width = response.output().tokens() > 0
+                                ? static_cast<int64_t>(response.output().data().size()) / 4 / response.output().tokens()
+                                : 1;
+      for (const Tensor& q : queries) out.emplace_back(std::vector<int64_t>{q.dim(0), width});
+      for (Tensor& t : out) targets.push_back(&t);
+    }
+    failure = PlaceOutput(response.output(), targets);
+  }
+  if (!failure.ok()) ctx.TryCancel();
+  grpc::Status status = stream->Finish();
+  writer.join();
+  LACT_RETURN_IF_ERROR(failure);
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
+  return out;
+}
+
+absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, std::chrono::seconds(30));
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  v1::JobInfo info;
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetJob(&ctx, request, &info)));
+  return info;
+}
+
+absl::StatusOr<std::vector<v1::JobInfo>> LactClient::ListJobs() {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, std::chrono::seconds(30));
+  v1::ListJobsResponse response;
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &response)));
+  return std::vector<v1::JobInfo>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::StatusOr<v1::JobInfo> LactClient::CancelJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, std::chrono::seconds(30));
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  v1::JobInfo info;
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->CancelJob(&ctx, request, &info)));
+  return info;
+}
+
+absl::Status LactClient::DeleteJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, std::chrono::seconds(30));
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  v1::DeleteJobResponse response;
+  return FromGrpcStatus(stub_->DeleteJob(&ctx, request, &response));
+}
+
+absl::StatusOr<std::vector<v1::ModelInfo>> LactClient::ListModels() {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, std::chrono::seconds(30));
+  v1::ListModelsResponse response;
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->ListModels(&ctx, v1::ListModelsRequest(), &response)));
+  return std::vector<v1::ModelInfo>(response.models().begin(), response.models().end());
+}
+
+absl::StatusOr<ModelConfig> LactClient::FindModel(const std::string& model) {
+  LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, ListModels());
+  const std::string key = ModelKey(model);
+  std::vector<std::string> names;
+  for (const v1::ModelInfo& m : models) {
+    if (m.name() == key) return ParseModelConfig(m.config_json());
+    names.push_back(m.name());
+  }
+  return absl::NotFoundError(absl::StrCat("the cluster serves no model '", model, "' (available: ",
+                                          absl::StrJoin(names, ", "), ")"));
+}
+
+}  // namespace lact

@@ -1,0 +1,47 @@
+#include "server/coordinator_service.h"
+
+#include "proto/status_conversion.h"
+
+namespace lact::server {
+
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                                        v1::JobInfo* response) {
+  c_.jobs->Expire();
+  absl::StatusOr<v1::JobInfo> info = c_.jobs->Get(request->job_id());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *response = *info;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+                                          v1::ListJobsResponse* response) {
+  c_.jobs->Expire();
+  for (v1::JobInfo& info : c_.jobs->List()) *response->add_jobs() = std::move(info);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                                           v1::JobInfo* response) {
+  absl::StatusOr<v1::JobInfo> info = c_.jobs->Cancel(request->job_id());
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  *response = *info;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+                                           v1::DeleteJobResponse*) {
+  return ToGrpcStatus(c_.jobs->Delete(request->job_id()));
+}
+
+grpc::Status CoordinatorService::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+                                            v1::ListModelsResponse* response) {
+  for (const ModelEntry& m : c_.registry->Models()) {
+    v1::ModelInfo* info = response->add_models();
+    info->set_name(m.name);
+    info->set_config_json(ModelConfigToJson(m.config));
+    info->set_workers(m.workers);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace lact::server

@@ -1,0 +1,44 @@
+// The two streaming flows of the coordinator, as plain functions over a
+// stream: Submit (admit, lease workers, forward the upload, relay progress,
+// outputs and state, run the query sets, retain the state) and Query (query
+// sets against a retained state). Every failure ends the call with a status
+// naming the problem and, for worker failures, the worker; the job record
+// and the rendezvous keys are cleaned up on every path.
+#ifndef LACT_SERVER_JOB_FLOWS_H_
+#define LACT_SERVER_JOB_FLOWS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "lact/v1/coordinator.grpc.pb.h"
+#include "server/job_admission.h"
+#include "server/job_store.h"
+#include "server/kv_store.h"
+#include "server/worker_registry.h"
+
+namespace lact::server {
+
+struct CoordinatorOptions {
+  AdmissionLimits limits;
+  std::chrono::seconds default_retain{3600};
+  std::chrono::milliseconds acquire_wait{30000};  // for busy workers to free up
+  int collective_timeout_ms = 60000;
+};
+
+struct Coordinator {
+  WorkerRegistry* registry;
+  KvStore* kv;
+  JobStore* jobs;
+  CoordinatorOptions options;
+};
+
+grpc::Status RunSubmit(const Coordinator& coordinator, grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream);
+
+grpc::Status RunQuery(const Coordinator& coordinator, grpc::ServerContext* context,
+                      grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream);
+
+}  // namespace lact::server
+
+#endif  // LACT_SERVER_JOB_FLOWS_H_

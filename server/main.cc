@@ -1,0 +1,90 @@
+// lact-coordinator: the public Coordinator service and the internal Control
+// service on one port. Prints "lact-coordinator listening on HOST:PORT" once
+// ready; stops cleanly on SIGINT/SIGTERM (in-flight calls get 10 s).
+//   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]
+//                    [--retain-seconds 3600] [--max-context-tokens N]
+//                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 30000]
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
+#include "common/status_macros.h"
+#include "server/control_service.h"
+#include "server/coordinator_service.h"
+
+namespace lact::server {
+namespace {
+
+constexpr int kMaxMessageBytes = 64 << 20;
+
+absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* port, int64_t* heartbeat_ms) {
+  LACT_ASSIGN_OR_RETURN(*port, flags.Int("port", 0, 0, 65535));
+  LACT_ASSIGN_OR_RETURN(*heartbeat_ms, flags.Int("heartbeat-ms", 1000, 10, 60000));
+  LACT_ASSIGN_OR_RETURN(int64_t retain, flags.Int("retain-seconds", 3600, 1, int64_t{1} << 31));
+  LACT_ASSIGN_OR_RETURN(o->limits.max_context_tokens,
+                        flags.Int("max-context-tokens", o->limits.max_context_tokens, 1, int64_t{1} << 34));
+  LACT_ASSIGN_OR_RETURN(int64_t collective, flags.Int("collective-timeout-ms", 60000, 100, 3600000));
+  LACT_ASSIGN_OR_RETURN(int64_t acquire, flags.Int("acquire-timeout-ms", 30000, 0, 3600000));
+  o->default_retain = std::chrono::seconds(retain);
+  o->collective_timeout_ms = static_cast<int>(collective);
+  o->acquire_wait = std::chrono::milliseconds(acquire);
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                   {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens", "collective-timeout-ms",
+                    "acquire-timeout-ms"});
+  CoordinatorOptions options;
+  int64_t port = 0, heartbeat_ms = 1000;
+  absl::Status parsed = flags.ok() ? ParseOptions(*flags, &options, &port, &heartbeat_ms) : flags.status();
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "lact-coordinator: %s\n", std::string(parsed.message()).c_str());
+    return 2;
+  }
+  const std::string host = flags->Get("host").value_or("127.0.0.1");
+  WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms)};
+  KvStore kv;
+  JobStore jobs;
+  CoordinatorService coordinator(Coordinator{&registry, &kv, &jobs, options});
+  ControlService control(&registry, &kv);
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(), &bound_port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(&coordinator);
+  builder.RegisterService(&control);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    std::fprintf(stderr, "lact-coordinator: cannot listen on %s:%lld\n", host.c_str(), static_cast<long long>(port));
+    return 1;
+  }
+  std::printf("lact-coordinator listening on %s:%d\n", host.c_str(), bound_port);
+  std::fflush(stdout);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return 0;
+}
+
+}  // namespace
+}  // namespace lact::server
+
+int main(int argc, char** argv) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return lact::server::Main(argc, argv);
+}
