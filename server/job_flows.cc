@@ -150,6 +150,7 @@ class SubmitFlow {
     WorkerLease lease(c_.registry, *leased);
     job_id_ = c_.jobs->Create(spec_, plan_.workers);
     absl::Status status = Execute(lease);
+    if (!status.ok()) status = CancellationCause(status);
     c_.kv->ErasePrefix(job_id_ + "/");
     stats_.set_seconds(Since(start_));
     stats_.set_coordinator_peak_rss_bytes(PeakRssBytes());
@@ -212,6 +213,21 @@ class SubmitFlow {
       }
     }
     return absl::OkStatus();
+  }
+
+  // A failure caused by a cancellation (CancelJob, the client going away or
+  // its deadline) is reported as that, not as the worker errors it caused.
+  absl::Status CancellationCause(const absl::Status& failure) {
+    auto info = c_.jobs->Get(job_id_);
+    if (info.ok() && info->status() == v1::JobInfo::CANCELLED) {
+      return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by CancelJob"));
+    }
+    if (context_->IsCancelled() && failure.code() != absl::StatusCode::kCancelled) {
+      const bool expired = std::chrono::system_clock::now() >= context_->deadline();
+      return expired ? absl::DeadlineExceededError(absl::StrCat("job ", job_id_, ": the call's deadline expired"))
+                     : absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: the client went away"));
+    }
+    return failure;
   }
 
   absl::Status Cancelled(const std::string& why) {
@@ -312,11 +328,6 @@ class SubmitFlow {
     stats_.set_allreduce_hidden_fraction(allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
     stats_.set_tokens_per_second(spec_.context_tokens() / std::max(1e-9, Since(start_)));
     if (errors.empty()) return absl::OkStatus();
-    if (context_->IsCancelled()) return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by the client"));
-    auto info = c_.jobs->Get(job_id_);
-    if (info.ok() && info->status() == v1::JobInfo::CANCELLED) {
-      return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by CancelJob"));
-    }
     return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", absl::StrJoin(errors, "; ")));
   }
 

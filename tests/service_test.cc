@@ -1,0 +1,372 @@
+// End to end through real processes and real gRPC on 127.0.0.1: a
+// coordinator and workers started as `lact local` starts them, the C++
+// client, Gloo between the workers. Golden cases with 1, 2 and 3 workers and
+// uneven shards, Query against a retained job, results independent of the
+// worker count; every kind of bad JobSpec and bad chunk; cancel, deadline,
+// client disconnect and a worker killed mid-job, each followed by a job that
+// still succeeds (nothing hangs or stays leased).
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/lact_client.h"
+#include "client/local_cluster.h"
+#include "common/token_codec.h"
+#include "lact/v1/coordinator.grpc.pb.h"
+#include "tests/golden_case.h"
+#include "tests/random_model.h"
+
+namespace lact::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ModelDir() {
+  static const std::string dir = [] {
+    const std::string d = absl::StrCat(::testing::TempDir(), "/lact_models_", getpid());
+    std::filesystem::create_directories(d);
+    for (const std::string& name : GoldenCaseNames()) {
+      std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors", d + "/" + name + ".safetensors");
+    }
+    return d;
+  }();
+  return dir;
+}
+
+std::unique_ptr<LocalCluster> StartCluster(int workers) {
+  LocalClusterOptions options;
+  options.workers = workers;
+  options.model_dir = ModelDir();
+  options.threads_per_worker = 1;
+  options.bin_dir = LACT_BIN_DIR;
+  options.coordinator_args = {"--collective-timeout-ms", "5000", "--acquire-timeout-ms", "5000", "--heartbeat-ms",
+                              "300"};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = StartCluster(3).release(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+  LactClient Client() { return LactClient(cluster_->address()); }
+
+  static LocalCluster* cluster_;
+};
+
+LocalCluster* ServiceTest::cluster_ = nullptr;
+
+void ExpectGolden(const GoldenCase& golden, const JobResult& got) {
+  EXPECT_LE(RelativeError(got.output, golden.expected.at("output")), 1e-4);
+  ASSERT_EQ(got.queries.size(), golden.queries.size());
+  for (size_t k = 0; k < got.queries.size(); ++k) {
+    EXPECT_LE(RelativeError(got.queries[k], golden.expected.at(absl::StrCat("query_", k))), 1e-4) << k;
+  }
+  for (const auto& [name, want] : golden.expected) {
+    if (name == "output" || name.rfind("query_", 0) == 0) continue;
+    ASSERT_TRUE(got.state.count(name)) << name;
+    EXPECT_LE(RelativeError(got.state.at(name), want), 1e-4) << name;
+  }
+}
+
+SubmitOptions GoldenOptions(const GoldenCase& golden) {
+  SubmitOptions o;
+  o.model = golden.name;
+  o.options = golden.options;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+TEST_F(ServiceTest, GoldenCasesOverOneTwoAndThreeWorkers) {
+  for (const std::string& name : GoldenCaseNames()) {
+    absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    const int64_t L = golden->context.dim(0);
+    const std::vector<std::vector<int64_t>> splits = {{}, {1, L - 1}, {L - 3, 2, 1}, {}};
+    for (size_t i = 0; i < splits.size(); ++i) {
+      SubmitOptions o = GoldenOptions(*golden);
+      o.workers = i == 0 ? 1 : i == 3 ? 2 : 0;
+      o.shard_tokens = splits[i];
+      SCOPED_TRACE(absl::StrCat(name, " split ", i));
+      absl::StatusOr<JobResult> got = Client().Submit(o, golden->context, golden->queries);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->shards.size(), i == 0 ? 1u : i == 3 ? 2u : splits[i].size());
+      ExpectGolden(*golden, *got);
+    }
+  }
+}
+
+TEST_F(ServiceTest, QueryAgainstRetainedJobEqualsQueriesSentWithIt) {
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  absl::StatusOr<JobResult> job = Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::vector<Tensor>> later = Client().Query(job->job_id, golden->queries);
+  ASSERT_TRUE(later.ok()) << later.status();
+  ASSERT_EQ(later->size(), golden->queries.size());
+  for (size_t k = 0; k < later->size(); ++k) {
+    EXPECT_EQ((*later)[k].data, job->queries[k].data) << "query set " << k;
+    EXPECT_LE(RelativeError((*later)[k], golden->expected.at(absl::StrCat("query_", k))), 1e-4);
+  }
+  absl::StatusOr<v1::JobInfo> info = Client().GetJob(job->job_id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->status(), v1::JobInfo::SUCCEEDED);
+  EXPECT_TRUE(info->state_retained());
+  ASSERT_TRUE(Client().DeleteJob(job->job_id).ok());
+  EXPECT_EQ(Client().Query(job->job_id, golden->queries).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServiceTest, RandomModelIndependentOfWorkerCount) {
+  // preset:small (W = 4) with chunks spanning shards, shards of one token and
+  // shorter than W - 1, and bf16 tokens on the wire.
+  Tensor context = RandomTokens(40, 256, 3);
+  std::vector<Tensor> queries = {RandomTokens(1, 256, 4), RandomTokens(6, 256, 5)};
+  SubmitOptions base;
+  base.model = "preset:small:5";
+  base.options.chunk_tokens = 7;
+  base.workers = 1;
+  base.timeout = std::chrono::seconds(60);
+  absl::StatusOr<JobResult> one = Client().Submit(base, context, queries);
+  ASSERT_TRUE(one.ok()) << one.status();
+  for (std::vector<int64_t> split : std::vector<std::vector<int64_t>>{{20, 20}, {1, 2, 37}, {18, 1, 21}, {38, 1, 1}}) {
+    SubmitOptions o = base;
+    o.workers = 0;
+    o.shard_tokens = split;
+    absl::StatusOr<JobResult> got = Client().Submit(o, context, queries);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->output.shape, one->output.shape);
+    for (size_t i = 0; i < one->output.data.size(); ++i) {
+      ASSERT_NEAR(got->output.data[i], one->output.data[i], 1e-4 * 4) << i;
+    }
+    for (const auto& [name, t] : one->state) {
+      const Tensor& g = got->state.at(name);
+      double diff = 0, mag = 0;
+      for (size_t i = 0; i < t.data.size(); ++i) {
+        diff = std::max(diff, static_cast<double>(std::abs(g.data[i] - t.data[i])));
+        mag = std::max(mag, static_cast<double>(std::abs(t.data[i])));
+      }
+      EXPECT_LE(diff, 1e-4 * std::max(mag, 1e-30)) << name;
+    }
+  }
+}
+
+// A raw stub, to send what the C++ client never would.
+class RawSubmit {
+ public:
+  explicit RawSubmit(const std::string& address)
+      : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    stream_ = stub_->Submit(&ctx_);
+  }
+  void Send(const v1::SubmitRequest& r) { stream_->Write(r); }
+  grpc::Status Close() {
+    stream_->WritesDone();
+    v1::SubmitResponse response;
+    while (stream_->Read(&response)) {
+      if (response.has_accepted()) job_id_ = response.accepted().job_id();
+    }
+    return stream_->Finish();
+  }
+  void Cancel() { ctx_.TryCancel(); }
+  bool ReadAccepted() {
+    v1::SubmitResponse response;
+    while (stream_->Read(&response)) {
+      if (response.has_accepted()) {
+        job_id_ = response.accepted().job_id();
+        return true;
+      }
+    }
+    return false;
+  }
+  const std::string& job_id() const { return job_id_; }
+
+ private:
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
+  std::string job_id_;
+};
+
+v1::SubmitRequest Spec(const std::string& model, int64_t tokens, int32_t width) {
+  v1::SubmitRequest r;
+  r.mutable_spec()->set_model(model);
+  r.mutable_spec()->set_context_tokens(tokens);
+  r.mutable_spec()->set_token_width(width);
+  r.mutable_spec()->set_dtype(v1::F32);
+  return r;
+}
+
+v1::SubmitRequest Chunk(int set, int64_t offset, const std::vector<float>& values) {
+  v1::SubmitRequest r;
+  r.mutable_chunk()->set_set(set);
+  r.mutable_chunk()->set_offset(offset);
+  r.mutable_chunk()->set_data(EncodeTokens(values.data(), static_cast<int64_t>(values.size()), WireType::kF32));
+  return r;
+}
+
+TEST_F(ServiceTest, BadJobSpecsAreRejectedWithAMessage) {
+  struct Case {
+    std::function<void(v1::SubmitRequest&)> edit;
+    std::string message;
+  } cases[] = {
+      {[](auto& r) { r.mutable_spec()->set_model("nope"); }, "unknown model 'nope' (available: "},
+      {[](auto& r) { r.mutable_spec()->set_model(""); }, "JobSpec.model is empty"},
+      {[](auto& r) { r.mutable_spec()->set_token_width(31); },
+       "token_width 31 does not match model 'tiny', which takes 32 features per token"},
+      {[](auto& r) { r.mutable_spec()->set_context_tokens(0); }, "context_tokens 0 is out of range (allowed: 1.."},
+      {[](auto& r) { r.mutable_spec()->set_dtype(v1::DTYPE_UNSPECIFIED); }, "dtype must be F32, BF16 or F16"},
+      {[](auto& r) { r.mutable_spec()->set_workers(9); }, "asks for 9 workers but 3 healthy workers hold model 'tiny'"},
+      {[](auto& r) { r.mutable_spec()->set_context_tokens(2); r.mutable_spec()->set_workers(3); },
+       "cannot shard 2 context tokens over 3 workers"},
+      {[](auto& r) { r.mutable_spec()->mutable_options()->set_muon_steps(-1); }, "muon_steps -1 is out of range"},
+      {[](auto& r) { r.mutable_spec()->add_query_tokens(0); }, "query set 0 has 0 tokens; need >= 1"},
+      {[](auto& r) { r.mutable_spec()->add_shard_tokens(3); r.mutable_spec()->add_shard_tokens(3); },
+       "shard_tokens add up to 6, not context_tokens 8"},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitRequest spec = Spec("tiny", 8, 32);
+    c.edit(spec);
+    RawSubmit raw(cluster_->address());
+    raw.Send(spec);
+    grpc::Status s = raw.Close();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message));
+  }
+  RawSubmit no_spec(cluster_->address());
+  no_spec.Send(Chunk(0, 0, std::vector<float>(32)));
+  EXPECT_THAT(no_spec.Close().error_message(), HasSubstr("the first Submit message must be a JobSpec"));
+}
+
+TEST_F(ServiceTest, BadChunksAreRejectedWithAMessage) {
+  std::vector<float> row(32, 0.5f), nan_row = row;
+  nan_row[7] = std::nanf("");
+  struct Case {
+    std::vector<v1::SubmitRequest> chunks;
+    std::string message;
+  } cases[] = {
+      {{Chunk(0, 0, std::vector<float>(33))}, "is not a whole number of 32-wide tokens"},
+      {{Chunk(0, 5, row)}, "starts at token 5; expected token 0"},
+      {{Chunk(0, 0, row), Chunk(0, 0, row)}, "starts at token 0; expected token 1"},
+      {{Chunk(0, 0, nan_row)}, "token 0 feature 7 is nan; tokens must be finite"},
+      {{Chunk(0, 0, std::vector<float>(32 * 9))}, "runs to token 9, past the set's 8 tokens"},
+      {{Chunk(2, 0, row)}, "chunk for set 2; this job has set 0 (context) and 0 query sets"},
+      {{Chunk(0, 0, std::vector<float>(32 * 40000))}, "exceeds the 4 MiB limit"},
+      {{Chunk(0, 0, row)}, "the upload ended after 1 of the 8 tokens of the context"},
+  };
+  for (const Case& c : cases) {
+    RawSubmit raw(cluster_->address());
+    raw.Send(Spec("tiny", 8, 32));
+    for (const v1::SubmitRequest& chunk : c.chunks) raw.Send(chunk);
+    grpc::Status s = raw.Close();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message));
+  }
+}
+
+// A job long enough to be interrupted (a few seconds on two cores).
+SubmitOptions LongJob(int workers) {
+  SubmitOptions o;
+  o.model = "preset:small";
+  o.workers = workers;
+  o.timeout = std::chrono::seconds(120);
+  return o;
+}
+
+void ExpectClusterStillWorks(LactClient&& client, int workers) {
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
+  ASSERT_TRUE(golden.ok());
+  SubmitOptions o = GoldenOptions(*golden);
+  o.workers = workers;
+  absl::StatusOr<JobResult> got = client.Submit(o, golden->context, golden->queries);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectGolden(*golden, *got);
+}
+
+TEST_F(ServiceTest, CancelJobMidRun) {
+  Tensor context = RandomTokens(16384, 256, 9);
+  std::string job_id;
+  std::atomic<bool> layer_started{false};
+  std::thread canceller([&] {
+    while (!layer_started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(Client().CancelJob(job_id).ok());
+  });
+  absl::StatusOr<JobResult> got = Client().Submit(
+      LongJob(3), context, {},
+      [&](const v1::Progress& p) {
+        if (p.stage() == v1::Progress::LAYERS) layer_started = true;
+      },
+      [&](const std::string& id) {
+        job_id = id;
+        layer_started = true;  // cancel as soon as the upload starts, too
+      });
+  canceller.join();
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
+  absl::StatusOr<v1::JobInfo> info = Client().GetJob(job_id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->status(), v1::JobInfo::CANCELLED);
+  ExpectClusterStillWorks(Client(), 3);
+}
+
+TEST_F(ServiceTest, DeadlineThatExpires) {
+  SubmitOptions o = LongJob(3);
+  o.timeout = std::chrono::milliseconds(700);
+  absl::StatusOr<JobResult> got = Client().Submit(o, RandomTokens(32768, 256, 10), {});
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  ExpectClusterStillWorks(Client(), 3);
+}
+
+TEST_F(ServiceTest, ClientDisconnectsMidUpload) {
+  {
+    RawSubmit raw(cluster_->address());
+    raw.Send(Spec("tiny", 100, 32));
+    ASSERT_TRUE(raw.ReadAccepted());
+    raw.Send(Chunk(0, 0, std::vector<float>(32 * 10, 0.1f)));
+    raw.Cancel();
+    raw.Close();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    absl::StatusOr<v1::JobInfo> info;
+    do {
+      info = Client().GetJob(raw.job_id());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (info.ok() && info->status() == v1::JobInfo::RUNNING && std::chrono::steady_clock::now() < deadline);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->status(), v1::JobInfo::CANCELLED) << info->error();
+    EXPECT_THAT(info->error(), HasSubstr("disconnected during the upload"));
+  }
+  ExpectClusterStillWorks(Client(), 3);
+}
+
+TEST(ServiceFaultTest, WorkerKilledMidJob) {
+  std::unique_ptr<LocalCluster> cluster = StartCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  std::atomic<bool> running{false};
+  std::thread killer([&] {
+    while (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cluster->KillWorker(1);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<JobResult> got =
+      client.Submit(LongJob(2), RandomTokens(65536, 256, 11), {}, nullptr, [&](const std::string&) { running = true; });
+  killer.join();
+  EXPECT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("failed: worker 127.0.0.1:"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60)) << "no hang";
+  // The survivor takes the next job alone.
+  ExpectClusterStillWorks(std::move(client), 1);
+}
+
+}  // namespace
+}  // namespace lact::testing
