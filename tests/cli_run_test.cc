@@ -5,8 +5,14 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <signal.h>
+
 #include <array>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
@@ -63,6 +69,57 @@ TEST_P(CliGoldenTest, ReproducesExpected) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, CliGoldenTest,
                          ::testing::Combine(::testing::ValuesIn(GoldenCaseNames()), ::testing::Values(1, 2)));
+
+// The acceptance path: `lact local --workers 3`, then `lact submit`
+// of every golden case (the CLI's output file read back).
+TEST(CliService, SubmitGoldenCasesToLocalCluster) {
+  const std::string models = absl::StrCat(::testing::TempDir(), "/lact_cli_models_", getpid());
+  std::filesystem::create_directories(models);
+  for (const std::string& name : GoldenCaseNames()) {
+    std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors", models + "/" + name + ".safetensors");
+  }
+  const std::string log = models + "/local.log";
+  const std::string start = absl::StrCat(LACT_CLI_PATH, " local --workers 3 --threads-per-worker 1 --model-dir ",
+                                         models, " > ", log, " 2>&1 & echo $!");
+  FILE* pipe = popen(start.c_str(), "r");
+  long pid = 0;
+  ASSERT_EQ(fscanf(pipe, "%ld", &pid), 1);
+  pclose(pipe);
+  std::string server;
+  for (int i = 0; i < 300 && server.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t at = text.find("coordinator at ");
+    if (at != std::string::npos) server = text.substr(at + 15, text.find(' ', at + 15) - at - 15);
+  }
+  ASSERT_FALSE(server.empty()) << "lact local did not start";
+  for (const std::string& name : GoldenCaseNames()) {
+    absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    const std::string dir = GoldenDir() + "/" + name, out = models + "/" + name + ".out.safetensors";
+    std::string args = absl::StrCat("submit --server ", server, " --model ", name, " --context ", dir,
+                                    "/context.npy --workers 3 --out ", out);
+    for (size_t k = 0; k < golden->queries.size(); ++k) absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
+    if (golden->options.muon_steps) absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
+    if (golden->options.chunk_tokens) absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
+    CommandResult r = RunLact(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, ::testing::HasSubstr("done on 3 workers"));
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out);
+    ASSERT_TRUE(file.ok()) << file.status();
+    for (const auto& [tensor_name, want] : golden->expected) {
+      absl::StatusOr<Tensor> got = file->ReadFloat(tensor_name);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_LE(RelativeError(*got, want), 1e-4) << name << " " << tensor_name;
+    }
+  }
+  kill(static_cast<pid_t>(pid), SIGTERM);
+  for (int i = 0; i < 100 && kill(static_cast<pid_t>(pid), 0) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::filesystem::remove_all(models);
+}
 
 TEST(CliErrors, NameTheProblem) {
   const std::string golden = GoldenDir() + "/tiny";

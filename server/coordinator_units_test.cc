@@ -1,0 +1,158 @@
+// The coordinator's plain classes without a network: admission and
+// sharding, the worker registry (models, leases, heartbeat expiry), the
+// rendezvous KV, the job store (cancel, TTL, delete) and the upload checks.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/model.h"
+#include "server/job_admission.h"
+#include "server/job_store.h"
+#include "server/kv_store.h"
+#include "server/upload_receiver.h"
+#include "server/worker_registry.h"
+
+namespace lact::server {
+namespace {
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+std::map<std::string, ModelConfig> Presets() { return {{"preset:small", *PresetConfig("small")}}; }
+
+TEST(SplitContext, EvenContiguousShards) {
+  const auto shards = SplitContext(10, 3);
+  ASSERT_EQ(shards.size(), 3u);
+  EXPECT_EQ(shards[0], std::make_pair(int64_t{0}, int64_t{4}));
+  EXPECT_EQ(shards[1], std::make_pair(int64_t{4}, int64_t{3}));
+  EXPECT_EQ(shards[2], std::make_pair(int64_t{7}, int64_t{3}));
+}
+
+TEST(PlanJob, DefaultsToEveryHoldingWorkerAndHonoursExplicitShards) {
+  WorkerRegistry registry(milliseconds(1000));
+  registry.Register("a:1", "cpu", Presets());
+  registry.Register("b:2", "cpu", Presets());
+  v1::JobSpec spec;
+  spec.set_model("preset:small:3");
+  spec.set_context_tokens(5);
+  spec.set_token_width(256);
+  spec.set_dtype(v1::BF16);
+  absl::StatusOr<JobPlan> plan = PlanJob(spec, registry, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->workers, 2);
+  EXPECT_EQ(plan->dtype, WireType::kBF16);
+  spec.add_shard_tokens(1);
+  spec.add_shard_tokens(4);
+  plan = PlanJob(spec, registry, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->shards[1], std::make_pair(int64_t{1}, int64_t{4}));
+  AdmissionLimits small;
+  small.max_context_tokens = 4;
+  EXPECT_THAT(std::string(PlanJob(spec, registry, small).status().message()),
+              HasSubstr("context_tokens 5 is out of range (allowed: 1..4)"));
+}
+
+TEST(WorkerRegistry, MissedHeartbeatsMakeAWorkerUnhealthy) {
+  WorkerRegistry registry(milliseconds(20));
+  const std::string id = registry.Register("a:1", "cpu", Presets());
+  EXPECT_EQ(registry.CountHolding("preset:small"), 1);
+  std::this_thread::sleep_for(milliseconds(80));
+  EXPECT_EQ(registry.CountHolding("preset:small"), 0);
+  EXPECT_EQ(registry.FindModel("preset:small").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(registry.Heartbeat(id));
+  EXPECT_EQ(registry.CountHolding("preset:small"), 1);
+  EXPECT_FALSE(registry.Heartbeat("w999"));
+  registry.MarkFailed("a:1");
+  EXPECT_EQ(registry.CountHolding("preset:small"), 0);
+}
+
+TEST(WorkerRegistry, LeasesAreExclusiveAndWaitForRelease) {
+  WorkerRegistry registry(milliseconds(10000));
+  registry.Register("a:1", "cpu", Presets());
+  registry.Register("b:2", "cpu", Presets());
+  absl::StatusOr<std::vector<std::string>> first = registry.Acquire("preset:small", 2, milliseconds(0));
+  ASSERT_TRUE(first.ok());
+  absl::StatusOr<std::vector<std::string>> second = registry.Acquire("preset:small", 1, milliseconds(30));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("0 are idle"));
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(milliseconds(30));
+    registry.Release(*first);
+  });
+  second = registry.Acquire("preset:small", 1, milliseconds(5000));
+  releaser.join();
+  EXPECT_TRUE(second.ok()) << second.status();
+  EXPECT_THAT(std::string(registry.FindModel("other").status().message()),
+              HasSubstr("unknown model 'other' (available: preset:small"));
+}
+
+TEST(KvStore, GetWaitsForKeysAndTimesOut) {
+  KvStore kv;
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(20));
+    kv.Set("job/a", "1");
+  });
+  absl::StatusOr<std::vector<std::string>> got = kv.Get({"job/a"}, milliseconds(5000));
+  setter.join();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->at(0), "1");
+  EXPECT_EQ(kv.Get({"job/b"}, milliseconds(10)).status().code(), absl::StatusCode::kDeadlineExceeded);
+  kv.Set("other/c", "2");
+  kv.ErasePrefix("job/");
+  EXPECT_EQ(kv.size(), 1u);
+}
+
+TEST(JobStore, CancelRetainExpireDelete) {
+  JobStore jobs;
+  v1::JobSpec spec;
+  spec.set_model("m");
+  const std::string id = jobs.Create(spec, 2);
+  bool cancelled = false;
+  jobs.SetCanceller(id, [&] { cancelled = true; });
+  ASSERT_TRUE(jobs.Cancel(id).ok());
+  EXPECT_TRUE(cancelled);
+  EXPECT_EQ(jobs.Get(id)->status(), v1::JobInfo::CANCELLED);
+  EXPECT_EQ(jobs.Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition);
+  jobs.Finish(id, v1::JobInfo::FAILED, "later error", {});
+  EXPECT_EQ(jobs.Get(id)->status(), v1::JobInfo::CANCELLED) << "the first ending wins";
+
+  const std::string done = jobs.Create(spec, 1);
+  jobs.Finish(done, v1::JobInfo::SUCCEEDED, "", {});
+  EXPECT_EQ(jobs.State(done).status().code(), absl::StatusCode::kFailedPrecondition);
+  jobs.Retain(done, std::make_shared<RetainedState>(), std::chrono::seconds(0));
+  jobs.Expire();
+  EXPECT_FALSE(jobs.Get(done)->state_retained());
+  jobs.Retain(done, std::make_shared<RetainedState>(), std::chrono::seconds(60));
+  EXPECT_TRUE(jobs.State(done).ok());
+  ASSERT_TRUE(jobs.Delete(done).ok());
+  EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(UploadReceiver, RoutesContextRowsAndKeepsQueries) {
+  UploadReceiver receiver(3, {2}, 2, WireType::kF32);
+  std::vector<float> seen;
+  auto sink = [&](int64_t offset, const float* rows, int64_t n) {
+    EXPECT_EQ(offset, static_cast<int64_t>(seen.size()) / 2);
+    seen.insert(seen.end(), rows, rows + 2 * n);
+    return absl::OkStatus();
+  };
+  const auto chunk = [](int set, int64_t offset, std::vector<float> v) {
+    v1::TokenChunk c;
+    c.set_set(set);
+    c.set_offset(offset);
+    c.set_data(EncodeTokens(v.data(), static_cast<int64_t>(v.size()), WireType::kF32));
+    return c;
+  };
+  ASSERT_TRUE(receiver.Accept(chunk(0, 0, {1, 2, 3, 4}), sink).ok());
+  ASSERT_TRUE(receiver.Accept(chunk(1, 0, {9, 9, 8, 8}), sink).ok());
+  EXPECT_THAT(std::string(receiver.CheckComplete().message()), HasSubstr("after 2 of the 3 tokens of the context"));
+  ASSERT_TRUE(receiver.Accept(chunk(0, 2, {5, 6}), sink).ok());
+  ASSERT_TRUE(receiver.CheckComplete().ok());
+  EXPECT_EQ(seen, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  std::vector<Tensor> queries = receiver.TakeQueries();
+  EXPECT_EQ(queries.at(0).data, (std::vector<float>{9, 9, 8, 8}));
+}
+
+}  // namespace
+}  // namespace lact::server
