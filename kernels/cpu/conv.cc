@@ -22,8 +22,10 @@ void CausalConvSilu(const ConvParams& p, float* history) {
       const int64_t src = t - (W - 1) + j;  // < 0: from history
       const float* in = src >= 0 ? p.u + src * p.ldu : history + (W - 1 + src) * C;
       const float* wj = wt.data() + j * C;
+#pragma omp simd
       for (int64_t c = 0; c < C; ++c) o[c] += wj[c] * in[c];
     }
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = Silu(o[c]);
   }
   AdvanceConvHistory(p.u, p.ldu, T, C, W, history);

@@ -3,13 +3,36 @@
 #ifndef LACT_KERNELS_CPU_ELEMENTWISE_H_
 #define LACT_KERNELS_CPU_ELEMENTWISE_H_
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
 namespace lact::cpu {
 
-inline float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+// exp(x) for float32 without branches, so that loops calling it vectorise
+// (glibc's expf is a scalar call here): Cody-Waite reduction to
+// r in [-ln2/2, ln2/2], Cephes' degree-6 polynomial for e^r, times 2^n.
+// Relative error below 2e-7 on [-87, 88]; inputs are clamped to that range.
+inline float FastExp(float x) {
+  x = x > 88.3762626647949f ? 88.3762626647949f : x;  // not std::min: a reference defeats vectorisation
+  x = x < -87.3365447505531f ? -87.3365447505531f : x;
+  // Round to nearest by adding and removing 1.5 * 2^23 (std::floor is a
+  // library call here and would stop vectorisation).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+inline float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
+inline float Silu(float x) { return x / (1.0f + FastExp(-x)); }
 inline float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 inline double InvSoftplus(double y) { return y + std::log(-std::expm1(-y)); }
 
@@ -18,6 +41,11 @@ constexpr float kL2NormEps = 1e-5f;
 
 // y[r, :cols] = x[r] / sqrt(mean(x[r]^2) + eps) * w. y may alias x.
 void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy);
+
+// The Mamba-2 gated norm in one pass: y[r] = rmsnorm(y[r] * silu(z[r]), w)
+// over `cols` channels, in place.
+void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows, int64_t cols,
+                      const float* w);
 
 // x[r, g*group:(g+1)*group] /= (||.||_2 + eps) for every group, in place.
 void L2NormGroups(float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group);

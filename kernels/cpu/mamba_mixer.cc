@@ -63,13 +63,7 @@ void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const flo
   const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
   SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, nullptr);
 
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    float* yt = y + t * di;
-    const float* z = proj + t * R;
-    for (int64_t k = 0; k < di; ++k) yt[k] *= Silu(z[k]);
-  }
-  RmsNormRows(y, di, T, di, w.norm, y, di);
+  GatedRmsNormRows(y, di, proj, R, T, di, w.norm);
 }
 
 }  // namespace lact::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace lact::cpu {
 namespace {
@@ -33,7 +34,7 @@ void ScanChunk(const ScanParams& p, int h, int64_t t0, int64_t n, const float* c
   for (int64_t i = 0; i < n; ++i) {
     float* mi = s->m.data() + i * n;
     for (int64_t j = 0; j <= i; ++j) {
-      mi[j] = cb[i * kChunk + j] * std::exp(s->cum[i] - s->cum[j]) * p.dt[(t0 + j) * p.lddt + h];
+      mi[j] = cb[i * kChunk + j] * FastExp(s->cum[i] - s->cum[j]) * p.dt[(t0 + j) * p.lddt + h];
     }
     std::fill(mi + i + 1, mi + n, 0.0f);
   }
@@ -57,7 +58,7 @@ void ScanChunk(const ScanParams& p, int h, int64_t t0, int64_t n, const float* c
   // S = exp(cum_last) S + (X^T diag(w)) B with w_j = exp(cum_last - cum_j) dt_j.
   const float last = s->cum[n - 1];
   for (int64_t j = 0; j < n; ++j) {
-    const float w = std::exp(last - s->cum[j]) * p.dt[(t0 + j) * p.lddt + h];
+    const float w = FastExp(last - s->cum[j]) * p.dt[(t0 + j) * p.lddt + h];
     for (int64_t q = 0; q < P; ++q) s->xw[j * P + q] = w * xc[j * p.ldx + q];
   }
   Gemm(true, false, P, N, n, 1.0f, s->xw.data(), P, p.b + t0 * p.ldb, p.ldb, std::exp(last), state, N);
@@ -108,7 +109,7 @@ void SsdScanStateOnly(const ScanParams& p, float* state, float* log_decay) {
       }
       const float* xc = p.x + t0 * p.ldx + h * P;
       for (int64_t j = 0; j < n; ++j) {
-        const float w = std::exp(run - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
+        const float w = FastExp(run - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
         for (int64_t q = 0; q < P; ++q) xw[j * P + q] = w * xc[j * p.ldx + q];
       }
       Gemm(true, false, P, N, n, 1.0f, xw.data(), P, p.b + t0 * p.ldb, p.ldb, std::exp(run), sh, N);

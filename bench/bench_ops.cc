@@ -1,0 +1,198 @@
+// Per-op and per-layer CPU throughput of preset:small as model FLOP/s
+// (bench/flops.h) and as a fraction of this machine's own sgemm rate at the
+// same thread count, measured in this one run. Also the selective scan
+// against a straightforward per-token recurrence over the same data.
+//   bench_ops [--threads N] [--tokens T] [--json FILE]
+#include <cblas.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/flops.h"
+#include "common/flags.h"
+#include "common/fused_state.h"
+#include "common/model.h"
+#include "common/random.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/conv.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/lact_ops.h"
+#include "kernels/cpu/ssd_scan.h"
+#include "kernels/cpu/threading.h"
+#include "nlohmann/json.hpp"
+#include "worker/cpu_block.h"
+
+namespace lact::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Best time of repeated runs (at least 3, at least ~0.3 s in all).
+double BestSeconds(const std::function<void()>& fn) {
+  fn();  // warm up
+  double best = 1e30, total = 0;
+  for (int i = 0; i < 3 || total < 0.3; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::min(best, s);
+    total += s;
+    if (i > 50) break;
+  }
+  return best;
+}
+
+std::vector<float> Normal(int64_t n, uint64_t seed, double scale = 1.0) {
+  Random r(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(scale * r.Normal());
+  return v;
+}
+
+double SgemmRate() {
+  const int n = 2048;
+  std::vector<float> a = Normal(n * n, 1), b = Normal(n * n, 2), c(n * n);
+  const double s = BestSeconds([&] { cpu::Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+  return 2.0 * n * n * n / s;
+}
+
+// The per-token recurrence of SPEC section 5, as one would first write it.
+void NaiveScan(const cpu::ScanParams& p, float* state) {
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    for (int h = 0; h < p.heads; ++h) {
+      const float dt = p.dt[t * p.lddt + h], decay = std::exp(dt * p.a[h]);
+      float* s = state + static_cast<int64_t>(h) * p.head_dim * p.d_state;
+      for (int q = 0; q < p.head_dim; ++q) {
+        const float x = p.x[t * p.ldx + h * p.head_dim + q];
+        float y = 0;
+        for (int n = 0; n < p.d_state; ++n) {
+          float& sv = s[q * p.d_state + n];
+          sv = decay * sv + dt * x * p.b[t * p.ldb + n];
+          y += sv * p.c[t * p.ldc + n];
+        }
+        p.y[t * p.ldy + h * p.head_dim + q] = y + p.d_skip[h] * x;
+      }
+    }
+  }
+}
+
+struct Row {
+  std::string op;
+  double seconds, flops;
+};
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"threads", "tokens", "json"});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "bench_ops: %s\n", std::string(flags.status().message()).c_str());
+    return 2;
+  }
+  const int threads = static_cast<int>(flags->Int("threads", 0, 0, 1024).value_or(0));
+  const int64_t T = flags->Int("tokens", 16384, 64, 1 << 22).value_or(16384);
+  cpu::SetNumThreads(threads);
+  const ModelConfig c = *PresetConfig("small");
+  const Model model = *MakePresetModel("small", 1);
+  const LayerWeights& w = model.layer(0);
+  const LayerFlops f = PerTokenFlops(c);
+  const int64_t D = c.d_model, di = c.d_inner(), C = c.conv_channels(), R = c.in_proj_rows(), hs = c.ssm_heads();
+  const int64_t N = c.ssm.d_state, P = c.ssm.head_dim, F = c.mlp_hidden, dh = c.ttt.head_dim, dhh = c.fast_hidden();
+
+  const double yardstick = SgemmRate();
+  std::vector<Row> rows;
+  std::vector<float> h = Normal(T * D, 3), proj(T * R), xbc(T * C), y(T * di), out(T * D);
+  std::vector<float> u = Normal(T * C, 4), dt(T * hs), a(hs), history((c.ssm.conv_width - 1) * C);
+  for (float& v : dt) v = 0.01f;
+  for (int64_t k = 0; k < hs; ++k) a[k] = -std::exp(w.mamba[0].a_log[k]);
+
+  rows.push_back({"in_proj (x2 dirs)", 2 * BestSeconds([&] { cpu::Linear(h.data(), D, T, D, w.mamba[0].in_proj, R, proj.data(), R); }), f.in_proj});
+  rows.push_back({"conv (x2)", 2 * BestSeconds([&] {
+                    cpu::CausalConvSilu({T, C, c.ssm.conv_width, u.data(), C, w.mamba[0].conv_w, w.mamba[0].conv_b,
+                                         xbc.data(), C}, history.data());
+                  }), f.conv});
+  std::vector<float> state(hs * P * N);
+  cpu::ScanParams scan{T, static_cast<int>(hs), static_cast<int>(P), static_cast<int>(N), xbc.data(), C,
+                       xbc.data() + di, C, xbc.data() + di + N, C, dt.data(), hs, a.data(), w.mamba[0].d_skip,
+                       y.data(), di};
+  const double ssd = 2 * BestSeconds([&] { cpu::SsdScan(scan, state.data(), nullptr); });
+  rows.push_back({"SSD scan (x2)", ssd, f.scan});
+  rows.push_back({"gated norm (x2)", 2 * BestSeconds([&] {
+                    cpu::GatedRmsNormRows(y.data(), di, proj.data(), R, T, di, w.mamba[0].norm);
+                  }), f.gated_norm});
+  rows.push_back({"out_proj (x2 as run)", 2 * BestSeconds([&] { cpu::Linear(y.data(), di, T, di, w.out_proj, D, out.data(), D); }), f.out_proj});
+  std::vector<float> kv(T * 2 * D), lr(T * 3 * c.ttt_heads()), q(T * D), o(T * D);
+  rows.push_back({"qkv + lr", BestSeconds([&] {
+                    cpu::LactKeyValueLr(c, w, h.data(), T, kv.data(), lr.data());
+                    cpu::LactQuery(c, w, h.data(), T, q.data());
+                  }), f.qkv_lr});
+  FusedState fs = ZeroFusedState(c);
+  std::vector<float> g0(fs.layers[0].w0.size()), g1(g0.size()), g2(g0.size());
+  cpu::LactWorkspace ws;
+  const cpu::FastWeightsRef fast{w.w0, w.w1, w.w2};
+  rows.push_back({"TTT update", BestSeconds([&] {
+                    cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), T, fast, {g0.data(), g1.data(), g2.data()}, &ws);
+                  }), f.ttt_update});
+  rows.push_back({"TTT apply", BestSeconds([&] { cpu::ApplyFastWeights(c, q.data(), T, fast, o.data(), &ws); }), f.ttt_apply});
+  rows.push_back({"o_proj", BestSeconds([&] { cpu::Linear(o.data(), D, T, D, w.o_proj, D, out.data(), D); }), f.o_proj});
+  std::vector<float> gate(T * F), up(T * F);
+  rows.push_back({"MLP", BestSeconds([&] {
+                    cpu::Linear(h.data(), D, T, D, w.mlp_gate, F, gate.data(), F);
+                    cpu::Linear(h.data(), D, T, D, w.mlp_up, F, up.data(), F);
+                    for (int64_t i = 0; i < T * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
+                    cpu::Linear(gate.data(), F, T, F, w.mlp_down, D, out.data(), D);
+                  }), f.mlp});
+  std::vector<float> muon = Normal(dhh * dh, 5);
+  const double muon_s = BestSeconds([&] { cpu::NewtonSchulz(muon.data(), dhh, dh, 5); });
+
+  // The whole layer, context mode, one worker.
+  LocalCollective local;
+  Tensor x({T, D});
+  x.data = Normal(T * D, 6);
+  BlockBuffers buffers;
+  OverlapStats overlap;
+  const double layer = BestSeconds([&] {
+    Tensor xc = x;
+    LayerState st = fs.layers[0];
+    RunBlockCpu(c, w, true, 4096, {&local, &local, 0, T}, &xc, &buffers, &st, &overlap);
+  });
+
+  std::vector<float> naive_state(hs * P * N);
+  const double naive = 2 * BestSeconds([&] { NaiveScan(scan, naive_state.data()); });
+
+  nlohmann::json json;
+  json["threads"] = cpu::NumThreads();
+  json["tokens"] = T;
+  json["sgemm_gflops"] = yardstick / 1e9;
+  std::printf("preset:small, %lld tokens, %d threads; yardstick sgemm 2048^3: %.1f GFLOP/s\n",
+              static_cast<long long>(T), cpu::NumThreads(), yardstick / 1e9);
+  std::printf("%-22s %10s %14s %12s\n", "op", "ms", "model GFLOP/s", "of sgemm");
+  for (const Row& r : rows) {
+    const double rate = r.flops * T / r.seconds;
+    std::printf("%-22s %10.2f %14.1f %11.1f%%\n", r.op.c_str(), 1e3 * r.seconds, rate / 1e9, 100 * rate / yardstick);
+    json["ops"].push_back({{"op", r.op}, {"ms", 1e3 * r.seconds}, {"gflops", rate / 1e9}, {"of_sgemm", rate / yardstick}});
+  }
+  const double muon_rate = 3 * NewtonSchulzFlops(dh, dhh, 5) / (3 * muon_s);
+  std::printf("%-22s %10.3f %14.1f %11.1f%%   (per [%lld x %lld] matrix, 5 steps)\n", "Muon", 1e3 * muon_s,
+              muon_rate / 1e9, 100 * muon_rate / yardstick, static_cast<long long>(dhh), static_cast<long long>(dh));
+  json["ops"].push_back({{"op", "Muon"}, {"ms", 1e3 * muon_s}, {"gflops", muon_rate / 1e9}, {"of_sgemm", muon_rate / yardstick}});
+  const double layer_rate = f.total() * T / layer;
+  std::printf("%-22s %10.2f %14.1f %11.1f%%   (%.0f tokens/s per layer)\n", "whole layer", 1e3 * layer,
+              layer_rate / 1e9, 100 * layer_rate / yardstick, T / layer);
+  json["layer"] = {{"ms", 1e3 * layer}, {"gflops", layer_rate / 1e9}, {"of_sgemm", layer_rate / yardstick},
+                   {"tokens_per_s", T / layer}};
+  std::printf("scan, both directions: SSD chunked %.2f ms vs per-token recurrence %.2f ms (%.1fx)\n", 1e3 * ssd,
+              1e3 * naive, naive / ssd);
+  json["scan"] = {{"ssd_ms", 1e3 * ssd}, {"naive_ms", 1e3 * naive}, {"speedup", naive / ssd}};
+  if (std::optional<std::string> path = flags->Get("json")) std::ofstream(*path) << json.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace lact::bench
+
+int main(int argc, char** argv) { return lact::bench::Main(argc, argv); }
