@@ -181,7 +181,10 @@ class SubmitFlow {
     std::shared_ptr<WorkerStreams> streams = streams_;
     c_.jobs->SetCanceller(job_id_, [streams] { streams->Cancel(); });
     CancelWatcher watcher(context_, [streams] { streams->Cancel(); });
-    LACT_RETURN_IF_ERROR(streams_->Open(shard, CallDeadline(context_)));
+    if (absl::Status opened = streams_->Open(shard, CallDeadline(context_)); !opened.ok()) {
+      c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
+      return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", opened.message()));
+    }
 
     v1::SubmitResponse accepted;
     accepted.mutable_accepted()->set_job_id(job_id_);
@@ -261,7 +264,9 @@ class SubmitFlow {
       absl::Status s = receiver.Accept(request.chunk(), sink);
       if (!s.ok()) {
         streams_->Cancel();
-        return s;
+        if (streams_->broken_rank() < 0) return s;  // the client's chunk was bad
+        c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
+        return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", s.message()));
       }
       if (Since(last_progress) > 0.5) {
         last_progress = Clock::now();

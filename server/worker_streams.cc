@@ -33,6 +33,7 @@ absl::Status WorkerStreams::Open(const v1::ShardSpec& spec, std::chrono::system_
     request.mutable_spec()->set_begin(shards_[r].first);
     request.mutable_spec()->set_tokens(shards_[r].second);
     if (!streams_.back()->Write(request)) {
+      broken_rank_ = r;
       return absl::UnavailableError(absl::StrCat("worker ", addresses_[r], " (rank ", r, ") did not take the shard"));
     }
   }
@@ -50,6 +51,7 @@ absl::Status WorkerStreams::Forward(int64_t offset, const float* rows, int64_t n
       request.mutable_chunk()->set_offset(t - begin);
       request.mutable_chunk()->set_data(EncodeTokens(rows + (t - offset) * width, count * width, WireType::kF32));
       if (!streams_[r]->Write(request)) {
+        broken_rank_ = r;
         return absl::UnavailableError(absl::StrCat("worker ", addresses_[r], " (rank ", r, ") stopped taking tokens"));
       }
     }

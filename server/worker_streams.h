@@ -43,6 +43,8 @@ class WorkerStreams {
   const std::string& address(int rank) const { return addresses_[rank]; }
   int64_t begin(int rank) const { return shards_[rank].first; }
   grpc::Status Finish(int rank) { return streams_[rank]->Finish(); }
+  // The rank whose stream broke in Open or Forward, or -1.
+  int broken_rank() const { return broken_rank_; }
 
  private:
   std::vector<std::string> addresses_;
@@ -50,6 +52,7 @@ class WorkerStreams {
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
   std::vector<std::unique_ptr<Stream>> streams_;
+  int broken_rank_ = -1;
 };
 
 }  // namespace lact::server
