@@ -25,6 +25,7 @@
 #include "kernels/cpu/ssd_scan.h"
 #include "kernels/cpu/threading.h"
 #include "nlohmann/json.hpp"
+#include "worker/bimamba_shard.h"
 #include "worker/cpu_block.h"
 
 namespace lact::bench {
@@ -158,8 +159,17 @@ int Main(int argc, char** argv) {
   const double layer = BestSeconds([&] {
     Tensor xc = x;
     LayerState st = fs.layers[0];
-    RunBlockCpu(c, w, true, 4096, {&local, &local, 0, T}, &xc, &buffers, &st, &overlap);
+    (void)RunBlockCpu(c, w, true, 4096, {&local, &local, 0, T}, &xc, &buffers, &st, &overlap);
   });
+
+  // The layer's two halves on their own, to see what the op rows leave out.
+  Tensor hx = x;
+  Tensor acc({T, D});
+  const double bimamba = BestSeconds([&] {
+    LayerState st = fs.layers[0];
+    (void)RunBiMambaShard(c, w, true, 4096, {&local, &local, 0, T}, hx, &acc, &st);
+  });
+  std::printf("(BiMamba half of the layer: %.2f ms)\n", 1e3 * bimamba);
 
   std::vector<float> naive_state(hs * P * N);
   const double naive = 2 * BestSeconds([&] { NaiveScan(scan, naive_state.data()); });

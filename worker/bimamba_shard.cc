@@ -41,9 +41,9 @@ class DirectionScan {
   int Position() const { return dir_ == kForward ? shard_.sync->rank() : shard_.sync->size() - 1 - shard_.sync->rank(); }
   int RankAt(int i) const { return dir_ == kForward ? i : shard_.sync->size() - 1 - i; }
 
-  // Sets start (conv halo and carry-in state) and final (composed over all
-  // shards) from the exchanged boundary rows and summaries.
-  absl::Status Exchange(MambaState* start, MambaState* final) {
+  // The conv halo this shard starts from, and the conv state after the
+  // whole sequence, from every shard's boundary rows.
+  absl::Status ExchangeHalo(MambaState* start, MambaState* final) {
     const int ranks = shard_.sync->size(), pos = Position();
     const int64_t C = c_.conv_channels(), W = c_.ssm.conv_width;
     const int64_t halo_size = 1 + (W - 1) * C;
@@ -55,36 +55,57 @@ class DirectionScan {
       cpu::AdvanceConvHistory(packet + 1, C, static_cast<int64_t>(packet[0]), C, static_cast<int>(W),
                               final->conv.ptr());
     }
-
-    const int heads = c_.ssm_heads();
-    const int64_t per_head = int64_t{c_.ssm.head_dim} * c_.ssm.d_state, summary_size = heads + heads * per_head;
-    std::vector<float> summary(summary_size, 0.0f), summaries(summary_size * ranks);
-    MambaState pre;
-    pre.ssm = Tensor(start->ssm.shape);  // from zero
-    pre.conv = start->conv;
-    ForEachScanTile(h_, tile_, dir_, &rev_, [&](const float* rows, int64_t n, int64_t) {
-      cpu::MambaSummarySegment(c_, dw_, rows, n, {pre.ssm.ptr(), pre.conv.ptr()}, summary.data(), &ws_);
-    });
-    std::copy(pre.ssm.data.begin(), pre.ssm.data.end(), summary.begin() + heads);
-    LACT_RETURN_IF_ERROR(shard_.sync->AllGather(summary.data(), summary_size, summaries.data()));
-    std::vector<float> log_decay(heads, 0.0f);
-    for (int i = 0; i < ranks; ++i) {
-      if (i == pos) start->ssm = final->ssm;
-      const float* s = summaries.data() + RankAt(i) * summary_size;
-      cpu::ComposeScanSummary(heads, per_head, final->ssm.ptr(), log_decay.data(), s + heads, s, final->ssm.ptr(),
-                              log_decay.data());
-    }
     return absl::OkStatus();
   }
 
-  // The scan itself from `state`: acc (forward) = or (backward) += y @ out_proj^T.
-  void Scan(MambaState* state, Tensor* acc) {
+  bool FirstInScanOrder() const { return Position() == 0; }
+
+  // [log decay (H_s), state from zero (H_s*P*N)] of this shard. The first
+  // shard in scan order runs its real scan from `start` (zero) into acc;
+  // the others a state-only pre-pass.
+  std::vector<float> Summary(const MambaState& start, Tensor* acc) {
+    const int heads = c_.ssm_heads();
+    std::vector<float> summary(SummarySize(), 0.0f);
+    MambaState run = start;
+    if (FirstInScanOrder()) {
+      Scan(&run, acc, summary.data());
+    } else {
+      ForEachScanTile(h_, tile_, dir_, &rev_, [&](const float* rows, int64_t n, int64_t) {
+        cpu::MambaSummarySegment(c_, dw_, rows, n, {run.ssm.ptr(), run.conv.ptr()}, summary.data(), &ws_);
+      });
+    }
+    std::copy(run.ssm.data.begin(), run.ssm.data.end(), summary.begin() + heads);
+    return summary;
+  }
+
+  int64_t SummarySize() const {
+    const int64_t heads = c_.ssm_heads();
+    return heads + heads * c_.ssm.head_dim * c_.ssm.d_state;
+  }
+
+  // From all ranks' summaries (rank-major, this direction's at `offset` of
+  // each rank's `stride`): this shard's carry-in and the final state.
+  void Compose(const std::vector<float>& all, int64_t stride, int64_t offset, MambaState* start,
+               MambaState* final) {
+    const int heads = c_.ssm_heads();
+    const int64_t per_head = int64_t{c_.ssm.head_dim} * c_.ssm.d_state;
+    std::vector<float> log_decay(heads, 0.0f);
+    for (int i = 0; i < shard_.sync->size(); ++i) {
+      if (i == Position()) start->ssm = final->ssm;
+      const float* s = all.data() + RankAt(i) * stride + offset;
+      cpu::ComposeScanSummary(heads, per_head, final->ssm.ptr(), log_decay.data(), s + heads, s, final->ssm.ptr(),
+                              log_decay.data());
+    }
+  }
+
+  // The scan itself from `state`: acc += y @ out_proj^T.
+  void Scan(MambaState* state, Tensor* acc, float* log_decay = nullptr) {
     const int64_t D = c_.d_model, di = c_.d_inner();
     std::vector<float> y(tile_ * di), a(tile_ * D);
     ForEachScanTile(h_, tile_, dir_, &rev_, [&](const float* rows, int64_t n, int64_t first) {
-      cpu::MambaMixerSegment(c_, dw_, rows, n, {state->ssm.ptr(), state->conv.ptr()}, &ws_, y.data());
+      cpu::MambaMixerSegment(c_, dw_, rows, n, {state->ssm.ptr(), state->conv.ptr()}, &ws_, y.data(), log_decay);
       if (dir_ == kForward) {
-        cpu::Linear(y.data(), di, n, di, w_.out_proj, D, acc->ptr() + first * D, D);
+        cpu::Linear(y.data(), di, n, di, w_.out_proj, D, acc->ptr() + first * D, D, 1.0f);
         return;
       }
       cpu::Linear(y.data(), di, n, di, w_.out_proj, D, a.data(), D);
@@ -129,21 +150,36 @@ MambaState ZeroLike(const MambaState& s) { return {Tensor(s.ssm.shape), Tensor(s
 
 absl::Status RunBiMambaShard(const ModelConfig& c, const LayerWeights& w, bool is_context, int64_t tile,
                              const ShardContext& shard, const Tensor& h, Tensor* acc, LayerState* state) {
-  const bool distributed = shard.sync->size() > 1;
-  if (distributed && !is_context) return absl::InternalError("query sets run on one rank");
+  std::fill(acc->data.begin(), acc->data.end(), 0.0f);
+  DirectionScan scans[2] = {{c, w, kForward, tile, shard, h}, {c, w, kBackward, tile, shard, h}};
+  MambaState start[2], final[2];
   for (Direction dir : {kForward, kBackward}) {
-    DirectionScan scan(c, w, dir, tile, shard, h);
-    MambaState start = ZeroLike(state->mamba[dir]);
-    if (!is_context && dir == kForward) start = state->mamba[kForward];
-    if (distributed) {
-      MambaState final = ZeroLike(state->mamba[dir]);
-      LACT_RETURN_IF_ERROR(scan.Exchange(&start, &final));
-      scan.Scan(&start, acc);
-      state->mamba[dir] = std::move(final);
-    } else {
-      scan.Scan(&start, acc);
-      if (is_context) state->mamba[dir] = std::move(start);
+    start[dir] = ZeroLike(state->mamba[dir]);
+    final[dir] = ZeroLike(state->mamba[dir]);
+  }
+  if (!is_context) start[kForward] = state->mamba[kForward];
+  if (shard.sync->size() == 1) {
+    for (Direction dir : {kForward, kBackward}) scans[dir].Scan(&start[dir], acc);
+    if (is_context) {
+      state->mamba[kForward] = std::move(start[kForward]);
+      state->mamba[kBackward] = std::move(start[kBackward]);
     }
+    return absl::OkStatus();
+  }
+  if (!is_context) return absl::InternalError("query sets run on one rank");
+  for (Direction dir : {kForward, kBackward}) LACT_RETURN_IF_ERROR(scans[dir].ExchangeHalo(&start[dir], &final[dir]));
+  // Both directions' summaries in one all-gather.
+  const int64_t size = scans[0].SummarySize(), ranks = shard.sync->size();
+  std::vector<float> mine(2 * size), all(2 * size * ranks);
+  for (Direction dir : {kForward, kBackward}) {
+    std::vector<float> summary = scans[dir].Summary(start[dir], acc);
+    std::copy(summary.begin(), summary.end(), mine.begin() + dir * size);
+  }
+  LACT_RETURN_IF_ERROR(shard.sync->AllGather(mine.data(), 2 * size, all.data()));
+  for (Direction dir : {kForward, kBackward}) {
+    scans[dir].Compose(all, 2 * size, dir * size, &start[dir], &final[dir]);
+    if (!scans[dir].FirstInScanOrder()) scans[dir].Scan(&start[dir], acc);
+    state->mamba[dir] = std::move(final[dir]);
   }
   return absl::OkStatus();
 }

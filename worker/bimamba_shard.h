@@ -2,13 +2,18 @@
 // acc = (Mixer_fwd(h) + reverse(Mixer_bwd(reverse(h)))) @ out_proj^T.
 //
 // Each direction scans its tiles in scan order (the backward direction
-// right to left on reversed tiles). In a group of P > 1 ranks, before its
-// scan each direction all-gathers (1) the boundary conv inputs of every
-// shard, composed into this shard's halo, and (2) every shard's scan
-// summary from a cheap state-only pre-pass, composed into this shard's
-// carry-in state; then the scan runs exactly as on one worker. The state
-// written (context only) is composed from all summaries, so it is the same
-// on every rank.
+// right to left on reversed tiles). In a group of P > 1 ranks:
+//   1. every shard's last W-1 conv inputs of each direction are all-gathered
+//      and composed into each shard's halo (shards shorter than W-1 pass on
+//      older rows);
+//   2. each rank gets each direction's summary of its shard (decay product,
+//      state reached from zero): the rank first in that direction's scan
+//      order has a zero carry-in, so it runs its real scan now and the
+//      summary falls out of it; the others run a cheap state-only pre-pass.
+//      The summaries are all-gathered and composed into carry-in states;
+//   3. the remaining scans run from their carry-in exactly as on one worker.
+// With P = 2 no rank runs a pre-pass at all. The state written (context
+// only) is composed from all summaries, so it is the same on every rank.
 #ifndef LACT_WORKER_BIMAMBA_SHARD_H_
 #define LACT_WORKER_BIMAMBA_SHARD_H_
 

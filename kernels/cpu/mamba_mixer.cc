@@ -53,7 +53,7 @@ void MambaSummarySegment(const ModelConfig& c, const MambaDirWeights& w, const f
 }
 
 void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
-                       MixerStateView state, MixerWorkspace* ws, float* y) {
+                       MixerStateView state, MixerWorkspace* ws, float* y, float* log_decay) {
   if (T == 0) return;
   const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows();
   ws->proj.resize(T * R);
@@ -61,7 +61,7 @@ void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const flo
   Linear(h, D, T, D, w.in_proj, R, proj, R);
   ConvAndDt(c, w, proj, R, di, T, state.conv, ws);
   const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
-  SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, nullptr);
+  SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, log_decay);
 
   GatedRmsNormRows(y, di, proj, R, T, di, w.norm);
 }

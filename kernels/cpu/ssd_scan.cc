@@ -88,7 +88,7 @@ void SsdScan(const ScanParams& p, float* state, float* log_decay) {
     if (log_decay != nullptr) {
       float total = 0.0f;
       for (int64_t t = 0; t < T; ++t) total += p.dt[t * p.lddt + h] * p.a[h];
-      log_decay[h] = total;
+      log_decay[h] += total;
     }
   }
 }

@@ -38,7 +38,7 @@ struct ScanParams {
 };
 
 // Scans the segment starting from `state` ([H_s, P, N], updated to the final
-// state). `log_decay` ([H_s], may be null) receives sum_t dt_t A.
+// state). `log_decay` ([H_s], may be null) has sum_t dt_t A added to it.
 void SsdScan(const ScanParams& p, float* state, float* log_decay);
 
 // The state part of SsdScan only (no outputs; p.c, p.y and p.d_skip unused):
