@@ -13,6 +13,9 @@ namespace lact::cli {
 
 absl::StatusOr<Tensor> LoadTokens(const std::string& source, int64_t width);
 
+// Standard-normal tokens, the same for a seed whatever the thread count.
+Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed);
+
 }  // namespace lact::cli
 
 #endif  // LACT_CLIENT_CLI_TOKENS_SOURCE_H_

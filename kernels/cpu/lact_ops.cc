@@ -35,8 +35,7 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
   ws->g.resize(T * dhh);
   ws->u.resize(T * dhh);
   ws->dh.resize(T * dhh);
-  ws->lk.resize(T * dh);
-  float *g = ws->g.data(), *u = ws->u.data(), *dH = ws->dh.data(), *lk = ws->lk.data();
+  float *g = ws->g.data(), *u = ws->u.data(), *dH = ws->dh.data();
   for (int64_t head = 0; head < ht; ++head) {
     const float* k = kv + head * dh;
     const float* v = kv + D + head * dh;
@@ -46,29 +45,25 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
     Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w0, dh, 0.0f, g, dhh);   // G = K w0^T
     Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w2, dh, 0.0f, u, dhh);   // U = K w2^T
     Gemm(false, false, T, dhh, dh, 1.0f, v, 2 * D, w1, dhh, 0.0f, dH, dhh);  // dH = V w1
-    // In place: g <- dG, u <- LR1 * Hd, dH <- dU.
+    // In place: g <- LR0 * dG, u <- LR1 * Hd, dH <- LR2 * dU (the token's
+    // learning rates folded into the left factor of each outer product).
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
-      const float lr1 = lr[t * 3 * ht + 3 * head + 1];
-      for (int64_t i = t * dhh; i < (t + 1) * dhh; ++i) {
-        const float gv = g[i], uv = u[i], dhv = dH[i];
+      const float* lrt = lr + t * 3 * ht + 3 * head;
+      const float lr0 = lrt[0], lr1 = lrt[1], lr2 = lrt[2];
+      float *gt = g + t * dhh, *ut = u + t * dhh, *dht = dH + t * dhh;
+#pragma omp simd
+      for (int64_t i = 0; i < dhh; ++i) {
+        const float gv = gt[i], uv = ut[i], dhv = dht[i];
         const float sg = Sigmoid(gv), silu = gv * sg;
-        g[i] = dhv * uv * sg * (1.0f + gv * (1.0f - sg));
-        u[i] = lr1 * silu * uv;
-        dH[i] = dhv * silu;
+        gt[i] = lr0 * dhv * uv * sg * (1.0f + gv * (1.0f - sg));
+        ut[i] = lr1 * silu * uv;
+        dht[i] = lr2 * dhv * silu;
       }
     }
-    Gemm(true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat, dhh);
-    for (int which = 0; which < 2; ++which) {  // dw0 (LR0, dG) and dw2 (LR2, dU)
-      const int64_t col = 3 * head + (which == 0 ? 0 : 2);
-#pragma omp parallel for schedule(static)
-      for (int64_t t = 0; t < T; ++t) {
-        const float s = lr[t * 3 * ht + col];
-        for (int64_t i = 0; i < dh; ++i) lk[t * dh + i] = s * k[t * 2 * D + i];
-      }
-      float* out = which == 0 ? grads.dw0 + head * mat : grads.dw2 + head * mat;
-      Gemm(true, false, dhh, dh, T, 1.0f, which == 0 ? g : dH, dhh, lk, dh, 1.0f, out, dh);
-    }
+    Gemm(true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat, dhh);  // V^T (LR1 Hd)
+    Gemm(true, false, dhh, dh, T, 1.0f, g, dhh, k, 2 * D, 1.0f, grads.dw0 + head * mat, dh);   // (LR0 dG)^T K
+    Gemm(true, false, dhh, dh, T, 1.0f, dH, dhh, k, 2 * D, 1.0f, grads.dw2 + head * mat, dh);  // (LR2 dU)^T K
   }
 }
 

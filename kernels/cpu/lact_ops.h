@@ -31,7 +31,7 @@ struct FastGradsRef {
 };
 
 struct LactWorkspace {
-  std::vector<float> g, u, dh, lk;
+  std::vector<float> g, u, dh;
 };
 
 // kv[T, 2D] = (silu(h @ qkv[k|v]^T)), k l2-normalised per head;

@@ -1,0 +1,59 @@
+"""Assembles bench/run's measurements into one table, a JSON file and a plot."""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+work, out = sys.argv[1], sys.argv[2]
+ops = {t: json.load(open(f"{work}/ops-{t}.json")) for t in (1, 2)}
+e2e = []
+for line in open(f"{work}/e2e.txt"):
+    threads, tokens, rate, rss = (int(x) for x in line.split())
+    e2e.append({"threads": threads, "tokens": tokens, "tokens_per_s": rate, "peak_rss_mib": rss})
+
+rows = [f"{'op':24} {'1 thread':>18} {'2 threads':>18}   (model GFLOP/s, % of sgemm)"]
+rows.append(f"{'sgemm 2048^3 yardstick':24} {ops[1]['sgemm_gflops']:>10.1f} GFLOP/s {ops[2]['sgemm_gflops']:>10.1f} GFLOP/s")
+for i, op in enumerate(ops[2]["ops"]):
+    a, b = ops[1]["ops"][i], op
+    rows.append(f"{op['op']:24} {a['gflops']:>9.1f} {100 * a['of_sgemm']:5.1f}%  {b['gflops']:>9.1f} {100 * b['of_sgemm']:5.1f}%")
+la, lb = ops[1]["layer"], ops[2]["layer"]
+rows.append(f"{'whole layer':24} {la['gflops']:>9.1f} {100 * la['of_sgemm']:5.1f}%  {lb['gflops']:>9.1f} {100 * lb['of_sgemm']:5.1f}%")
+sa, sb = ops[1]["scan"], ops[2]["scan"]
+rows.append(f"{'scan: SSD vs recurrence':24} {sa['speedup']:>13.1f}x  {sb['speedup']:>13.1f}x faster (both directions)")
+rows.append("")
+rows.append(f"{'lact run preset:small':24} {'threads':>8} {'tokens/s':>10} {'peak RSS MiB':>13}")
+for r in e2e:
+    rows.append(f"{r['tokens']:>24} {r['threads']:>8} {r['tokens_per_s']:>10} {r['peak_rss_mib']:>13}")
+by_len = {r["tokens"]: r["tokens_per_s"] for r in e2e if r["threads"] == 2}
+if 65536 in by_len and 1048576 in by_len:
+    rows.append(f"linearity: tokens/s at 1M = {by_len[1048576] / by_len[65536]:.2f} x tokens/s at 64K")
+table = "\n".join(rows)
+print(table)
+
+json.dump({"ops": ops, "end_to_end": e2e, "table": table}, open(f"{out}.json", "w"), indent=2)
+
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+two = [r for r in e2e if r["threads"] == 2]
+left.plot([r["tokens"] for r in two], [r["tokens_per_s"] for r in two], "o-")
+left.set_xscale("log", base=2)
+left.set_xlabel("context tokens")
+left.set_ylabel("tokens/s (lact run, 2 threads)")
+left.set_title("throughput vs context length")
+left.set_ylim(bottom=0)
+at64k = sorted((r["threads"], r["tokens_per_s"]) for r in e2e if r["tokens"] == 65536)
+right.plot([t for t, _ in at64k], [v for _, v in at64k], "o-", label="lact run, 64K tokens")
+right.plot([1, 2], [ops[1]["layer"]["tokens_per_s"] / 2, ops[2]["layer"]["tokens_per_s"] / 2], "s--",
+           label="layer bench / 2 layers")
+right.set_xticks([1, 2])
+right.set_xlabel("threads")
+right.set_ylabel("tokens/s")
+right.set_title("throughput vs threads")
+right.set_ylim(bottom=0)
+right.legend()
+fig.suptitle("lact CPU, preset:small")
+fig.tight_layout()
+fig.savefig(f"{out}.png", dpi=100)
+print(f"wrote {out}.json and {out}.png")
