@@ -23,18 +23,28 @@ absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width
   out->resize(start + count);
   float* dst = out->data() + start;
   const char* src = bytes.data();
-  for (int64_t i = 0; i < count; ++i) {
-    if (type == WireType::kF32) {
-      std::memcpy(&dst[i], src + 4 * i, 4);
-    } else {
+  if (type == WireType::kF32) {
+    std::memcpy(dst, src, count * sizeof(float));
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
       uint16_t v;
       std::memcpy(&v, src + 2 * i, 2);
       dst[i] = type == WireType::kBF16 ? BFloat16ToFloat(v) : HalfToFloat(v);
     }
-    if (!std::isfinite(dst[i])) {
-      out->resize(start);
-      return absl::InvalidArgumentError(absl::StrCat("token ", first_token + i / width, " feature ", i % width,
-                                                     " is ", dst[i], "; tokens must be finite"));
+  }
+  // A NaN or Inf has all exponent bits set; check them all in one pass.
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(dst);
+  uint32_t any = 0;
+#pragma omp simd reduction(| : any)
+  for (int64_t i = 0; i < count; ++i) any |= ((bits[i] & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
+  if (any != 0) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (!std::isfinite(dst[i])) {
+        const float bad = dst[i];
+        out->resize(start);
+        return absl::InvalidArgumentError(absl::StrCat("token ", first_token + i / width, " feature ", i % width,
+                                                       " is ", bad, "; tokens must be finite"));
+      }
     }
   }
   return absl::OkStatus();
