@@ -279,6 +279,23 @@ TEST(RunnerErrors, BadTokens) {
   EXPECT_THAT(ErrorOf(runner.RunQuery(Tensor({2, 3}), state)), HasSubstr("query set has shape [2, 3]"));
 }
 
+TEST(RunnerCancellation, StopsBetweenTiles) {
+  ModelConfig c;
+  c.d_model = 16;
+  c.ttt.head_dim = 8;
+  c.ssm.head_dim = 8;
+  c.ssm.d_state = 4;
+  c.mlp_hidden = 16;
+  Model model = RandomTestModel(c, 1);
+  int polls = 0;
+  // One-token tiles: the first layer alone polls hundreds of times; stop on the 5th.
+  CpuRunner runner(model, c, {1, 1, nullptr, [&] { return ++polls >= 5; }});
+  FusedState state;
+  absl::StatusOr<Tensor> out = runner.RunContext(RandomTokens(300, 16, 2), &state);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kCancelled) << out.status();
+  EXPECT_LT(polls, 20) << "the runner kept computing after it was cancelled";
+}
+
 TEST(JobOptionErrors, OutOfRange) {
   ModelConfig c;
   EXPECT_THAT(ErrorOf(ApplyJobOptions(c, {std::optional<int>(-1), std::nullopt})),

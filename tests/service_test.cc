@@ -298,7 +298,8 @@ TEST_F(ServiceTest, CancelJobMidRun) {
   std::atomic<bool> layer_started{false};
   std::thread canceller([&] {
     while (!layer_started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    EXPECT_TRUE(Client().CancelJob(job_id).ok());
+    absl::StatusOr<v1::JobInfo> cancelled = Client().CancelJob(job_id);
+    EXPECT_TRUE(cancelled.ok()) << cancelled.status();
   });
   absl::StatusOr<JobResult> got = Client().Submit(
       LongJob(3), context, {},

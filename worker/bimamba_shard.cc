@@ -15,15 +15,17 @@ namespace {
 // Visits the shard's tiles in a direction's scan order: fn(rows, n, first)
 // where rows are the tile's normed inputs in scan order (a reversed copy for
 // the backward direction) and [first, first + n) are their local rows.
+// Stops early when the shard is cancelled.
 template <typename Fn>
-void ForEachScanTile(const Tensor& h, int64_t tile, Direction dir, std::vector<float>* scratch, Fn fn) {
+void ForEachScanTile(const Tensor& h, int64_t tile, Direction dir, const ShardContext& shard,
+                     std::vector<float>* scratch, Fn fn) {
   const int64_t L = h.dim(0), D = h.dim(1);
   if (dir == kForward) {
-    for (int64_t t0 = 0; t0 < L; t0 += tile) fn(h.ptr() + t0 * D, std::min(tile, L - t0), t0);
+    for (int64_t t0 = 0; t0 < L && !shard.Cancelled(); t0 += tile) fn(h.ptr() + t0 * D, std::min(tile, L - t0), t0);
     return;
   }
   scratch->resize(std::min(tile, L) * D);
-  for (int64_t end = L; end > 0; end -= tile) {
+  for (int64_t end = L; end > 0 && !shard.Cancelled(); end -= tile) {
     const int64_t n = std::min(tile, end);
     for (int64_t i = 0; i < n; ++i) std::copy_n(h.ptr() + (end - 1 - i) * D, D, scratch->data() + i * D);
     fn(scratch->data(), n, end - n);
@@ -70,7 +72,7 @@ class DirectionScan {
     if (FirstInScanOrder()) {
       Scan(&run, acc, summary.data());
     } else {
-      ForEachScanTile(h_, tile_, dir_, &rev_, [&](const float* rows, int64_t n, int64_t) {
+      ForEachScanTile(h_, tile_, dir_, shard_, &rev_, [&](const float* rows, int64_t n, int64_t) {
         cpu::MambaSummarySegment(c_, dw_, rows, n, {run.ssm.ptr(), run.conv.ptr()}, summary.data(), &ws_);
       });
     }
@@ -102,7 +104,7 @@ class DirectionScan {
   void Scan(MambaState* state, Tensor* acc, float* log_decay = nullptr) {
     const int64_t D = c_.d_model, di = c_.d_inner();
     std::vector<float> y(tile_ * di), a(tile_ * D);
-    ForEachScanTile(h_, tile_, dir_, &rev_, [&](const float* rows, int64_t n, int64_t first) {
+    ForEachScanTile(h_, tile_, dir_, shard_, &rev_, [&](const float* rows, int64_t n, int64_t first) {
       cpu::MambaMixerSegment(c_, dw_, rows, n, {state->ssm.ptr(), state->conv.ptr()}, &ws_, y.data(), log_decay);
       if (dir_ == kForward) {
         cpu::Linear(y.data(), di, n, di, w_.out_proj, D, acc->ptr() + first * D, D, 1.0f);
@@ -151,6 +153,7 @@ MambaState ZeroLike(const MambaState& s) { return {Tensor(s.ssm.shape), Tensor(s
 absl::Status RunBiMambaShard(const ModelConfig& c, const LayerWeights& w, bool is_context, int64_t tile,
                              const ShardContext& shard, const Tensor& h, Tensor* acc, LayerState* state) {
   std::fill(acc->data.begin(), acc->data.end(), 0.0f);
+  const absl::Status cancelled = absl::CancelledError("the job was cancelled");
   DirectionScan scans[2] = {{c, w, kForward, tile, shard, h}, {c, w, kBackward, tile, shard, h}};
   MambaState start[2], final[2];
   for (Direction dir : {kForward, kBackward}) {
@@ -160,6 +163,7 @@ absl::Status RunBiMambaShard(const ModelConfig& c, const LayerWeights& w, bool i
   if (!is_context) start[kForward] = state->mamba[kForward];
   if (shard.sync->size() == 1) {
     for (Direction dir : {kForward, kBackward}) scans[dir].Scan(&start[dir], acc);
+    if (shard.Cancelled()) return cancelled;
     if (is_context) {
       state->mamba[kForward] = std::move(start[kForward]);
       state->mamba[kBackward] = std::move(start[kBackward]);
@@ -175,13 +179,14 @@ absl::Status RunBiMambaShard(const ModelConfig& c, const LayerWeights& w, bool i
     std::vector<float> summary = scans[dir].Summary(start[dir], acc);
     std::copy(summary.begin(), summary.end(), mine.begin() + dir * size);
   }
+  if (shard.Cancelled()) return cancelled;
   LACT_RETURN_IF_ERROR(shard.sync->AllGather(mine.data(), 2 * size, all.data()));
   for (Direction dir : {kForward, kBackward}) {
     scans[dir].Compose(all, 2 * size, dir * size, &start[dir], &final[dir]);
     if (!scans[dir].FirstInScanOrder()) scans[dir].Scan(&start[dir], acc);
     state->mamba[dir] = std::move(final[dir]);
   }
-  return absl::OkStatus();
+  return shard.Cancelled() ? cancelled : absl::OkStatus();
 }
 
 }  // namespace lact

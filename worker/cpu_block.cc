@@ -47,7 +47,7 @@ class LactShard {
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     const auto [lo, hi] = LocalRange(k);
     const FastWeightsRef fast{state_->w0.ptr(), state_->w1.ptr(), state_->w2.ptr()};
-    for (int64_t t0 = lo; t0 < hi; t0 += tile_) {
+    for (int64_t t0 = lo; t0 < hi && !shard_.Cancelled(); t0 += tile_) {
       const int64_t n = std::min(tile_, hi - t0);
       cpu::LactKeyValueLr(c_, w_, h_.ptr() + t0 * c_.d_model, n, kv_.data(), lr_.data());
       cpu::AccumulateFastWeightGrads(c_, kv_.data(), lr_.data(), n, fast, GradsRef(), &ws_);
@@ -72,7 +72,7 @@ class LactShard {
     const FastWeightsRef fast{state_->w0.ptr(), state_->w1.ptr(), state_->w2.ptr()};
     const auto [lo, hi] = LocalRange(k);
     const int64_t D = c_.d_model, dh = c_.ttt.head_dim;
-    for (int64_t t0 = lo; t0 < hi; t0 += tile_) {
+    for (int64_t t0 = lo; t0 < hi && !shard_.Cancelled(); t0 += tile_) {
       const int64_t n = std::min(tile_, hi - t0);
       cpu::LactQuery(c_, w_, h_.ptr() + t0 * D, n, q_.data());
       cpu::ApplyFastWeights(c_, q_.data(), n, fast, o_.data(), &ws_);
@@ -119,10 +119,11 @@ absl::Status Wait(std::future<absl::Status>& pending, OverlapStats* stats) {
 }
 
 // x += acc; x += SwiGLU-MLP(rmsnorm(x, norm2)), tile by tile.
-void ResidualMlp(const ModelConfig& c, const LayerWeights& w, int64_t tile, const Tensor& acc, Tensor* x) {
+void ResidualMlp(const ModelConfig& c, const LayerWeights& w, int64_t tile, const ShardContext& shard,
+                 const Tensor& acc, Tensor* x) {
   const int64_t L = x->dim(0), D = c.d_model, F = c.mlp_hidden;
   std::vector<float> g(tile * D), gate(tile * F), up(tile * F);
-  for (int64_t t0 = 0; t0 < L; t0 += tile) {
+  for (int64_t t0 = 0; t0 < L && !shard.Cancelled(); t0 += tile) {
     const int64_t n = std::min(tile, L - t0);
     float* xt = x->ptr() + t0 * D;
     const float* at = acc.ptr() + t0 * D;
@@ -167,7 +168,7 @@ absl::Status RunBlockCpu(const ModelConfig& c, const LayerWeights& w, bool is_co
   if (pending.valid()) LACT_RETURN_IF_ERROR(Wait(pending, stats));
   LACT_RETURN_IF_ERROR(scans);
   lact.UpdateAndApply(0);
-  for (int64_t k = 1; k < lact.chunks(); ++k) {
+  for (int64_t k = 1; k < lact.chunks() && !shard.Cancelled(); ++k) {
     lact.LocalGrads(k);
     if (distributed) {
       std::future<absl::Status> reduce = lact.StartAllReduce(stats);  // nothing to overlap with
@@ -175,8 +176,8 @@ absl::Status RunBlockCpu(const ModelConfig& c, const LayerWeights& w, bool is_co
     }
     lact.UpdateAndApply(k);
   }
-  ResidualMlp(c, w, tile, buffers->acc, x);
-  return absl::OkStatus();
+  ResidualMlp(c, w, tile, shard, buffers->acc, x);
+  return shard.Cancelled() ? absl::CancelledError("the job was cancelled") : absl::OkStatus();
 }
 
 }  // namespace lact

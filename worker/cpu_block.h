@@ -12,6 +12,7 @@
 #define LACT_WORKER_CPU_BLOCK_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "common/fused_state.h"
@@ -26,6 +27,10 @@ struct ShardContext {
   Collective* grads = nullptr;  // LaCT gradient all-reduce, used from a second thread
   int64_t begin = 0;            // global index of this shard's first token
   int64_t total = 0;            // tokens in the whole sequence
+  // Polled between tiles; when it returns true the block stops with CANCELLED.
+  std::function<bool()> cancelled;
+
+  bool Cancelled() const { return cancelled && cancelled(); }
 };
 
 struct BlockBuffers {

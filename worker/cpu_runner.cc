@@ -35,7 +35,7 @@ absl::StatusOr<Tensor> CpuRunner::RunContext(Tensor context, FusedState* state) 
   LACT_RETURN_IF_ERROR(ValidateTokens(context, "context"));
   *state = ZeroFusedState(config_);
   const int64_t L = context.dim(0);
-  return Run(std::move(context), /*is_context=*/true, {&local_, &local_, 0, L}, state);
+  return Run(std::move(context), /*is_context=*/true, {&local_, &local_, 0, L, options_.cancelled}, state);
 }
 
 absl::StatusOr<Tensor> CpuRunner::RunContextShard(Tensor shard, int64_t begin, int64_t total, Collective* sync,
@@ -46,7 +46,7 @@ absl::StatusOr<Tensor> CpuRunner::RunContextShard(Tensor shard, int64_t begin, i
                                                    ") lies outside a context of ", total, " tokens"));
   }
   *state = ZeroFusedState(config_);
-  return Run(std::move(shard), /*is_context=*/true, {sync, grads, begin, total}, state);
+  return Run(std::move(shard), /*is_context=*/true, {sync, grads, begin, total, options_.cancelled}, state);
 }
 
 absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state) {
@@ -57,7 +57,7 @@ absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state
   }
   FusedState copy = state;  // small: the block reads it as scratch for the scans
   const int64_t L = query.dim(0);
-  return Run(std::move(query), /*is_context=*/false, {&local_, &local_, 0, L}, &copy);
+  return Run(std::move(query), /*is_context=*/false, {&local_, &local_, 0, L, options_.cancelled}, &copy);
 }
 
 absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, bool is_context, const ShardContext& shard,
