@@ -5,12 +5,12 @@
 //                    [--retain-seconds 3600] [--max-context-tokens N]
 //                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 30000]
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/stop_signals.h"
 #include "common/status_macros.h"
 #include "server/control_service.h"
 #include "server/coordinator_service.h"
@@ -66,12 +66,7 @@ int Main(int argc, char** argv) {
   }
   std::printf("lact-coordinator listening on %s:%d\n", host.c_str(), bound_port);
   std::fflush(stdout);
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  WaitForStopSignal();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
   return 0;
 }
@@ -80,11 +75,6 @@ int Main(int argc, char** argv) {
 }  // namespace lact::server
 
 int main(int argc, char** argv) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  lact::BlockStopSignals();
   return lact::server::Main(argc, argv);
 }

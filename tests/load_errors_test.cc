@@ -259,13 +259,18 @@ TEST(Npy, RoundTripAndFloat16) {
   std::remove(path.c_str());
 }
 
-TEST(RunnerErrors, BadTokens) {
+ModelConfig SmallConfig() {
   ModelConfig c;
   c.d_model = 16;
   c.ttt.head_dim = 8;
   c.ssm.head_dim = 8;
   c.ssm.d_state = 4;
   c.mlp_hidden = 16;
+  return c;
+}
+
+TEST(RunnerErrors, BadTokens) {
+  const ModelConfig c = SmallConfig();
   Model model = RandomTestModel(c, 1);
   CpuRunner runner(model, c, {});
   FusedState state;
@@ -280,12 +285,7 @@ TEST(RunnerErrors, BadTokens) {
 }
 
 TEST(RunnerCancellation, StopsBetweenTiles) {
-  ModelConfig c;
-  c.d_model = 16;
-  c.ttt.head_dim = 8;
-  c.ssm.head_dim = 8;
-  c.ssm.d_state = 4;
-  c.mlp_hidden = 16;
+  const ModelConfig c = SmallConfig();
   Model model = RandomTestModel(c, 1);
   int polls = 0;
   // One-token tiles: the first layer alone polls hundreds of times; stop on the 5th.

@@ -3,7 +3,6 @@
 //   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
 
 #include <atomic>
 #include <cstdio>
@@ -11,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/stop_signals.h"
 #include "common/model_config.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "worker/model_cache.h"
@@ -110,12 +110,7 @@ int Main(int argc, char** argv) {
       }
     }
   });
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  WaitForStopSignal();
   stopping = true;
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   heartbeat.join();
@@ -126,12 +121,6 @@ int Main(int argc, char** argv) {
 }  // namespace lact
 
 int main(int argc, char** argv) {
-  // Block the stop signals in every thread; the main thread waits for them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  lact::BlockStopSignals();
   return lact::Main(argc, argv);
 }

@@ -1,6 +1,5 @@
 #include "client/cli/service_commands.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +14,7 @@
 #include "common/flags.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "common/stop_signals.h"
 
 namespace lact::cli {
 namespace {
@@ -202,17 +202,12 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   options.port = static_cast<int>(port);
   options.threads_per_worker = static_cast<int>(threads);
   options.model_dir = flags.Get("model-dir").value_or("");
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockStopSignals();
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   std::printf("lact local: coordinator at %s with %d workers (Ctrl-C stops)\n", cluster->address().c_str(),
               options.workers);
   std::fflush(stdout);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  WaitForStopSignal();
   std::fprintf(stderr, "lact local: stopping\n");
   return absl::OkStatus();
 }
