@@ -14,6 +14,9 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/cpu_runner.h"
+#ifdef LACT_HAVE_CUDA
+#include "worker/cuda_runner.h"
+#endif
 
 namespace lact::cli {
 namespace {
@@ -38,7 +41,7 @@ absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
 absl::Status RunCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
                                                   {"model", "context", "query", "muon-steps", "chunk-tokens",
-                                                   "threads", "tile-tokens", "out"},
+                                                   "threads", "tile-tokens", "out", "backend", "device"},
                                                   {"query"}));
   LACT_ASSIGN_OR_RETURN(std::string model_spec, flags.Required("model"));
   LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
@@ -67,15 +70,32 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   RunOptions options{static_cast<int>(threads), tile, [&](int done, int all) {
                        std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
                      }};
-  CpuRunner runner(model, config, options);
+  const std::string backend = flags.Get("backend").value_or("cpu");
+  LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
   FusedState state;
-  LACT_ASSIGN_OR_RETURN(Tensor output, runner.RunContext(std::move(context), &state));
+  Tensor output;
   std::vector<Tensor> query_outputs;
-  for (size_t k = 0; k < queries.size(); ++k) {
-    absl::StatusOr<Tensor> q = CpuRunner(model, config, {static_cast<int>(threads), tile, nullptr})
-                                   .RunQuery(std::move(queries[k]), state);
-    if (!q.ok()) return absl::Status(q.status().code(), absl::StrCat("query set ", k, ": ", q.status().message()));
-    query_outputs.push_back(*std::move(q));
+  if (backend == "cpu") {
+    CpuRunner runner(model, config, options);
+    LACT_ASSIGN_OR_RETURN(output, runner.RunContext(std::move(context), &state));
+    for (size_t k = 0; k < queries.size(); ++k) {
+      absl::StatusOr<Tensor> q = runner.RunQuery(std::move(queries[k]), state);
+      if (!q.ok()) return absl::Status(q.status().code(), absl::StrCat("query set ", k, ": ", q.status().message()));
+      query_outputs.push_back(*std::move(q));
+    }
+  } else if (backend == "cuda") {
+#ifdef LACT_HAVE_CUDA
+    LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, CudaRunner::Create(model, config, static_cast<int>(device)));
+    LACT_ASSIGN_OR_RETURN(output, runner->RunContext(context, &state));
+    for (size_t k = 0; k < queries.size(); ++k) {
+      LACT_ASSIGN_OR_RETURN(Tensor q, runner->RunQuery(queries[k], state));
+      query_outputs.push_back(std::move(q));
+    }
+#else
+    return absl::FailedPreconditionError("this build has no CUDA backend (no CUDA toolkit was found)");
+#endif
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--backend '", backend, "' (allowed: cpu, cuda)"));
   }
   const double seconds = elapsed();
 

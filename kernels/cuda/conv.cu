@@ -1,0 +1,48 @@
+// Causal depthwise conv + silu over a segment, with W-1 history rows.
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+
+namespace lact::cuda {
+namespace {
+
+__global__ void ConvKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
+                           const float* weight, const float* bias, const float* history, float* out, int64_t ldo) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= tokens * channels) return;
+  const int64_t t = i / channels, c = i % channels;
+  float acc = bias[c];
+  for (int j = 0; j < width; ++j) {
+    const int64_t src = t - (width - 1) + j;
+    const float v = src >= 0 ? u[src * ldu + c] : history[(width - 1 + src) * channels + c];
+    acc += weight[c * width + j] * v;
+  }
+  out[t * ldo + c] = DeviceSilu(acc);
+}
+
+// next = last W-1 rows of (history ++ u).
+__global__ void HistoryKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int keep,
+                              const float* history, float* next) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= keep * channels) return;
+  const int64_t r = i / channels, c = i % channels, src = tokens + r;
+  next[i] = src < keep ? history[src * channels + c] : u[(src - keep) * ldu + c];
+}
+
+}  // namespace
+
+absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
+                      const float* weight, const float* bias, float* history, float* scratch, float* out,
+                      int64_t ldo) {
+  if (tokens > 0) {
+    ConvKernel<<<Blocks(tokens * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, width, weight, bias,
+                                                               history, out, ldo);
+  }
+  const int keep = width - 1;
+  if (keep > 0) {
+    HistoryKernel<<<Blocks(keep * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, keep, history, scratch);
+    cudaMemcpyAsync(history, scratch, keep * channels * sizeof(float), cudaMemcpyDeviceToDevice, s);
+  }
+  return LaunchStatus("ConvSilu");
+}
+
+}  // namespace lact::cuda

@@ -1,0 +1,29 @@
+// Error handling for CUDA and cuBLAS calls, NCCL style: the macros return an
+// absl::Status naming the call instead of aborting, so a worker survives a
+// bad request or a lost device.
+#ifndef LACT_KERNELS_CUDA_CUDA_CHECK_H_
+#define LACT_KERNELS_CUDA_CUDA_CHECK_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+#define LACT_CUDA_RETURN_IF_ERROR(expr)                                                              \
+  do {                                                                                               \
+    const cudaError_t lact_err_ = (expr);                                                            \
+    if (lact_err_ != cudaSuccess) {                                                                  \
+      return ::absl::InternalError(::absl::StrCat(#expr, ": ", cudaGetErrorString(lact_err_)));      \
+    }                                                                                                \
+  } while (0)
+
+#define LACT_CUBLAS_RETURN_IF_ERROR(expr)                                                            \
+  do {                                                                                               \
+    const cublasStatus_t lact_err_ = (expr);                                                         \
+    if (lact_err_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+      return ::absl::InternalError(::absl::StrCat(#expr, ": ", cublasGetStatusString(lact_err_)));   \
+    }                                                                                                \
+  } while (0)
+
+#endif  // LACT_KERNELS_CUDA_CUDA_CHECK_H_

@@ -1,0 +1,101 @@
+// Elementwise passes: silu, silu-gating, adds, row reversal, softplus with
+// bias, and the LaCT gradient factors.
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+
+namespace lact::cuda {
+namespace {
+
+__global__ void SiluRowsKernel(float* x, int64_t ldx, int64_t rows, int64_t cols) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols) return;
+  float& v = x[(i / cols) * ldx + i % cols];
+  v = DeviceSilu(v);
+}
+
+__global__ void SiluMulKernel(float* a, const float* b, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) a[i] = DeviceSilu(a[i]) * b[i];
+}
+
+__global__ void AddKernel(float* x, const float* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void ReverseKernel(const float* src, float* dst, int64_t rows, int64_t cols, bool add) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  const float v = src[(rows - 1 - r) * cols + c];
+  dst[i] = add ? dst[i] + v : v;
+}
+
+__global__ void SoftplusBiasKernel(const float* in, int64_t ldi, int64_t rows, int64_t cols, const float* bias,
+                                   float shift, float* out, int64_t ldo) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  const float v = in[r * ldi + c] + bias[c] + shift;
+  out[r * ldo + c] = v > 20.0f ? v : log1pf(expf(v));
+}
+
+__global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t tokens, int64_t hidden, const float* lr,
+                                  int64_t ldlr) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= tokens * hidden) return;
+  const float* rates = lr + (i / hidden) * ldlr;
+  const float gv = g[i], uv = u[i], dhv = dh[i];
+  const float sg = DeviceSigmoid(gv), silu = gv * sg;
+  g[i] = rates[0] * dhv * uv * sg * (1.0f + gv * (1.0f - sg));
+  u[i] = rates[1] * silu * uv;
+  dh[i] = rates[2] * dhv * silu;
+}
+
+}  // namespace
+
+absl::Status SiluRows(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols) {
+  if (rows * cols == 0) return absl::OkStatus();
+  SiluRowsKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(x, ldx, rows, cols);
+  return LaunchStatus("SiluRows");
+}
+
+absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  SiluMulKernel<<<Blocks(n), kThreads, 0, s>>>(a, b, n);
+  return LaunchStatus("SiluMul");
+}
+
+absl::Status AddInPlace(cudaStream_t s, float* x, const float* y, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  AddKernel<<<Blocks(n), kThreads, 0, s>>>(x, y, n);
+  return LaunchStatus("AddInPlace");
+}
+
+absl::Status ReverseRows(cudaStream_t s, const float* src, float* dst, int64_t rows, int64_t cols) {
+  if (rows * cols == 0) return absl::OkStatus();
+  ReverseKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(src, dst, rows, cols, false);
+  return LaunchStatus("ReverseRows");
+}
+
+absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64_t rows, int64_t cols) {
+  if (rows * cols == 0) return absl::OkStatus();
+  ReverseKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(src, dst, rows, cols, true);
+  return LaunchStatus("AddReversedRows");
+}
+
+absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t rows, int64_t cols,
+                          const float* bias, float shift, float* out, int64_t ldo) {
+  if (rows * cols == 0) return absl::OkStatus();
+  SoftplusBiasKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(in, ldi, rows, cols, bias, shift, out, ldo);
+  return LaunchStatus("SoftplusBias");
+}
+
+absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t tokens, int64_t hidden,
+                             const float* lr, int64_t ldlr) {
+  if (tokens * hidden == 0) return absl::OkStatus();
+  GradFactorsKernel<<<Blocks(tokens * hidden), kThreads, 0, s>>>(g, u, dh, tokens, hidden, lr, ldlr);
+  return LaunchStatus("LactGradFactors");
+}
+
+}  // namespace lact::cuda

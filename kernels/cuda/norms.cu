@@ -1,0 +1,85 @@
+// Row normalisations: rmsnorm, gated rmsnorm, grouped L2 norm, weight norm.
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+
+namespace lact::cuda {
+namespace {
+
+__global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t cols, const float* w, float* y, int64_t ldy) {
+  const float* xr = x + blockIdx.x * ldx;
+  float* yr = y + blockIdx.x * ldy;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += xr[c] * xr[c];
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + 1e-5f);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = xr[c] * inv * w[c];
+}
+
+__global__ void GatedRmsNormKernel(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t cols,
+                                   const float* w) {
+  float* yr = y + blockIdx.x * ldy;
+  const float* zr = z + blockIdx.x * ldz;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = yr[c] * DeviceSilu(zr[c]);
+    yr[c] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + 1e-5f);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] *= inv * w[c];
+}
+
+// One block per (row, group).
+__global__ void L2NormKernel(float* x, int64_t ldx, int64_t groups, int64_t group) {
+  float* v = x + (blockIdx.x / groups) * ldx + (blockIdx.x % groups) * group;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += v[i] * v[i];
+  const float inv = 1.0f / (sqrtf(BlockSum(ss)) + 1e-5f);
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) v[i] *= inv;
+}
+
+__global__ void WeightNormKernel(float* w, const float* dw, const float* w_init, int64_t cols) {
+  float* wr = w + blockIdx.x * cols;
+  const float* dr = dw + blockIdx.x * cols;
+  const float* ir = w_init + blockIdx.x * cols;
+  float ss = 0.0f, ss0 = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = wr[c] + dr[c];
+    wr[c] = v;
+    ss += v * v;
+    ss0 += ir[c] * ir[c];
+  }
+  const float n = sqrtf(BlockSum(ss)), n0 = sqrtf(BlockSum(ss0));
+  const float scale = n0 / (n + 1e-5f);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) wr[c] *= scale;
+}
+
+}  // namespace
+
+absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w,
+                         float* y, int64_t ldy) {
+  if (rows == 0) return absl::OkStatus();
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, ldx, cols, w, y, ldy);
+  return LaunchStatus("RmsNormRows");
+}
+
+absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+                              int64_t cols, const float* w) {
+  if (rows == 0) return absl::OkStatus();
+  GatedRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w);
+  return LaunchStatus("GatedRmsNormRows");
+}
+
+absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group) {
+  if (rows == 0) return absl::OkStatus();
+  L2NormKernel<<<static_cast<unsigned>(rows * groups), 128, 0, s>>>(x, ldx, groups, group);
+  return LaunchStatus("L2NormGroups");
+}
+
+absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init, int64_t rows,
+                              int64_t cols) {
+  if (rows == 0) return absl::OkStatus();
+  WeightNormKernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(w, dw, w_init, cols);
+  return LaunchStatus("WeightNormUpdate");
+}
+
+}  // namespace lact::cuda
