@@ -81,7 +81,16 @@ LactClient::LactClient(const std::string& address) {
 absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
                                              const std::vector<Tensor>& queries, const ProgressFn& progress,
                                              std::function<void(const std::string&)> on_accepted) {
-  if (context.rank() != 2) return absl::InvalidArgumentError("context must be [L, width]");
+  if (context.rank() != 2 || context.dim(0) < 1 || context.dim(1) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("context must be [L >= 1, width >= 1], not ",
+                                                   ShapeString(context.shape)));
+  }
+  for (size_t k = 0; k < queries.size(); ++k) {
+    if (queries[k].rank() != 2 || queries[k].dim(1) != context.dim(1)) {
+      return absl::InvalidArgumentError(absl::StrCat("query set ", k, " has shape ", ShapeString(queries[k].shape),
+                                                     "; it must be [L_k, ", context.dim(1), "]"));
+    }
+  }
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout);
   auto stream = stub_->Submit(&ctx);
@@ -131,8 +140,8 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
     }
   }
   if (!failure.ok()) ctx.TryCancel();
+  writer.join();  // Read has ended: a pending Write fails fast; Finish must not race it
   grpc::Status status = stream->Finish();
-  writer.join();
   LACT_RETURN_IF_ERROR(failure);
   LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
   return result;
@@ -140,6 +149,14 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
 
 absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id, const std::vector<Tensor>& queries,
                                                       WireType dtype, std::chrono::milliseconds timeout) {
+  if (queries.empty()) return absl::InvalidArgumentError("no query sets");
+  for (size_t k = 0; k < queries.size(); ++k) {
+    if (queries[k].rank() != 2 || queries[k].dim(0) < 1 || queries[k].dim(1) != queries[0].dim(1) ||
+        queries[k].dim(1) < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("query set ", k, " has shape ", ShapeString(queries[k].shape),
+                                                     "; all must be [L_k >= 1, width >= 1] of one width"));
+    }
+  }
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout);
   auto stream = stub_->Query(&ctx);
@@ -171,8 +188,8 @@ absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id,
     failure = PlaceOutput(response.output(), targets);
   }
   if (!failure.ok()) ctx.TryCancel();
-  grpc::Status status = stream->Finish();
   writer.join();
+  grpc::Status status = stream->Finish();
   LACT_RETURN_IF_ERROR(failure);
   LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
   return out;

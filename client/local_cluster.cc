@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -44,7 +45,8 @@ void Stop(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGTERM);
   for (int i = 0; i < 200; ++i) {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
+    const pid_t r = waitpid(pid, nullptr, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   kill(pid, SIGKILL);
@@ -113,8 +115,9 @@ absl::Status LocalCluster::WaitForWorkers(int count) {
       for (const v1::ModelInfo& m : *models) seen = std::max(seen, m.workers());
     }
     if (seen >= count) return absl::OkStatus();
-    for (pid_t pid : workers_) {
-      if (waitpid(pid, nullptr, WNOHANG) == pid) {
+    for (pid_t& pid : workers_) {
+      if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == pid) {
+        pid = -1;  // reaped: never signal this number again
         return absl::UnavailableError("a lact-worker exited during start-up (see its error above)");
       }
     }

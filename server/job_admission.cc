@@ -87,6 +87,7 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   }
   if (workers < 0) return Invalid(absl::StrCat("workers ", workers, " must be >= 0 (0 = all that hold the model)"));
   if (workers == 0) workers = static_cast<int>(std::min<int64_t>(holding, L));
+  if (workers < 1) return absl::UnavailableError(absl::StrCat("no healthy worker holds model '", spec.model(), "'"));
   if (workers > holding) {
     return Invalid(absl::StrCat("the job asks for ", workers, " workers but ", holding,
                                 " healthy workers hold model '", spec.model(), "'"));
@@ -102,6 +103,7 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
     int64_t begin = 0;
     for (int r = 0; r < workers; ++r) {
       const int64_t n = spec.shard_tokens(r);
+      if (n > L - begin) return Invalid(absl::StrCat("shard_tokens add up to more than context_tokens ", L));
       if (n < 1) return Invalid(absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
       plan.shards[r] = {begin, n};
       begin += n;

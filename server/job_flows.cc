@@ -207,6 +207,8 @@ class SubmitFlow {
       stream_->Write(ProgressMessage(v1::Progress::QUERIES, start_));
       LACT_RETURN_IF_ERROR(RunQuerySets(lease.addresses()[0], *state, queries, CallDeadline(context_),
                                         [this](const v1::SubmitResponse& r) { return Emit(r); }));
+      auto info = c_.jobs->Get(job_id_);
+      if (info.ok() && info->status() == v1::JobInfo::CANCELLED) return Cancelled("CancelJob during the queries");
     }
     if (spec_.return_state()) {
       for (const v1::Tensor& t : state->tensors) {
@@ -265,6 +267,7 @@ class SubmitFlow {
       if (!s.ok()) {
         streams_->Cancel();
         if (streams_->broken_rank() < 0) return s;  // the client's chunk was bad
+        if (streams_->cancelled() || context_->IsCancelled()) return s;  // not the worker's fault
         c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
         return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", s.message()));
       }
@@ -322,8 +325,10 @@ class SubmitFlow {
       if (!errors.empty()) streams_->Cancel();
       grpc::Status s = streams_->Finish(r);
       if (!s.ok()) {
+        const bool cancelled = streams_->cancelled();
         streams_->Cancel();
-        if (s.error_code() == grpc::StatusCode::UNAVAILABLE && !absl::StrContains(s.error_message(), "gloo")) {
+        if (!cancelled && s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+            !absl::StrContains(s.error_message(), "gloo")) {
           c_.registry->MarkFailed(streams_->address(r));
         }
         errors.push_back(absl::StrCat("worker ", streams_->address(r), " (rank ", r, "): ", s.error_message()));
@@ -376,10 +381,6 @@ grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
   if (spec.query_tokens().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no query sets");
   absl::Status sets_ok = CheckQuerySets(spec.query_tokens(), c.options.limits);
   if (!sets_ok.ok()) return ToGrpcStatus(sets_ok);
-  absl::StatusOr<std::vector<std::string>> leased = c.registry->Acquire((*state)->model, 1, c.options.acquire_wait);
-  if (!leased.ok()) return ToGrpcStatus(leased.status());
-  WorkerLease lease(c.registry, *leased);
-
   UploadReceiver receiver(0, {spec.query_tokens().begin(), spec.query_tokens().end()}, spec.token_width(), *dtype);
   auto no_context = [](int64_t, const float*, int64_t) { return absl::OkStatus(); };
   while (stream->Read(&request)) {
@@ -390,6 +391,10 @@ grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   absl::Status complete = receiver.CheckComplete();
   if (!complete.ok()) return ToGrpcStatus(complete);
+  // Lease the worker only now: a client that stalls mid-upload holds none.
+  absl::StatusOr<std::vector<std::string>> leased = c.registry->Acquire((*state)->model, 1, c.options.acquire_wait);
+  if (!leased.ok()) return ToGrpcStatus(leased.status());
+  WorkerLease lease(c.registry, *leased);
   const int64_t out_width = config->output_width();
   absl::Status s = RunQuerySets(lease.addresses()[0], **state, receiver.TakeQueries(), CallDeadline(context),
                                 [&](const v1::SubmitResponse& r) {

@@ -28,8 +28,15 @@ std::string JobStore::Create(const v1::JobSpec& spec, int workers) {
 }
 
 void JobStore::SetCanceller(const std::string& id, std::function<void()> cancel) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = jobs_.find(id); it != jobs_.end()) it->second.cancel = std::move(cancel);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.info.status() == v1::JobInfo::RUNNING) {
+      if (it != jobs_.end()) it->second.cancel = std::move(cancel);
+      return;
+    }
+  }
+  cancel();  // cancelled (or deleted) before the job could register its canceller
 }
 
 void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,

@@ -28,7 +28,8 @@ class JobStore {
  public:
   // A new RUNNING job; returns its id.
   std::string Create(const v1::JobSpec& spec, int workers);
-  // `cancel` is called (once) by Cancel() while the job runs.
+  // `cancel` is called (once) by Cancel() while the job runs; at once if the
+  // job was cancelled before this call.
   void SetCanceller(const std::string& id, std::function<void()> cancel);
   void Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
               const v1::JobStats& stats);

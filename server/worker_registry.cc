@@ -18,8 +18,7 @@ std::string WorkerRegistry::Register(const std::string& address, const std::stri
   w.backend = backend;
   w.models = std::move(models);
   w.last_seen = std::chrono::steady_clock::now();
-  w.healthy = true;
-  w.busy = false;
+  w.healthy = true;  // `busy` is kept: a job may still hold this address's lease
   released_.notify_all();
   return w.id;
 }
@@ -29,8 +28,8 @@ bool WorkerRegistry::Heartbeat(const std::string& id) {
   for (auto& [address, w] : workers_) {
     if (w.id == id) {
       w.last_seen = std::chrono::steady_clock::now();
-      if (!w.healthy) released_.notify_all();
       w.healthy = true;
+      released_.notify_all();  // it may have been stale: waiting Acquire()s look again
       return true;
     }
   }

@@ -23,9 +23,15 @@ std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address) {
 absl::Status WorkerStreams::Open(const v1::ShardSpec& spec, std::chrono::system_clock::time_point deadline) {
   for (int r = 0; r < size(); ++r) {
     stubs_.push_back(v1::Worker::NewStub(WorkerChannel(addresses_[r])));
-    contexts_.push_back(std::make_unique<grpc::ClientContext>());
-    contexts_.back()->set_deadline(deadline);
-    streams_.push_back(stubs_.back()->RunShard(contexts_.back().get()));
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(deadline);
+    grpc::ClientContext* raw = context.get();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      contexts_.push_back(std::move(context));
+      if (cancelled_) raw->TryCancel();
+    }
+    streams_.push_back(stubs_.back()->RunShard(raw));
     v1::ShardRequest request;
     *request.mutable_spec() = spec;
     request.mutable_spec()->set_rank(r);
@@ -64,6 +70,8 @@ void WorkerStreams::CloseUploads() {
 }
 
 void WorkerStreams::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
   for (auto& c : contexts_) c->TryCancel();
 }
 

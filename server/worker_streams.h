@@ -2,8 +2,9 @@
 // each rank's ShardSpec, forwards context rows to the ranks that own them
 // (float32 chunks of at most 4 MiB, in order; a write blocks while the
 // worker is slow, which slows the client instead of growing buffers here),
-// and cancels them all at once. Forward/Close are called by one thread;
-// Cancel may be called from any thread.
+// and cancels them all at once. Open/Forward/Close are called by one thread;
+// Cancel may be called from any thread, before, during or after Open (a
+// stream opened after Cancel is cancelled at once).
 #ifndef LACT_SERVER_WORKER_STREAMS_H_
 #define LACT_SERVER_WORKER_STREAMS_H_
 
@@ -11,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,12 +47,18 @@ class WorkerStreams {
   grpc::Status Finish(int rank) { return streams_[rank]->Finish(); }
   // The rank whose stream broke in Open or Forward, or -1.
   int broken_rank() const { return broken_rank_; }
+  bool cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
 
  private:
   std::vector<std::string> addresses_;
   std::vector<std::pair<int64_t, int64_t>> shards_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+  std::mutex mu_;  // guards contexts_ and cancelled_ against Cancel()
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  bool cancelled_ = false;
   std::vector<std::unique_ptr<Stream>> streams_;
   int broken_rank_ = -1;
 };

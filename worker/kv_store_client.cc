@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "gloo/common/error.h"
+
 namespace lact {
 
 void KvStoreClient::set(const std::string& key, const std::vector<char>& data) {
@@ -25,6 +27,10 @@ std::vector<std::string> KvStoreClient::Get(const std::vector<std::string>& keys
   request.set_timeout_ms(static_cast<int32_t>(timeout.count()));
   v1::KvGetResponse response;
   grpc::Status s = control_->KvGet(&ctx, request, &response);
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // Gloo's own timeout type, so the collective reports DEADLINE_EXCEEDED.
+    throw gloo::IoException("rendezvous: Timed out waiting for peers: " + s.error_message());
+  }
   if (!s.ok()) throw std::runtime_error("rendezvous get failed: " + s.error_message());
   return {response.values().begin(), response.values().end()};
 }
