@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include <omp.h>
+
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 
@@ -14,81 +16,85 @@ namespace {
 // state hand-off P*N per chunk.
 constexpr int64_t kChunk = 64;
 
-// Per-thread scratch for one head's chunk loop.
-struct ChunkScratch {
-  std::vector<float> cum, m, xw, cs;
-  ChunkScratch(int64_t P, int64_t N)
-      : cum(kChunk), m(kChunk * kChunk), xw(kChunk * std::max(P, N)), cs(kChunk * P) {}
-};
-
-// One chunk of `n` tokens starting at token t0, for head h.
-void ScanChunk(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb, float* state, ChunkScratch* s) {
+// One chunk of `n` tokens at t0 for head h, given cb = C B^T of the chunk
+// (row stride kChunk) and cs = this head's columns of C S^T with the state
+// the chunk starts from (row stride ld): writes y, this head's columns of xw
+// (the decay-weighted inputs for the state update, row stride ld), decays
+// this head's state by the chunk's product and returns the chunk's log decay.
+float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb, const float* cs,
+                    float* xw, int64_t ld, float* cum, float* m, float* state) {
   const int64_t P = p.head_dim, N = p.d_state;
   const float a = p.a[h];
   float run = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     run += p.dt[(t0 + i) * p.lddt + h] * a;
-    s->cum[i] = run;
+    cum[i] = run;
   }
   // M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i.
   for (int64_t i = 0; i < n; ++i) {
-    float* mi = s->m.data() + i * n;
-    for (int64_t j = 0; j <= i; ++j) {
-      mi[j] = cb[i * kChunk + j] * FastExp(s->cum[i] - s->cum[j]) * p.dt[(t0 + j) * p.lddt + h];
-    }
+    float* mi = m + i * n;
+    for (int64_t j = 0; j <= i; ++j) mi[j] = cb[i * kChunk + j] * FastExp(cum[i] - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
     std::fill(mi + i + 1, mi + n, 0.0f);
   }
   const float* xc = p.x + t0 * p.ldx + h * P;
   float* yc = p.y + t0 * p.ldy + h * P;
-  // Carried state: cs[i, :] = exp(cum_i) * (C_i @ S^T).
-  Gemm(false, true, n, P, N, 1.0f, p.c + t0 * p.ldc, p.ldc, state, N, 0.0f, s->cs.data(), P);
-  for (int64_t i = 0; i < n; ++i) {
-    const float e = std::exp(s->cum[i]);
-    float* row = s->cs.data() + i * P;
-    for (int64_t q = 0; q < P; ++q) row[q] *= e;
+  Gemm(false, false, n, P, n, 1.0f, m, n, xc, p.ldx, 0.0f, yc, p.ldy);  // y = M @ X
+  const float d = p.d_skip != nullptr ? p.d_skip[h] : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {  // y += exp(cum_i) C_i S^T + D x
+    const float e = std::exp(cum[i]);
+    const float* csi = cs + i * ld;
+    const float* xi = xc + i * p.ldx;
+    float* yi = yc + i * p.ldy;
+#pragma omp simd
+    for (int64_t q = 0; q < P; ++q) yi[q] += e * csi[q] + d * xi[q];
   }
-  // y = cs + M @ X (+ D x).
-  for (int64_t i = 0; i < n; ++i) std::copy(s->cs.data() + i * P, s->cs.data() + (i + 1) * P, yc + i * p.ldy);
-  Gemm(false, false, n, P, n, 1.0f, s->m.data(), n, xc, p.ldx, 1.0f, yc, p.ldy);
-  if (p.d_skip != nullptr) {
-    const float d = p.d_skip[h];
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t q = 0; q < P; ++q) yc[i * p.ldy + q] += d * xc[i * p.ldx + q];
-  }
-  // S = exp(cum_last) S + (X^T diag(w)) B with w_j = exp(cum_last - cum_j) dt_j.
-  const float last = s->cum[n - 1];
+  // S = exp(cum_last) S + (X^T diag(w)) B with w_j = exp(cum_last - cum_j) dt_j;
+  // here the decay and the weighted inputs, the product for all heads after.
+  const float last = cum[n - 1];
   for (int64_t j = 0; j < n; ++j) {
-    const float w = FastExp(last - s->cum[j]) * p.dt[(t0 + j) * p.lddt + h];
-    for (int64_t q = 0; q < P; ++q) s->xw[j * P + q] = w * xc[j * p.ldx + q];
+    const float w = FastExp(last - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
+    const float* xj = xc + j * p.ldx;
+    float* xwj = xw + j * ld;
+#pragma omp simd
+    for (int64_t q = 0; q < P; ++q) xwj[q] = w * xj[q];
   }
-  Gemm(true, false, P, N, n, 1.0f, s->xw.data(), P, p.b + t0 * p.ldb, p.ldb, std::exp(last), state, N);
+  const float decay = std::exp(last);
+  float* sh = state + h * P * N;
+  for (int64_t i = 0; i < P * N; ++i) sh[i] *= decay;
+  return last;
 }
 
 }  // namespace
 
 void SsdScan(const ScanParams& p, float* state, float* log_decay) {
-  const int64_t T = p.tokens, N = p.d_state;
-  const int64_t chunks = (T + kChunk - 1) / kChunk;
-  // C_i . B_j within each chunk, shared by all heads (one B/C group).
-  std::vector<float> cb(static_cast<size_t>(chunks) * kChunk * kChunk);
-#pragma omp parallel for schedule(static)
-  for (int64_t k = 0; k < chunks; ++k) {
-    const int64_t t0 = k * kChunk, n = std::min(kChunk, T - t0);
-    Gemm(false, true, n, n, N, 1.0f, p.c + t0 * p.ldc, p.ldc, p.b + t0 * p.ldb, p.ldb, 0.0f,
-         cb.data() + k * kChunk * kChunk, kChunk);
-  }
-#pragma omp parallel for schedule(static)
-  for (int h = 0; h < p.heads; ++h) {
-    ChunkScratch scratch(p.head_dim, N);
-    float* sh = state + static_cast<int64_t>(h) * p.head_dim * N;
-    for (int64_t k = 0; k < chunks; ++k) {
-      const int64_t t0 = k * kChunk;
-      ScanChunk(p, h, t0, std::min(kChunk, T - t0), cb.data() + k * kChunk * kChunk, sh, &scratch);
+  const int64_t T = p.tokens, N = p.d_state, P = p.head_dim;
+  // Each thread takes a contiguous group of heads through all chunks. Per
+  // chunk: C B^T (one B/C group for all heads), C S^T and the state update
+  // as GEMMs over the thread's heads at once, the masked M @ X per head.
+  // BLAS calls inside the parallel region run on the calling thread.
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int h0 = p.heads * tid / threads, h1 = p.heads * (tid + 1) / threads;
+    const int64_t gp = int64_t{h1 - h0} * P;
+    float* group_state = state + int64_t{h0} * P * N;
+    std::vector<float> cb(kChunk * kChunk), cs(kChunk * gp), xw(kChunk * gp), cum(kChunk), m(kChunk * kChunk);
+    std::vector<float> total(h1 - h0, 0.0f);
+    for (int64_t t0 = 0; t0 < T && gp > 0; t0 += kChunk) {
+      const int64_t n = std::min(kChunk, T - t0);
+      const float* cc = p.c + t0 * p.ldc;
+      const float* bc = p.b + t0 * p.ldb;
+      Gemm(false, true, n, n, N, 1.0f, cc, p.ldc, bc, p.ldb, 0.0f, cb.data(), kChunk);
+      Gemm(false, true, n, gp, N, 1.0f, cc, p.ldc, group_state, N, 0.0f, cs.data(), gp);
+      for (int h = h0; h < h1; ++h) {
+        const int64_t col = int64_t{h - h0} * P;
+        total[h - h0] += ScanChunkHead(p, h, t0, n, cb.data(), cs.data() + col, xw.data() + col, gp, cum.data(),
+                                       m.data(), state);
+      }
+      Gemm(true, false, gp, N, n, 1.0f, xw.data(), gp, bc, p.ldb, 1.0f, group_state, N);
     }
     if (log_decay != nullptr) {
-      float total = 0.0f;
-      for (int64_t t = 0; t < T; ++t) total += p.dt[t * p.lddt + h] * p.a[h];
-      log_decay[h] += total;
+      for (int h = h0; h < h1; ++h) log_decay[h] += total[h - h0];
     }
   }
 }
