@@ -11,17 +11,33 @@ namespace lact {
 
 int WireBytes(WireType type) { return type == WireType::kF32 ? 4 : 2; }
 
-absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
-                          std::vector<float>* out) {
+absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int64_t first_token) {
+  // A NaN or Inf has all exponent bits set; check them all in one pass.
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(values);
+  uint32_t any = 0;
+#pragma omp simd reduction(| : any)
+  for (int64_t i = 0; i < count; ++i) any |= ((bits[i] & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
+  if (any == 0) return absl::OkStatus();
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", first_token + i / width, " feature ", i % width,
+                                                     " is ", values[i], "; tokens must be finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeTokensInto(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
+                              float* dst, int64_t capacity, int64_t* tokens) {
   const int64_t elem = WireBytes(type), row = elem * width;
   if (width < 1 || bytes.size() % row != 0) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes.size(), " bytes is not a whole number of ",
                                                    width, "-wide tokens of ", elem, " bytes per value"));
   }
   const int64_t count = static_cast<int64_t>(bytes.size()) / elem;
-  const size_t start = out->size();
-  out->resize(start + count);
-  float* dst = out->data() + start;
+  if (count > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk runs past token ", first_token + capacity / width));
+  }
   const char* src = bytes.data();
   if (type == WireType::kF32) {
     std::memcpy(dst, src, count * sizeof(float));
@@ -32,22 +48,19 @@ absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width
       dst[i] = type == WireType::kBF16 ? BFloat16ToFloat(v) : HalfToFloat(v);
     }
   }
-  // A NaN or Inf has all exponent bits set; check them all in one pass.
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(dst);
-  uint32_t any = 0;
-#pragma omp simd reduction(| : any)
-  for (int64_t i = 0; i < count; ++i) any |= ((bits[i] & 0x7f800000u) == 0x7f800000u) ? 1u : 0u;
-  if (any != 0) {
-    for (int64_t i = 0; i < count; ++i) {
-      if (!std::isfinite(dst[i])) {
-        const float bad = dst[i];
-        out->resize(start);
-        return absl::InvalidArgumentError(absl::StrCat("token ", first_token + i / width, " feature ", i % width,
-                                                       " is ", bad, "; tokens must be finite"));
-      }
-    }
-  }
-  return absl::OkStatus();
+  *tokens = count / width;
+  return CheckFinite(dst, count, width, first_token);
+}
+
+absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
+                          std::vector<float>* out) {
+  const size_t start = out->size();
+  out->resize(start + bytes.size() / WireBytes(type));
+  int64_t tokens = 0;
+  absl::Status s = DecodeTokensInto(bytes, type, width, first_token, out->data() + start,
+                                    static_cast<int64_t>(out->size() - start), &tokens);
+  if (!s.ok()) out->resize(start);
+  return s;
 }
 
 std::string EncodeTokens(const float* data, int64_t count, WireType type) {

@@ -20,6 +20,14 @@ int WireBytes(WireType type);
 absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
                           std::vector<float>* out);
 
+// Decodes into dst, which has room for `capacity` floats (INVALID_ARGUMENT
+// when the chunk is larger); *tokens receives the number of tokens.
+absl::Status DecodeTokensInto(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
+                              float* dst, int64_t capacity, int64_t* tokens);
+
+// INVALID_ARGUMENT naming the first NaN or Inf among count floats.
+absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int64_t first_token);
+
 // float32 -> wire bytes (bf16 and f16 round to nearest even).
 std::string EncodeTokens(const float* data, int64_t count, WireType type);
 

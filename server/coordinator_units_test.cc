@@ -132,22 +132,33 @@ TEST(JobStore, CancelRetainExpireDelete) {
 TEST(UploadReceiver, RoutesContextRowsAndKeepsQueries) {
   UploadReceiver receiver(3, {2}, 2, WireType::kF32);
   std::vector<float> seen;
-  auto sink = [&](int64_t offset, const float* rows, int64_t n) {
+  auto sink = [&](int64_t offset, int64_t n, std::string bytes) {
     EXPECT_EQ(offset, static_cast<int64_t>(seen.size()) / 2);
+    EXPECT_EQ(static_cast<int64_t>(bytes.size()), 2 * n * 4);
+    const float* rows = reinterpret_cast<const float*>(bytes.data());
     seen.insert(seen.end(), rows, rows + 2 * n);
     return absl::OkStatus();
   };
-  const auto chunk = [](int set, int64_t offset, std::vector<float> v) {
+  auto chunk = [](int set, int64_t offset, std::vector<float> v) {
     v1::TokenChunk c;
     c.set_set(set);
     c.set_offset(offset);
     c.set_data(EncodeTokens(v.data(), static_cast<int64_t>(v.size()), WireType::kF32));
     return c;
   };
-  ASSERT_TRUE(receiver.Accept(chunk(0, 0, {1, 2, 3, 4}), sink).ok());
-  ASSERT_TRUE(receiver.Accept(chunk(1, 0, {9, 9, 8, 8}), sink).ok());
+  {
+    v1::TokenChunk c = chunk(0, 0, {1, 2, 3, 4});
+    ASSERT_TRUE(receiver.Accept(&c, sink).ok());
+  }
+  {
+    v1::TokenChunk c = chunk(1, 0, {9, 9, 8, 8});
+    ASSERT_TRUE(receiver.Accept(&c, sink).ok());
+  }
   EXPECT_THAT(std::string(receiver.CheckComplete().message()), HasSubstr("after 2 of the 3 tokens of the context"));
-  ASSERT_TRUE(receiver.Accept(chunk(0, 2, {5, 6}), sink).ok());
+  {
+    v1::TokenChunk c = chunk(0, 2, {5, 6});
+    ASSERT_TRUE(receiver.Accept(&c, sink).ok());
+  }
   ASSERT_TRUE(receiver.CheckComplete().ok());
   EXPECT_EQ(seen, (std::vector<float>{1, 2, 3, 4, 5, 6}));
   std::vector<Tensor> queries = receiver.TakeQueries();

@@ -253,8 +253,8 @@ class SubmitFlow {
     UploadReceiver receiver(spec_.context_tokens(), {spec_.query_tokens().begin(), spec_.query_tokens().end()},
                             spec_.token_width(), plan_.dtype);
     const int64_t width = spec_.token_width();
-    auto sink = [&](int64_t offset, const float* rows, int64_t n) {
-      return streams_->Forward(offset, rows, n, width);
+    auto sink = [&](int64_t offset, int64_t n, std::string f32_bytes) {
+      return streams_->Forward(offset, n, width, std::move(f32_bytes));
     };
     v1::SubmitRequest request;
     auto last_progress = Clock::now();
@@ -263,7 +263,7 @@ class SubmitFlow {
         streams_->Cancel();
         return absl::InvalidArgumentError("after the JobSpec, Submit takes only token chunks");
       }
-      absl::Status s = receiver.Accept(request.chunk(), sink);
+      absl::Status s = receiver.Accept(request.mutable_chunk(), sink);
       if (!s.ok()) {
         streams_->Cancel();
         if (streams_->broken_rank() < 0) return s;  // the client's chunk was bad
@@ -382,9 +382,9 @@ grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
   absl::Status sets_ok = CheckQuerySets(spec.query_tokens(), c.options.limits);
   if (!sets_ok.ok()) return ToGrpcStatus(sets_ok);
   UploadReceiver receiver(0, {spec.query_tokens().begin(), spec.query_tokens().end()}, spec.token_width(), *dtype);
-  auto no_context = [](int64_t, const float*, int64_t) { return absl::OkStatus(); };
+  auto no_context = [](int64_t, int64_t, std::string) { return absl::OkStatus(); };
   while (stream->Read(&request)) {
-    absl::Status s = request.has_chunk() ? receiver.Accept(request.chunk(), no_context)
+    absl::Status s = request.has_chunk() ? receiver.Accept(request.mutable_chunk(), no_context)
                                          : absl::InvalidArgumentError("after the QuerySpec, Query takes only chunks");
     if (!s.ok()) return ToGrpcStatus(s);
   }

@@ -18,34 +18,46 @@ UploadReceiver::UploadReceiver(int64_t context_tokens, std::vector<int64_t> quer
   received_.assign(lengths_.size(), 0);
 }
 
-absl::Status UploadReceiver::Accept(const v1::TokenChunk& chunk, const ContextSink& sink) {
-  const int64_t bytes = static_cast<int64_t>(chunk.data().size());
+absl::Status UploadReceiver::Accept(v1::TokenChunk* chunk, const ContextSink& sink) {
+  const int64_t bytes = static_cast<int64_t>(chunk->data().size());
   if (bytes > kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes exceeds the 4 MiB limit"));
   }
-  const int set = chunk.set();
+  const int set = chunk->set();
   if (set < 0 || set >= static_cast<int>(lengths_.size()) || lengths_[set] == 0) {
     return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, "; this job has ",
                                                    lengths_[0] > 0 ? "set 0 (context) and " : "",
                                                    lengths_.size() - 1, " query sets (sets 1..",
                                                    lengths_.size() - 1, ")"));
   }
-  if (chunk.offset() != received_[set]) {
+  if (chunk->offset() != received_[set]) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk for set ", set, " starts at token ", chunk.offset(), "; expected token ", received_[set],
+        "chunk for set ", set, " starts at token ", chunk->offset(), "; expected token ", received_[set],
         " (chunks of a set must arrive in order, without gaps or overlaps)"));
   }
-  decoded_.clear();
-  LACT_RETURN_IF_ERROR(DecodeTokens(chunk.data(), dtype_, width_, chunk.offset(), &decoded_));
-  const int64_t n = static_cast<int64_t>(decoded_.size()) / width_;
+  const int64_t row_bytes = WireBytes(dtype_) * width_;
+  if (bytes % row_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes is not a whole number of ", width_,
+                                                   "-wide tokens of ", WireBytes(dtype_), " bytes per value"));
+  }
+  const int64_t n = bytes / row_bytes;
   if (received_[set] + n > lengths_[set]) {
     return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, " runs to token ", received_[set] + n,
                                                    ", past the set's ", lengths_[set], " tokens"));
   }
-  if (set == 0) {
-    LACT_RETURN_IF_ERROR(sink(chunk.offset(), decoded_.data(), n));
+  if (set == 0 && dtype_ == WireType::kF32) {
+    LACT_RETURN_IF_ERROR(
+        CheckFinite(reinterpret_cast<const float*>(chunk->data().data()), n * width_, width_, chunk->offset()));
+    LACT_RETURN_IF_ERROR(sink(chunk->offset(), n, std::move(*chunk->mutable_data())));
   } else {
-    std::copy(decoded_.begin(), decoded_.end(), queries_[set - 1].ptr() + received_[set] * width_);
+    float* dst = set == 0 ? nullptr : queries_[set - 1].ptr() + received_[set] * width_;
+    if (set == 0) {
+      decoded_.resize(n * width_);
+      dst = decoded_.data();
+    }
+    int64_t tokens = 0;
+    LACT_RETURN_IF_ERROR(DecodeTokensInto(chunk->data(), dtype_, width_, chunk->offset(), dst, n * width_, &tokens));
+    if (set == 0) LACT_RETURN_IF_ERROR(sink(chunk->offset(), n, EncodeTokens(dst, n * width_, WireType::kF32)));
   }
   received_[set] += n;
   bytes_ += bytes;

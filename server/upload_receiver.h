@@ -2,8 +2,9 @@
 // chunk names its set (0 = context, k + 1 = query set k) and first token;
 // chunks of a set must arrive in order without gaps or overlaps, hold whole
 // tokens of the job's width and dtype, be at most 4 MiB and finite. Context
-// rows go straight to a sink (never buffered here); query rows, small by
-// admission limits, are kept until the context is done. Not thread-safe.
+// rows go straight to a sink as float32 bytes (f32 chunks are passed on
+// without a copy; never buffered here); query rows, small by admission
+// limits, are kept until the context is done. Not thread-safe.
 #ifndef LACT_SERVER_UPLOAD_RECEIVER_H_
 #define LACT_SERVER_UPLOAD_RECEIVER_H_
 
@@ -23,11 +24,13 @@ inline constexpr int64_t kMaxChunkBytes = 4 << 20;
 
 class UploadReceiver {
  public:
-  using ContextSink = std::function<absl::Status(int64_t offset, const float* rows, int64_t tokens)>;
+  // (first token, tokens, their float32 bytes)
+  using ContextSink = std::function<absl::Status(int64_t offset, int64_t tokens, std::string f32_bytes)>;
 
   UploadReceiver(int64_t context_tokens, std::vector<int64_t> query_tokens, int64_t width, WireType dtype);
 
-  absl::Status Accept(const v1::TokenChunk& chunk, const ContextSink& sink);
+  // Takes the chunk's bytes.
+  absl::Status Accept(v1::TokenChunk* chunk, const ContextSink& sink);
   // OK when every set is complete; otherwise INVALID_ARGUMENT saying what is missing.
   absl::Status CheckComplete() const;
 

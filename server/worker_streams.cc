@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/token_codec.h"
 
 namespace lact::server {
 namespace {
@@ -46,8 +45,8 @@ absl::Status WorkerStreams::Open(const v1::ShardSpec& spec, std::chrono::system_
   return absl::OkStatus();
 }
 
-absl::Status WorkerStreams::Forward(int64_t offset, const float* rows, int64_t n, int64_t width) {
-  const int64_t per_chunk = std::max<int64_t>(1, kMaxChunkBytes / (4 * width));
+absl::Status WorkerStreams::Forward(int64_t offset, int64_t n, int64_t width, std::string f32_bytes) {
+  const int64_t row_bytes = 4 * width, per_chunk = std::max<int64_t>(1, kMaxChunkBytes / row_bytes);
   for (int r = 0; r < size() && n > 0; ++r) {
     const auto [begin, tokens] = shards_[r];
     const int64_t lo = std::max(offset, begin), hi = std::min(offset + n, begin + tokens);
@@ -55,7 +54,11 @@ absl::Status WorkerStreams::Forward(int64_t offset, const float* rows, int64_t n
       const int64_t count = std::min(per_chunk, hi - t);
       v1::ShardRequest request;
       request.mutable_chunk()->set_offset(t - begin);
-      request.mutable_chunk()->set_data(EncodeTokens(rows + (t - offset) * width, count * width, WireType::kF32));
+      if (count == n) {
+        request.mutable_chunk()->set_data(std::move(f32_bytes));  // the whole chunk: no copy
+      } else {
+        request.mutable_chunk()->set_data(f32_bytes.substr((t - offset) * row_bytes, count * row_bytes));
+      }
       if (!streams_[r]->Write(request)) {
         broken_rank_ = r;
         return absl::UnavailableError(absl::StrCat("worker ", addresses_[r], " (rank ", r, ") stopped taking tokens"));

@@ -35,8 +35,9 @@ class WorkerStreams {
   // Opens every stream and sends its ShardSpec (template: rank, begin and
   // tokens are filled in per rank).
   absl::Status Open(const v1::ShardSpec& spec, std::chrono::system_clock::time_point deadline);
-  // Context rows [offset, offset + n) (global), n * width floats.
-  absl::Status Forward(int64_t offset, const float* rows, int64_t n, int64_t width);
+  // Context rows [offset, offset + n) (global) as float32 bytes; a chunk
+  // within one shard is passed on without a copy.
+  absl::Status Forward(int64_t offset, int64_t n, int64_t width, std::string f32_bytes);
   void CloseUploads();
   void Cancel();
 

@@ -37,13 +37,9 @@ absl::Status AppendChunk(const v1::TokenChunk& chunk, int64_t width, int64_t cap
   if (chunk.offset() != *filled) {
     return absl::InvalidArgumentError(absl::StrCat("chunk at token ", chunk.offset(), "; expected ", *filled));
   }
-  std::vector<float> values;
-  LACT_RETURN_IF_ERROR(DecodeTokens(chunk.data(), WireType::kF32, width, chunk.offset(), &values));
-  const int64_t n = static_cast<int64_t>(values.size()) / width;
-  if (*filled + n > capacity) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk runs past token ", capacity));
-  }
-  std::copy(values.begin(), values.end(), rows->ptr() + *filled * width);
+  int64_t n = 0;
+  LACT_RETURN_IF_ERROR(DecodeTokensInto(chunk.data(), WireType::kF32, width, chunk.offset(),
+                                        rows->ptr() + *filled * width, (capacity - *filled) * width, &n));
   *filled += n;
   return absl::OkStatus();
 }
