@@ -265,9 +265,10 @@ class SubmitFlow {
       }
       absl::Status s = receiver.Accept(request.mutable_chunk(), sink);
       if (!s.ok()) {
+        const bool cancelled = streams_->cancelled() || context_->IsCancelled();
         streams_->Cancel();
         if (streams_->broken_rank() < 0) return s;  // the client's chunk was bad
-        if (streams_->cancelled() || context_->IsCancelled()) return s;  // not the worker's fault
+        if (cancelled) return s;                     // the worker was cancelled, not lost
         c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
         return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", s.message()));
       }

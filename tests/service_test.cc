@@ -347,19 +347,30 @@ TEST_F(ServiceTest, ClientDisconnectsMidUpload) {
   ExpectClusterStillWorks(Client(), 3);
 }
 
-TEST(ServiceFaultTest, WorkerKilledMidJob) {
+// Kills worker 1 during the upload (0) or after the first layer (1).
+class ServiceFaultTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ServiceFaultTest, WorkerKilledMidJob) {
+  const bool during_compute = GetParam() == 1;
   std::unique_ptr<LocalCluster> cluster = StartCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  std::atomic<bool> running{false};
+  std::atomic<bool> trigger{false};
   std::thread killer([&] {
-    while (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    while (!trigger) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!during_compute) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     cluster->KillWorker(1);
   });
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<JobResult> got =
-      client.Submit(LongJob(2), RandomTokens(65536, 256, 11), {}, nullptr, [&](const std::string&) { running = true; });
+  absl::StatusOr<JobResult> got = client.Submit(
+      LongJob(2), RandomTokens(65536, 256, 11), {},
+      [&](const v1::Progress& p) {
+        if (during_compute && p.stage() == v1::Progress::LAYERS) trigger = true;
+      },
+      [&](const std::string&) {
+        if (!during_compute) trigger = true;
+      });
+  trigger = true;  // in case the job ended before the trigger
   killer.join();
   EXPECT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
@@ -368,6 +379,9 @@ TEST(ServiceFaultTest, WorkerKilledMidJob) {
   // The survivor takes the next job alone.
   ExpectClusterStillWorks(std::move(client), 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(Phases, ServiceFaultTest, ::testing::Values(0, 1),
+                         [](const auto& info) { return info.param == 0 ? "DuringUpload" : "DuringCompute"; });
 
 }  // namespace
 }  // namespace lact::testing
