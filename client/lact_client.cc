@@ -198,6 +198,7 @@ absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id,
 absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, std::chrono::seconds(30));
+  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
   v1::GetJobRequest request;
   request.set_job_id(job_id);
   v1::JobInfo info;
@@ -208,6 +209,7 @@ absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
 absl::StatusOr<std::vector<v1::JobInfo>> LactClient::ListJobs() {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, std::chrono::seconds(30));
+  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
   v1::ListJobsResponse response;
   LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &response)));
   return std::vector<v1::JobInfo>(response.jobs().begin(), response.jobs().end());
@@ -216,6 +218,7 @@ absl::StatusOr<std::vector<v1::JobInfo>> LactClient::ListJobs() {
 absl::StatusOr<v1::JobInfo> LactClient::CancelJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, std::chrono::seconds(30));
+  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   v1::JobInfo info;
@@ -226,6 +229,7 @@ absl::StatusOr<v1::JobInfo> LactClient::CancelJob(const std::string& job_id) {
 absl::Status LactClient::DeleteJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, std::chrono::seconds(30));
+  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
   v1::DeleteJobRequest request;
   request.set_job_id(job_id);
   v1::DeleteJobResponse response;
@@ -235,6 +239,7 @@ absl::Status LactClient::DeleteJob(const std::string& job_id) {
 absl::StatusOr<std::vector<v1::ModelInfo>> LactClient::ListModels() {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, std::chrono::seconds(30));
+  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
   v1::ListModelsResponse response;
   LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->ListModels(&ctx, v1::ListModelsRequest(), &response)));
   return std::vector<v1::ModelInfo>(response.models().begin(), response.models().end());
