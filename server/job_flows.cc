@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -34,12 +35,23 @@ class WorkerLease {
   std::vector<std::string> addresses_;
 };
 
-// Polls the client's call; when the client cancels or disconnects, cancels `cancel`.
+// Polls the client's call; when the client cancels or disconnects, calls
+// `cancel`. With an idle limit, a client that sends nothing for that long
+// while `*last_activity` (steady-clock ns; INT64_MAX = not waiting) is set
+// has its call cancelled too, so a stalled upload cannot hold workers.
 class CancelWatcher {
  public:
-  CancelWatcher(grpc::ServerContext* context, std::function<void()> cancel)
-      : thread_([this, context, cancel = std::move(cancel)] {
+  CancelWatcher(grpc::ServerContext* context, std::function<void()> cancel,
+                const std::atomic<int64_t>* last_activity = nullptr,
+                std::chrono::milliseconds idle_limit = std::chrono::milliseconds(0))
+      : thread_([this, context, cancel = std::move(cancel), last_activity, idle_limit] {
           while (!done_) {
+            const int64_t now = Clock::now().time_since_epoch().count();
+            if (last_activity != nullptr && idle_limit.count() > 0 &&
+                now - last_activity->load() > std::chrono::nanoseconds(idle_limit).count()) {
+              idle_ = true;
+              context->TryCancel();
+            }
             if (context->IsCancelled()) {
               cancel();
               return;
@@ -47,6 +59,7 @@ class CancelWatcher {
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
           }
         }) {}
+  bool idle() const { return idle_; }
   ~CancelWatcher() {
     done_ = true;
     thread_.join();
@@ -54,6 +67,7 @@ class CancelWatcher {
 
  private:
   std::atomic<bool> done_{false};
+  std::atomic<bool> idle_{false};
   std::thread thread_;
 };
 
@@ -180,7 +194,9 @@ class SubmitFlow {
     shard.set_collective_timeout_ms(c_.options.collective_timeout_ms);
     std::shared_ptr<WorkerStreams> streams = streams_;
     c_.jobs->SetCanceller(job_id_, [streams] { streams->Cancel(); });
-    CancelWatcher watcher(context_, [streams] { streams->Cancel(); });
+    last_chunk_ = Clock::now().time_since_epoch().count();
+    CancelWatcher watcher(context_, [streams] { streams->Cancel(); }, &last_chunk_, c_.options.upload_idle_timeout);
+    watcher_ = &watcher;
     if (absl::Status opened = streams_->Open(shard, CallDeadline(context_)); !opened.ok()) {
       c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
       return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", opened.message()));
@@ -223,6 +239,11 @@ class SubmitFlow {
   // A failure caused by a cancellation (CancelJob, the client going away or
   // its deadline) is reported as that, not as the worker errors it caused.
   absl::Status CancellationCause(const absl::Status& failure) {
+    if (watcher_ != nullptr && watcher_->idle()) {
+      return absl::DeadlineExceededError(absl::StrCat("job ", job_id_, " cancelled: no token chunk for ",
+                                                      c_.options.upload_idle_timeout.count(),
+                                                      " ms during the upload"));
+    }
     auto info = c_.jobs->Get(job_id_);
     if (info.ok() && info->status() == v1::JobInfo::CANCELLED) {
       return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by CancelJob"));
@@ -258,7 +279,9 @@ class SubmitFlow {
     };
     v1::SubmitRequest request;
     auto last_progress = Clock::now();
-    while (stream_->Read(&request)) {
+    // The idle clock runs only while waiting for the client, not while a
+    // slow worker holds up a forward.
+    while ((last_chunk_ = Clock::now().time_since_epoch().count(), stream_->Read(&request))) {
       if (!request.has_chunk()) {
         streams_->Cancel();
         return absl::InvalidArgumentError("after the JobSpec, Submit takes only token chunks");
@@ -287,6 +310,7 @@ class SubmitFlow {
       return complete;
     }
     streams_->CloseUploads();
+    last_chunk_ = std::numeric_limits<int64_t>::max();  // the upload is over
     stats_.set_upload_seconds(Since(start_));
     stats_.set_upload_mb_per_second(receiver.bytes_received() / 1e6 / std::max(1e-9, stats_.upload_seconds()));
     *queries = receiver.TakeQueries();
@@ -350,6 +374,8 @@ class SubmitFlow {
   JobPlan plan_;
   std::string job_id_;
   std::shared_ptr<WorkerStreams> streams_;
+  std::atomic<int64_t> last_chunk_{std::numeric_limits<int64_t>::max()};
+  const CancelWatcher* watcher_ = nullptr;  // valid while Execute runs
   std::vector<v1::Tensor> state_;
   v1::JobStats stats_;
 };

@@ -24,6 +24,7 @@ struct CoordinatorOptions {
   std::chrono::seconds default_retain{3600};
   std::chrono::milliseconds acquire_wait{30000};  // for busy workers to free up
   int collective_timeout_ms = 60000;
+  std::chrono::milliseconds upload_idle_timeout{60000};  // max gap between a job's chunks
 };
 
 struct Coordinator {

@@ -4,6 +4,7 @@
 //   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]
 //                    [--retain-seconds 3600] [--max-context-tokens N]
 //                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 30000]
+//                    [--upload-idle-timeout-ms 60000]
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -28,6 +29,8 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
                         flags.Int("max-context-tokens", o->limits.max_context_tokens, 1, int64_t{1} << 34));
   LACT_ASSIGN_OR_RETURN(int64_t collective, flags.Int("collective-timeout-ms", 60000, 100, 3600000));
   LACT_ASSIGN_OR_RETURN(int64_t acquire, flags.Int("acquire-timeout-ms", 30000, 0, 3600000));
+  LACT_ASSIGN_OR_RETURN(int64_t idle, flags.Int("upload-idle-timeout-ms", 60000, 100, 3600000));
+  o->upload_idle_timeout = std::chrono::milliseconds(idle);
   o->default_retain = std::chrono::seconds(retain);
   o->collective_timeout_ms = static_cast<int>(collective);
   o->acquire_wait = std::chrono::milliseconds(acquire);
@@ -38,7 +41,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags =
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                    {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens", "collective-timeout-ms",
-                    "acquire-timeout-ms"});
+                    "acquire-timeout-ms", "upload-idle-timeout-ms"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed = flags.ok() ? ParseOptions(*flags, &options, &port, &heartbeat_ms) : flags.status();

@@ -45,7 +45,7 @@ std::unique_ptr<LocalCluster> StartCluster(int workers) {
   options.threads_per_worker = 1;
   options.bin_dir = LACT_BIN_DIR;
   options.coordinator_args = {"--collective-timeout-ms", "5000", "--acquire-timeout-ms", "5000", "--heartbeat-ms",
-                              "300"};
+                              "300", "--upload-idle-timeout-ms", "1000"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   return cluster.ok() ? *std::move(cluster) : nullptr;
@@ -323,6 +323,20 @@ TEST_F(ServiceTest, DeadlineThatExpires) {
   o.timeout = std::chrono::milliseconds(700);
   absl::StatusOr<JobResult> got = Client().Submit(o, RandomTokens(32768, 256, 10), {});
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  ExpectClusterStillWorks(Client(), 3);
+}
+
+TEST_F(ServiceTest, StalledUploadIsCancelled) {
+  RawSubmit raw(cluster_->address());
+  raw.Send(Spec("tiny", 100, 32));
+  ASSERT_TRUE(raw.ReadAccepted());
+  raw.Send(Chunk(0, 0, std::vector<float>(32 * 10, 0.1f)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // the coordinator allows 1 s between chunks
+  EXPECT_FALSE(raw.Close().ok());
+  absl::StatusOr<v1::JobInfo> info = Client().GetJob(raw.job_id());
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_NE(info->status(), v1::JobInfo::RUNNING);
+  EXPECT_THAT(info->error(), HasSubstr("no token chunk for 1000 ms during the upload"));
   ExpectClusterStillWorks(Client(), 3);
 }
 
