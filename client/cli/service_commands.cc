@@ -137,12 +137,14 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(WireType dtype, ParseDType(flags.Get("dtype").value_or("f32")));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
   if (flags.GetAll("query").empty()) return absl::InvalidArgumentError("give at least one --query FILE.npy");
+  LactClient client(server);
+  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.GetJob(job));
+  LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(info.model()));
   std::vector<Tensor> queries;
   for (const std::string& q : flags.GetAll("query")) {
-    LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, 0));
+    LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
     queries.push_back(std::move(t));
   }
-  LactClient client(server);
   LACT_ASSIGN_OR_RETURN(std::vector<Tensor> outputs,
                         client.Query(job, queries, dtype, std::chrono::seconds(timeout_s)));
   SafetensorsWriter writer;
