@@ -82,7 +82,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaParityTest,
                                            Shape{"odd_embed_head", 12, 2, 5, 7, 3, 5, 3, 6, 0, 0, 37},
                                            Shape{"chunks_muon", 16, 2, 0, 0, 4, 6, 4, 8, 2, 11, 40},
                                            Shape{"conv_width_one", 8, 1, 0, 3, 4, 4, 1, 4, 0, 5, 13},
-                                           Shape{"long", 32, 1, 0, 0, 8, 16, 4, 16, 0, 64, 300}),
+                                           Shape{"long", 32, 1, 0, 0, 8, 16, 4, 16, 0, 64, 300},
+                                           Shape{"head_wider_than_model", 8, 1, 6, 20, 4, 4, 4, 4, 0, 0, 9}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

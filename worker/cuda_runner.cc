@@ -1,6 +1,8 @@
 #include "worker/cuda_runner.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -15,7 +17,7 @@ using cuda::DeviceBuffer;
 // Device buffers for one sequence of L tokens.
 struct CudaRunner::Buffers {
   int64_t L = 0;
-  DeviceBuffer x, h, acc, hrev, proj, xbc, dt, y, a, kv, lr, q, o, g, u, dh, gate, up, scratch;
+  DeviceBuffer x, h, acc, hrev, proj, xbc, dt, y, a, kv, lr, q, o, g, u, dh, gate, up, scratch, out;
   DeviceBuffer ssm[2], conv[2];
   DeviceBuffer w0, w1, w2, dw0, dw1, dw2;
 
@@ -34,7 +36,7 @@ struct CudaRunner::Buffers {
                 {&dh, L * dhh},  {&gate, L * F},    {&up, L * F},      {&scratch, hist + 1},
                 {&ssm[0], state}, {&ssm[1], state}, {&conv[0], hist + 1}, {&conv[1], hist + 1},
                 {&w0, fast},     {&w1, fast},       {&w2, fast},       {&dw0, fast},     {&dw1, fast},
-                {&dw2, fast}};
+                {&dw2, fast},    {&out, L * c.output_width()}};
     for (auto& p : plan) {
       LACT_ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(static_cast<size_t>(p.floats)));
     }
@@ -76,6 +78,7 @@ absl::StatusOr<Tensor> CudaRunner::Run(const Tensor& tokens, bool is_context, Fu
                                                    "; the model takes [L >= 1, ", c.input_width(), "]"));
   }
   const int64_t L = tokens.dim(0), D = c.d_model;
+  LACT_RETURN_IF_ERROR(ctx_->Activate());  // the device is per thread in CUDA
   Buffers b;
   LACT_RETURN_IF_ERROR(b.Allocate(c, L));
   LACT_ASSIGN_OR_RETURN(DeviceBuffer input, ctx_->Upload(tokens.ptr(), tokens.size()));
@@ -96,9 +99,9 @@ absl::StatusOr<Tensor> CudaRunner::Run(const Tensor& tokens, bool is_context, Fu
   LACT_RETURN_IF_ERROR(cuda::RmsNormRows(s, b.x.get(), D, L, D, Device(model_.final_norm()), b.h.get(), D));
   Tensor out({L, c.output_width()});
   if (model_.head() != nullptr) {
-    LACT_RETURN_IF_ERROR(cuda::Linear(*ctx_, b.h.get(), D, L, D, Device(model_.head()), c.d_output, b.a.get(),
+    LACT_RETURN_IF_ERROR(cuda::Linear(*ctx_, b.h.get(), D, L, D, Device(model_.head()), c.d_output, b.out.get(),
                                       c.d_output));
-    LACT_RETURN_IF_ERROR(ctx_->Download(b.a.get(), out.size(), out.ptr()));
+    LACT_RETURN_IF_ERROR(ctx_->Download(b.out.get(), out.size(), out.ptr()));
   } else {
     LACT_RETURN_IF_ERROR(ctx_->Download(b.h.get(), out.size(), out.ptr()));
   }

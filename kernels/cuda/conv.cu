@@ -40,7 +40,9 @@ absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t token
   const int keep = width - 1;
   if (keep > 0) {
     HistoryKernel<<<Blocks(keep * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, keep, history, scratch);
-    cudaMemcpyAsync(history, scratch, keep * channels * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    const cudaError_t copied =
+        cudaMemcpyAsync(history, scratch, keep * channels * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    if (copied != cudaSuccess) return absl::InternalError(absl::StrCat("ConvSilu history: ", cudaGetErrorString(copied)));
   }
   return LaunchStatus("ConvSilu");
 }

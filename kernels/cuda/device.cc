@@ -44,11 +44,17 @@ absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
   }
   LACT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   auto ctx = std::unique_ptr<CudaContext>(new CudaContext());
+  ctx->device_ = device;
   LACT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
   LACT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&ctx->cublas_));
   LACT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(ctx->cublas_, ctx->stream_));
   LACT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(ctx->cublas_, CUBLAS_PEDANTIC_MATH));  // no TF32
   return ctx;
+}
+
+absl::Status CudaContext::Activate() const {
+  LACT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  return absl::OkStatus();
 }
 
 CudaContext::~CudaContext() {

@@ -45,6 +45,8 @@ class CudaContext {
   static absl::StatusOr<std::unique_ptr<CudaContext>> Create(int device);
   ~CudaContext();
 
+  // Makes this context's device current for the calling thread.
+  absl::Status Activate() const;
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
 
@@ -54,6 +56,7 @@ class CudaContext {
 
  private:
   CudaContext() = default;
+  int device_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
 };
