@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/lact_ops.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/newton_schulz.h"
 #include "kernels/cuda/ops.h"
 
 namespace lact {
@@ -204,17 +204,10 @@ absl::Status CudaRunner::Lact(int layer, bool is_context, Buffers& b, LayerState
     }
     if (is_context) {
       float* dws[3] = {b.dw0.get(), b.dw1.get(), b.dw2.get()};
-      if (c.ttt.muon_steps > 0) {  // Newton-Schulz on the host for now (small matrices)
+      if (c.ttt.muon_steps > 0) {
         for (int m = 0; m < 3; ++m) {
-          std::vector<float> host(fast);
-          LACT_RETURN_IF_ERROR(ctx_->Download(dws[m], fast, host.data()));
           const int64_t rows = m == 1 ? dh : dhh, cols = m == 1 ? dhh : dh;
-          for (int64_t head = 0; head < ht; ++head) {
-            cpu::NewtonSchulz(host.data() + head * mat, rows, cols, c.ttt.muon_steps);
-          }
-          LACT_CUDA_RETURN_IF_ERROR(
-              cudaMemcpyAsync(dws[m], host.data(), fast * sizeof(float), cudaMemcpyHostToDevice, s));
-          LACT_RETURN_IF_ERROR(ctx_->Synchronize());
+          LACT_RETURN_IF_ERROR(cuda::NewtonSchulz(ctx, dws[m], ht, rows, cols, c.ttt.muon_steps));
         }
       }
       for (int m = 0; m < 3; ++m) {

@@ -75,7 +75,7 @@ absl::Status CudaContext::Download(const float* device, size_t floats, float* ho
   return Synchronize();
 }
 
-absl::Status CudaContext::Synchronize() {
+absl::Status CudaContext::Synchronize() const {
   LACT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
 }
@@ -88,6 +88,18 @@ absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m,
                                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
                                           static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(ldb),
                                           a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
+  return absl::OkStatus();
+}
+
+absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                                int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                                int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
+  LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+      ctx.cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+      static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
+      stride_a, &beta, c, static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
   return absl::OkStatus();
 }
 

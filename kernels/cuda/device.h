@@ -52,7 +52,7 @@ class CudaContext {
 
   absl::StatusOr<DeviceBuffer> Upload(const float* host, size_t floats);
   absl::Status Download(const float* device, size_t floats, float* host);
-  absl::Status Synchronize();
+  absl::Status Synchronize() const;
 
  private:
   CudaContext() = default;
@@ -64,6 +64,13 @@ class CudaContext {
 // Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C on the context's stream.
 absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// The same for `batch` independent problems whose matrices are `stride_*`
+// floats apart.
+absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
+                                int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
+                                int64_t batch);
 
 // y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
 absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,

@@ -52,7 +52,18 @@ __global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t tokens,
   dh[i] = rates[2] * dhv * silu;
 }
 
+__global__ void AxpbyKernel(float alpha, const float* a, float beta, const float* b, float* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = alpha * a[i] + beta * b[i];
+}
+
 }  // namespace
+
+absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b, float* out, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  AxpbyKernel<<<Blocks(n), kThreads, 0, s>>>(alpha, a, beta, b, out, n);
+  return LaunchStatus("Axpby");
+}
 
 absl::Status SiluRows(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols) {
   if (rows * cols == 0) return absl::OkStatus();

@@ -53,7 +53,21 @@ __global__ void WeightNormKernel(float* w, const float* dw, const float* w_init,
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) wr[c] *= scale;
 }
 
+__global__ void NormalizeMatrixKernel(float* x, int64_t size) {
+  float* m = x + blockIdx.x * size;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < size; i += blockDim.x) ss += m[i] * m[i];
+  const float inv = 1.0f / (sqrtf(BlockSum(ss)) + 1e-7f);
+  for (int64_t i = threadIdx.x; i < size; i += blockDim.x) m[i] *= inv;
+}
+
 }  // namespace
+
+absl::Status NormalizeMatrices(cudaStream_t s, float* x, int64_t batch, int64_t size) {
+  if (batch == 0) return absl::OkStatus();
+  NormalizeMatrixKernel<<<static_cast<unsigned>(batch), kThreads, 0, s>>>(x, size);
+  return LaunchStatus("NormalizeMatrices");
+}
 
 absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w,
                          float* y, int64_t ldy) {

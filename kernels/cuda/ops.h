@@ -56,6 +56,12 @@ absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int6
 absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init, int64_t rows,
                               int64_t cols);
 
+// Each of `batch` contiguous [rows, cols] matrices divided by (its Frobenius
+// norm + 1e-7).
+absl::Status NormalizeMatrices(cudaStream_t s, float* x, int64_t batch, int64_t size);
+// out[i] = alpha * a[i] + beta * b[i] for i < n (contiguous; out may alias a or b).
+absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b, float* out, int64_t n);
+
 }  // namespace lact::cuda
 
 #endif  // LACT_KERNELS_CUDA_OPS_H_

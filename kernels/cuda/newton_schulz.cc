@@ -1,0 +1,43 @@
+#include "kernels/cuda/newton_schulz.h"
+
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.h"
+
+namespace lact::cuda {
+
+absl::Status NewtonSchulz(const CudaContext& ctx, float* g, int64_t batch, int64_t rows, int64_t cols, int steps) {
+  constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
+  const int64_t size = rows * cols, r = std::min(rows, cols), rr = r * r;
+  const bool wide = rows <= cols;  // A = X X^T (wide) or X^T X (tall)
+  LACT_RETURN_IF_ERROR(NormalizeMatrices(ctx.stream(), g, batch, size));
+  LACT_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Allocate(batch * rr));
+  LACT_ASSIGN_OR_RETURN(DeviceBuffer aa, DeviceBuffer::Allocate(batch * rr));
+  LACT_ASSIGN_OR_RETURN(DeviceBuffer next, DeviceBuffer::Allocate(batch * size));
+  for (int s = 0; s < steps; ++s) {
+    if (wide) {  // A[r, r] = X X^T
+      LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, true, r, r, cols, 1.0f, g, cols, size, g, cols, size, 0.0f,
+                                              a.get(), r, rr, batch));
+    } else {  // A[r, r] = X^T X
+      LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, true, false, r, r, rows, 1.0f, g, cols, size, g, cols, size, 0.0f,
+                                              a.get(), r, rr, batch));
+    }
+    LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, false, r, r, r, 1.0f, a.get(), r, rr, a.get(), r, rr, 0.0f,
+                                            aa.get(), r, rr, batch));  // A A
+    LACT_RETURN_IF_ERROR(Axpby(ctx.stream(), kB, a.get(), kC, aa.get(), aa.get(), batch * rr));  // B = b A + c A A
+    LACT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(next.get(), g, batch * size * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));
+    if (wide) {  // next = a X + B X
+      LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, false, rows, cols, rows, 1.0f, aa.get(), r, rr, g, cols,
+                                              size, kA, next.get(), cols, size, batch));
+    } else {  // next = a X + X B
+      LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, false, rows, cols, cols, 1.0f, g, cols, size, aa.get(), r,
+                                              rr, kA, next.get(), cols, size, batch));
+    }
+    LACT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(g, next.get(), batch * size * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));
+  }
+  return ctx.Synchronize();  // the scratch buffers are freed on return
+}
+
+}  // namespace lact::cuda
