@@ -1,7 +1,5 @@
 #include "server/job_flows.h"
 
-#include <sys/resource.h>
-
 #include <atomic>
 #include <limits>
 #include <thread>
@@ -9,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/token_codec.h"
 #include "proto/status_conversion.h"
@@ -74,12 +73,6 @@ class CancelWatcher {
 std::chrono::system_clock::time_point CallDeadline(grpc::ServerContext* context) {
   const auto cap = std::chrono::system_clock::now() + std::chrono::hours(24 * 7);
   return std::min(context->deadline(), cap);
-}
-
-int64_t PeakRssBytes() {
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
 }
 
 v1::SubmitResponse ProgressMessage(v1::Progress::Stage stage, Clock::time_point start) {

@@ -292,6 +292,23 @@ void ExpectClusterStillWorks(LactClient&& client, int workers) {
   ExpectGolden(*golden, *got);
 }
 
+TEST_F(ServiceTest, CoordinatorNeverHoldsTheContext) {
+  // 128 MiB of context in and 128 MiB of output back through the coordinator
+  // (the small golden model keeps the compute short); it forwards chunk by
+  // chunk, so its peak RSS stays well under one copy of the context.
+  SubmitOptions o;
+  o.model = "tiny";
+  o.return_state = false;
+  o.timeout = std::chrono::seconds(120);
+  absl::StatusOr<JobResult> got = Client().Submit(o, RandomTokens(1 << 20, 32, 21), {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_GT(got->stats.coordinator_peak_rss_bytes(), 0);
+  EXPECT_LT(got->stats.coordinator_peak_rss_bytes(), int64_t{100} << 20)
+      << "the coordinator's peak RSS grew with the context";
+  EXPECT_GT(got->stats.upload_mb_per_second(), 0.0);
+  EXPECT_EQ(got->stats.worker_peak_rss_bytes_size(), 3);
+}
+
 TEST_F(ServiceTest, CancelJobMidRun) {
   Tensor context = RandomTokens(16384, 256, 9);
   std::string job_id;

@@ -1,11 +1,10 @@
 #include "worker/worker_service.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/fused_state.h"
+#include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/token_codec.h"
 #include "proto/status_conversion.h"
@@ -17,12 +16,6 @@ namespace lact {
 namespace {
 
 constexpr int64_t kMaxChunkBytes = 4 << 20;
-
-int64_t PeakRssBytes() {
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
-}
 
 absl::StatusOr<ModelConfig> JobConfig(const Model& model, const v1::JobOptions& o) {
   JobOptions options;

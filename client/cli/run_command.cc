@@ -1,7 +1,5 @@
 #include "client/cli/run_command.h"
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <cstdio>
 
@@ -11,6 +9,7 @@
 #include "client/cli/tokens_source.h"
 #include "common/fused_state.h"
 #include "common/model.h"
+#include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/cpu_runner.h"
@@ -21,11 +20,7 @@
 namespace lact::cli {
 namespace {
 
-double PeakRssMiB() {
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;
-}
+double PeakRssMiB() { return static_cast<double>(PeakRssBytes()) / (1 << 20); }
 
 absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
   JobOptions options;

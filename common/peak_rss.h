@@ -1,0 +1,15 @@
+// Peak resident memory of this process: VmHWM from /proc/self/status. Not
+// getrusage's ru_maxrss, which Linux carries across execve, so a process
+// started by a large parent would report the parent's peak.
+#ifndef LACT_COMMON_PEAK_RSS_H_
+#define LACT_COMMON_PEAK_RSS_H_
+
+#include <cstdint>
+
+namespace lact {
+
+int64_t PeakRssBytes();
+
+}  // namespace lact
+
+#endif  // LACT_COMMON_PEAK_RSS_H_
