@@ -195,53 +195,60 @@ absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id,
   return out;
 }
 
-absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
+namespace {
+
+// A unary call with a 30 s deadline that waits for the channel to be ready
+// (riding out a connection still being set up).
+template <typename Response, typename Request, typename Call>
+absl::StatusOr<Response> Unary(const Request& request, Call call) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, std::chrono::seconds(30));
-  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
-  v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  v1::JobInfo info;
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetJob(&ctx, request, &info)));
-  return info;
+  ctx.set_wait_for_ready(true);
+  Response response;
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(call(&ctx, request, &response)));
+  return response;
+}
+
+template <typename Request>
+Request ForJob(const std::string& job_id) {
+  Request r;
+  r.set_job_id(job_id);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
+  return Unary<v1::JobInfo>(ForJob<v1::GetJobRequest>(job_id), [&](auto* c, const auto& q, auto* r) {
+    return stub_->GetJob(c, q, r);
+  });
 }
 
 absl::StatusOr<std::vector<v1::JobInfo>> LactClient::ListJobs() {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, std::chrono::seconds(30));
-  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
-  v1::ListJobsResponse response;
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &response)));
+  LACT_ASSIGN_OR_RETURN(v1::ListJobsResponse response,
+                        Unary<v1::ListJobsResponse>(v1::ListJobsRequest(), [&](auto* c, const auto& q, auto* r) {
+                          return stub_->ListJobs(c, q, r);
+                        }));
   return std::vector<v1::JobInfo>(response.jobs().begin(), response.jobs().end());
 }
 
 absl::StatusOr<v1::JobInfo> LactClient::CancelJob(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, std::chrono::seconds(30));
-  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
-  v1::CancelJobRequest request;
-  request.set_job_id(job_id);
-  v1::JobInfo info;
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->CancelJob(&ctx, request, &info)));
-  return info;
+  return Unary<v1::JobInfo>(ForJob<v1::CancelJobRequest>(job_id), [&](auto* c, const auto& q, auto* r) {
+    return stub_->CancelJob(c, q, r);
+  });
 }
 
 absl::Status LactClient::DeleteJob(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, std::chrono::seconds(30));
-  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
-  v1::DeleteJobRequest request;
-  request.set_job_id(job_id);
-  v1::DeleteJobResponse response;
-  return FromGrpcStatus(stub_->DeleteJob(&ctx, request, &response));
+  return Unary<v1::DeleteJobResponse>(ForJob<v1::DeleteJobRequest>(job_id), [&](auto* c, const auto& q, auto* r) {
+           return stub_->DeleteJob(c, q, r);
+         }).status();
 }
 
 absl::StatusOr<std::vector<v1::ModelInfo>> LactClient::ListModels() {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, std::chrono::seconds(30));
-  ctx.set_wait_for_ready(true);  // ride out a connection still being set up
-  v1::ListModelsResponse response;
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(stub_->ListModels(&ctx, v1::ListModelsRequest(), &response)));
+  LACT_ASSIGN_OR_RETURN(v1::ListModelsResponse response,
+                        Unary<v1::ListModelsResponse>(v1::ListModelsRequest(), [&](auto* c, const auto& q, auto* r) {
+                          return stub_->ListModels(c, q, r);
+                        }));
   return std::vector<v1::ModelInfo>(response.models().begin(), response.models().end());
 }
 
