@@ -112,6 +112,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
     if (stream->Write(first)) WriteSets<v1::SubmitRequest>(stream.get(), sets, 0, options.dtype);
   });
   JobResult result;
+  int64_t output_width = 0;
   std::vector<Tensor*> outputs;
   absl::Status failure;
   v1::SubmitResponse response;
@@ -120,14 +121,17 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
       const v1::JobAccepted& a = response.accepted();
       result.job_id = a.job_id();
       result.shards.assign(a.shards().begin(), a.shards().end());
-      result.output = Tensor({context.dim(0), a.output_width()});
-      for (const Tensor& q : queries) result.queries.emplace_back(std::vector<int64_t>{q.dim(0), a.output_width()});
-      outputs = {&result.output};
-      for (Tensor& q : result.queries) outputs.push_back(&q);
+      output_width = a.output_width();
       if (on_accepted) on_accepted(a.job_id());
     } else if (response.has_progress()) {
       if (progress) progress(response.progress());
     } else if (response.has_output()) {
+      if (outputs.empty()) {  // allocated only now, not while the upload competes for the cores
+        result.output = Tensor({context.dim(0), output_width});
+        for (const Tensor& q : queries) result.queries.emplace_back(std::vector<int64_t>{q.dim(0), output_width});
+        outputs = {&result.output};
+        for (Tensor& q : result.queries) outputs.push_back(&q);
+      }
       failure = PlaceOutput(response.output(), outputs);
     } else if (response.has_state()) {
       const v1::Tensor& s = response.state();
