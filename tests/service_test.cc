@@ -309,31 +309,43 @@ TEST_F(ServiceTest, CoordinatorNeverHoldsTheContext) {
   EXPECT_EQ(got->stats.worker_peak_rss_bytes_size(), 3);
 }
 
-TEST_F(ServiceTest, CancelJobMidRun) {
-  Tensor context = RandomTokens(16384, 256, 9);
+// CancelJob as soon as the job is accepted (during the upload) and after
+// its first layer (during compute).
+class CancelTest : public ServiceTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CancelTest, CancelJobMidRun) {
+  const bool during_compute = GetParam();
+  Tensor context = RandomTokens(during_compute ? 32768 : 16384, 256, 9);
   std::string job_id;
-  std::atomic<bool> layer_started{false};
+  std::atomic<bool> trigger{false}, done{false};
   std::thread canceller([&] {
-    while (!layer_started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!trigger && !done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (done) return;
     absl::StatusOr<v1::JobInfo> cancelled = Client().CancelJob(job_id);
     EXPECT_TRUE(cancelled.ok()) << cancelled.status();
   });
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<JobResult> got = Client().Submit(
       LongJob(3), context, {},
       [&](const v1::Progress& p) {
-        if (p.stage() == v1::Progress::LAYERS) layer_started = true;
+        if (during_compute && p.stage() == v1::Progress::LAYERS) trigger = true;
       },
       [&](const std::string& id) {
         job_id = id;
-        layer_started = true;  // cancel as soon as the upload starts, too
+        if (!during_compute) trigger = true;
       });
+  done = true;
   canceller.join();
   EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
   absl::StatusOr<v1::JobInfo> info = Client().GetJob(job_id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->status(), v1::JobInfo::CANCELLED);
   ExpectClusterStillWorks(Client(), 3);
 }
+
+INSTANTIATE_TEST_SUITE_P(Phases, CancelTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "DuringCompute" : "DuringUpload"; });
 
 TEST_F(ServiceTest, DeadlineThatExpires) {
   SubmitOptions o = LongJob(3);
