@@ -1,7 +1,8 @@
-// `lact run`: one job in this process on the CPU backend.
+// `lact run`: one job in this process, on the CPU (default) or one GPU.
 //   lact run --model PATH|preset:NAME[:SEED] --context FILE.npy|random:L[:SEED]
 //            [--query FILE.npy]... [--muon-steps N] [--chunk-tokens N]
-//            [--threads N] [--tile-tokens N] --out FILE.safetensors
+//            [--threads N] [--tile-tokens N] [--backend cpu|cuda] [--device N]
+//            --out FILE.safetensors
 // Writes `output`, `query_K` and the fused state (SPEC section 7) as float32;
 // prints progress, tokens/s and peak memory to stderr.
 #ifndef LACT_CLIENT_CLI_RUN_COMMAND_H_
