@@ -12,7 +12,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: lact <command> [flags]\n"
     "commands:\n"
-    "  run   run one job in this process (CPU):\n"
+    "  run   run one job in this process (CPU, or one GPU with --backend cuda):\n"
     "        lact run --model PATH|preset:NAME[:SEED] --context FILE.npy|random:L[:SEED]\n"
     "                 [--query FILE.npy]... [--muon-steps N] [--chunk-tokens N]\n"
     "                 [--threads N] [--tile-tokens N] [--backend cpu|cuda] [--device N]\n"
