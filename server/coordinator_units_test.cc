@@ -129,6 +129,21 @@ TEST(JobStore, CancelRetainExpireDelete) {
   EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(JobStore, ForgetsFinishedRecordsAfterTheirTtl) {
+  JobStore jobs(std::chrono::seconds(0));
+  v1::JobSpec spec;
+  const std::string done = jobs.Create(spec, 1), running = jobs.Create(spec, 1);
+  jobs.Finish(done, v1::JobInfo::FAILED, "boom", {});
+  jobs.Expire();
+  EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(jobs.Get(running).ok()) << "a running job is never forgotten";
+  const std::string kept = jobs.Create(spec, 1);
+  jobs.Finish(kept, v1::JobInfo::SUCCEEDED, "", {});
+  jobs.Retain(kept, std::make_shared<RetainedState>(), std::chrono::seconds(60));
+  jobs.Expire();
+  EXPECT_TRUE(jobs.Get(kept).ok()) << "kept while its state is retained";
+}
+
 TEST(UploadReceiver, RoutesContextRowsAndKeepsQueries) {
   UploadReceiver receiver(3, {2}, 2, WireType::kF32);
   std::vector<float> seen;

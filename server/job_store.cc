@@ -1,5 +1,6 @@
 #include "server/job_store.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@ absl::Status Unknown(const std::string& id) {
 
 std::string JobStore::Create(const v1::JobSpec& spec, int workers) {
   std::lock_guard<std::mutex> lock(mu_);
+  ExpireLocked();
   static thread_local std::mt19937_64 rng(std::random_device{}());
   const std::string id = absl::StrFormat("job-%d-%06x", next_++, rng() & 0xffffff);
   Record& r = jobs_[id];
@@ -49,6 +51,7 @@ void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const s
   if (r.info.error().empty()) r.info.set_error(error);
   *r.info.mutable_stats() = stats;
   r.cancel = nullptr;
+  r.forget_after = std::max(r.forget_after, std::chrono::system_clock::now() + record_ttl_);
 }
 
 void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state, std::chrono::seconds ttl) {
@@ -57,6 +60,7 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   if (it == jobs_.end()) return;
   it->second.state = std::move(state);
   it->second.expires = std::chrono::system_clock::now() + ttl;
+  it->second.forget_after = std::max(it->second.forget_after, it->second.expires);
   it->second.info.set_state_retained(true);
   it->second.info.set_expires_unix_seconds(
       std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch()).count());
@@ -131,10 +135,17 @@ void JobStore::Expire() {
 
 void JobStore::ExpireLocked() {
   const auto now = std::chrono::system_clock::now();
-  for (auto& [id, r] : jobs_) {
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Record& r = it->second;
     if (r.state && now >= r.expires) {
       r.state.reset();
       r.info.set_state_retained(false);
+    }
+    const bool finished = r.info.status() != v1::JobInfo::RUNNING && !r.cancel;
+    if (finished && r.forget_after.time_since_epoch().count() != 0 && now >= r.forget_after && !r.state) {
+      it = jobs_.erase(it);
+    } else {
+      ++it;
     }
   }
 }

@@ -1,6 +1,8 @@
 // Jobs the coordinator has accepted: their status and statistics, a way to
 // cancel the running ones, and the retained fused state of finished ones
-// (dropped after its TTL, or by Delete). Thread-safe.
+// (dropped after its TTL, or by Delete). A finished job's record is kept
+// for `record_ttl` after it ended (or until its state expires, if later),
+// so the store does not grow without bound. Thread-safe.
 #ifndef LACT_SERVER_JOB_STORE_H_
 #define LACT_SERVER_JOB_STORE_H_
 
@@ -26,6 +28,8 @@ struct RetainedState {
 
 class JobStore {
  public:
+  explicit JobStore(std::chrono::seconds record_ttl = std::chrono::hours(1)) : record_ttl_(record_ttl) {}
+
   // A new RUNNING job; returns its id.
   std::string Create(const v1::JobSpec& spec, int workers);
   // `cancel` is called (once) by Cancel() while the job runs; at once if the
@@ -43,7 +47,8 @@ class JobStore {
   // NOT_FOUND if unknown, FAILED_PRECONDITION if not retained (running,
   // failed, expired).
   absl::StatusOr<std::shared_ptr<const RetainedState>> State(const std::string& id) const;
-  // Drops retained states whose TTL has passed.
+  // Drops retained states whose TTL has passed, and finished records past
+  // theirs.
   void Expire();
 
  private:
@@ -51,10 +56,12 @@ class JobStore {
     v1::JobInfo info;
     std::function<void()> cancel;
     std::shared_ptr<const RetainedState> state;
-    std::chrono::system_clock::time_point expires;
+    std::chrono::system_clock::time_point expires;     // of the retained state
+    std::chrono::system_clock::time_point forget_after;  // of the record, once finished
   };
   void ExpireLocked();
 
+  const std::chrono::seconds record_ttl_;
   mutable std::mutex mu_;
   std::map<std::string, Record> jobs_;
   uint64_t next_ = 1;

@@ -52,7 +52,7 @@ int Main(int argc, char** argv) {
   const std::string host = flags->Get("host").value_or("127.0.0.1");
   WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms)};
   KvStore kv;
-  JobStore jobs;
+  JobStore jobs(options.default_retain);
   CoordinatorService coordinator(Coordinator{&registry, &kv, &jobs, options});
   ControlService control(&registry, &kv);
   grpc::ServerBuilder builder;
