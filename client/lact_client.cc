@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/model.h"
 #include "common/status_macros.h"
+#include "proto/job_options.h"
 #include "proto/status_conversion.h"
 
 namespace lact {
@@ -20,11 +21,6 @@ constexpr int64_t kChunkBytes = 4 << 20;
 
 void SetTimeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
   if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-}
-
-void ApplyOptions(const JobOptions& o, v1::JobOptions* out) {
-  if (o.muon_steps) out->set_muon_steps(*o.muon_steps);
-  if (o.chunk_tokens) out->set_chunk_tokens(*o.chunk_tokens);
 }
 
 v1::DType ToProto(WireType t) {
@@ -103,7 +99,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   spec->set_dtype(ToProto(options.dtype));
   spec->set_workers(options.workers);
   for (int64_t n : options.shard_tokens) spec->add_shard_tokens(n);
-  ApplyOptions(options.options, spec->mutable_options());
+  ToProto(options.options, spec->mutable_options());
   spec->set_return_state(options.return_state);
   spec->set_retain_seconds(options.retain_seconds);
   std::vector<const Tensor*> sets = {&context};

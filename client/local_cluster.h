@@ -30,8 +30,6 @@ class LocalCluster {
   ~LocalCluster();
 
   const std::string& address() const { return address_; }
-  pid_t coordinator_pid() const { return coordinator_; }
-  const std::vector<pid_t>& worker_pids() const { return workers_; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
 

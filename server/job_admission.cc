@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "proto/job_options.h"
 
 namespace lact::server {
 namespace {
@@ -19,13 +20,6 @@ std::vector<std::pair<int64_t, int64_t>> SplitContext(int64_t total, int parts) 
     begin += n;
   }
   return shards;
-}
-
-absl::StatusOr<JobOptions> ToJobOptions(const v1::JobOptions& options) {
-  JobOptions o;
-  if (options.has_muon_steps()) o.muon_steps = options.muon_steps();
-  if (options.has_chunk_tokens()) o.chunk_tokens = options.chunk_tokens();
-  return o;
 }
 
 absl::StatusOr<WireType> ToWireType(v1::DType dtype) {
@@ -62,8 +56,7 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   }
   JobPlan plan;
   LACT_ASSIGN_OR_RETURN(plan.dtype, ToWireType(spec.dtype()));
-  LACT_ASSIGN_OR_RETURN(JobOptions options, ToJobOptions(spec.options()));
-  absl::StatusOr<ModelConfig> config = ApplyJobOptions(*model, options);
+  absl::StatusOr<ModelConfig> config = ApplyJobOptions(*model, FromProto(spec.options()));
   if (!config.ok()) return Invalid(std::string(config.status().message()));
   plan.config = *config;
   const int64_t L = spec.context_tokens();

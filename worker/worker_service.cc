@@ -7,6 +7,7 @@
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/token_codec.h"
+#include "proto/job_options.h"
 #include "proto/status_conversion.h"
 #include "worker/cpu_runner.h"
 #include "worker/gloo_collective.h"
@@ -17,11 +18,16 @@ namespace {
 
 constexpr int64_t kMaxChunkBytes = 4 << 20;
 
-absl::StatusOr<ModelConfig> JobConfig(const Model& model, const v1::JobOptions& o) {
-  JobOptions options;
-  if (o.has_muon_steps()) options.muon_steps = o.muon_steps();
-  if (o.has_chunk_tokens()) options.chunk_tokens = o.chunk_tokens();
-  return ApplyJobOptions(model.config(), options);
+struct JobModel {
+  std::shared_ptr<const Model> model;
+  ModelConfig config;  // with the job's overrides
+};
+
+absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name, const v1::JobOptions& o) {
+  JobModel m;
+  LACT_ASSIGN_OR_RETURN(m.model, models.Get(name));
+  LACT_ASSIGN_OR_RETURN(m.config, ApplyJobOptions(m.model->config(), FromProto(o)));
+  return m;
 }
 
 // Appends a float32 chunk at `offset` to rows already received (in order).
@@ -83,11 +89,9 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first RunShard message must be a ShardSpec");
   }
   const v1::ShardSpec spec = request.spec();
-  absl::StatusOr<std::shared_ptr<const Model>> model = models_->Get(spec.model());
-  if (!model.ok()) return ToGrpcStatus(model.status());
-  absl::StatusOr<ModelConfig> config = JobConfig(**model, spec.options());
-  if (!config.ok()) return ToGrpcStatus(config.status());
-  const int64_t width = config->input_width();
+  absl::StatusOr<JobModel> job = ResolveJobModel(*models_, spec.model(), spec.options());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  const int64_t width = job->config.input_width();
   if (spec.tokens() < 1 || spec.tokens() > spec.total_tokens()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shard needs 1..total_tokens tokens");
   }
@@ -115,7 +119,7 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
                    stream->Write(r);
                  },
                  [context] { return context->IsCancelled(); }};
-  CpuRunner runner(**model, *config, run);
+  CpuRunner runner(*job->model, job->config, run);
   FusedState state;
   absl::StatusOr<Tensor> output = runner.RunContextShard(std::move(shard), spec.begin(), spec.total_tokens(),
                                                          group->sync.get(), group->grads.get(), &state);
@@ -148,11 +152,9 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first RunQuery message must be a header");
   }
   const v1::WorkerQueryHeader header = request.header();
-  absl::StatusOr<std::shared_ptr<const Model>> model = models_->Get(header.model());
-  if (!model.ok()) return ToGrpcStatus(model.status());
-  absl::StatusOr<ModelConfig> config = JobConfig(**model, header.options());
-  if (!config.ok()) return ToGrpcStatus(config.status());
-  const int64_t width = config->input_width();
+  absl::StatusOr<JobModel> job = ResolveJobModel(*models_, header.model(), header.options());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  const int64_t width = job->config.input_width();
   std::map<std::string, Tensor> tensors;
   std::vector<Tensor> sets;
   std::vector<int64_t> filled(header.query_tokens_size(), 0);
@@ -183,9 +185,9 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
                           absl::StrCat("query set ", k, ": received ", filled[k], " of ", sets[k].dim(0), " tokens"));
     }
   }
-  absl::StatusOr<FusedState> state = FusedStateFromTensors(*config, std::move(tensors));
+  absl::StatusOr<FusedState> state = FusedStateFromTensors(job->config, std::move(tensors));
   if (!state.ok()) return ToGrpcStatus(state.status());
-  CpuRunner runner(**model, *config, {options_.threads, options_.tile_tokens, nullptr,
+  CpuRunner runner(*job->model, job->config, {options_.threads, options_.tile_tokens, nullptr,
                                       [context] { return context->IsCancelled(); }});
   for (size_t k = 0; k < sets.size(); ++k) {
     absl::StatusOr<Tensor> out = runner.RunQuery(std::move(sets[k]), *state);
