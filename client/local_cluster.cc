@@ -97,6 +97,11 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
       w.push_back("--model-dir");
       w.push_back(options.model_dir);
     }
+    if (!options.devices.empty()) {
+      w.push_back("--device");
+      w.push_back(std::to_string(options.devices[i % options.devices.size()]));
+    }
+    w.insert(w.end(), options.worker_args.begin(), options.worker_args.end());
     LACT_ASSIGN_OR_RETURN(pid_t pid, Spawn(w, -1));
     cluster->workers_.push_back(pid);
   }

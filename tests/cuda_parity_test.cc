@@ -1,22 +1,46 @@
-// The CUDA runner (fp32, TF32 off) on every golden case and beside the
-// float64 reference on random shapes, every tensor within 1e-4. Skipped
-// (GTEST_SKIP) where no CUDA device is visible; ctest label `gpu`.
+// The CUDA runner beside the oracles (ctest label `gpu`; every test skips
+// with GTEST_SKIP where no CUDA device is visible):
+//  - fp32 (TF32 off): every golden case, through one runner and through two
+//    or three runners sharing the GPU as the ranks of a Gloo group (threads
+//    of this process, gradient all-reduce staged through the host), and the
+//    CPU parity suite's whole shape sweep against the float64 reference,
+//    every tensor within 1e-4;
+//  - bf16 (bf16 GEMM operands, fp32 accumulation and state): the error
+//    against the float64 reference within 2x the error of the reference
+//    itself evaluated on bf16-rounded tokens and weights.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gloo/rendezvous/hash_store.h"
 #include "kernels/cuda/device.h"
 #include "kernels/reference/reference_model.h"
 #include "tests/golden_case.h"
+#include "tests/parity_cases.h"
 #include "tests/random_model.h"
 #include "worker/cuda_runner.h"
+#include "worker/gloo_collective.h"
+#include "worker/host_staged_allreduce.h"
 
 namespace lact::testing {
 namespace {
 
+#define LACT_SKIP_WITHOUT_GPU() \
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
+
+Tensor Rows(const Tensor& t, int64_t begin, int64_t count) {
+  Tensor out({count, t.dim(1)});
+  std::copy_n(t.ptr() + begin * t.dim(1), count * t.dim(1), out.ptr());
+  return out;
+}
+
 class CudaGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaGoldenTest, MatchesExpected) {
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  LACT_SKIP_WITHOUT_GPU();
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase(GetParam());
   ASSERT_TRUE(golden.ok()) << golden.status();
   absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(golden->model, golden->config);
@@ -37,54 +61,194 @@ TEST_P(CudaGoldenTest, MatchesExpected) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, CudaGoldenTest, ::testing::ValuesIn(GoldenCaseNames()));
 
-struct Shape {
+struct GoldenSplit {
   std::string name;
-  int d, layers, d_in, d_out, p, n, w, dh, muon, chunk;
-  int64_t tokens;
+  std::vector<int64_t> lengths;
+  int64_t tile;
 };
 
-void PrintTo(const Shape& s, std::ostream* os) { *os << s.name; }
-
-class CudaParityTest : public ::testing::TestWithParam<Shape> {};
-
-TEST_P(CudaParityTest, MatchesFloat64Reference) {
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  const Shape& s = GetParam();
-  ModelConfig c;
-  c.d_model = s.d;
-  c.n_layers = s.layers;
-  c.d_input = s.d_in;
-  c.d_output = s.d_out;
-  c.ssm = {2, s.p, s.n, s.w};
-  c.ttt = {s.dh, 2, 0.2, s.muon, s.chunk};
-  c.mlp_hidden = 3 * s.d;
-  Model model = RandomTestModel(c, 11);
-  Tensor context = RandomTokens(s.tokens, c.input_width(), 12);
-  std::vector<Tensor> queries = {RandomTokens(1, c.input_width(), 13), RandomTokens(7, c.input_width(), 14)};
-  reference::JobOutputs want = reference::RunJob(model, c, context, queries);
-  absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(model, c);
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  FusedState state;
-  absl::StatusOr<Tensor> output = (*runner)->RunContext(context, &state);
-  ASSERT_TRUE(output.ok()) << output.status();
-  EXPECT_LE(RelativeError(*output, want.output), 1e-4);
-  for (size_t k = 0; k < queries.size(); ++k) {
-    absl::StatusOr<Tensor> q = (*runner)->RunQuery(queries[k], state);
-    ASSERT_TRUE(q.ok()) << q.status();
-    EXPECT_LE(RelativeError(*q, want.queries[k]), 1e-4) << k;
-  }
-  for (const auto& [name, t] : FusedStateTensors(state)) EXPECT_LE(RelativeError(*t, want.state.at(name)), 1e-4) << name;
+void PrintTo(const GoldenSplit& s, std::ostream* os) {
+  *os << s.name << " [" << absl::StrJoin(s.lengths, ",") << "] tile " << s.tile;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaParityTest,
-                         ::testing::Values(Shape{"one_token", 16, 1, 0, 0, 8, 4, 4, 8, 0, 0, 1},
-                                           Shape{"shorter_than_conv", 16, 2, 0, 0, 8, 4, 4, 8, 0, 0, 2},
-                                           Shape{"odd_embed_head", 12, 2, 5, 7, 3, 5, 3, 6, 0, 0, 37},
-                                           Shape{"chunks_muon", 16, 2, 0, 0, 4, 6, 4, 8, 2, 11, 40},
-                                           Shape{"conv_width_one", 8, 1, 0, 3, 4, 4, 1, 4, 0, 5, 13},
-                                           Shape{"long", 32, 1, 0, 0, 8, 16, 4, 16, 0, 64, 300},
-                                           Shape{"head_wider_than_model", 8, 1, 6, 20, 4, 4, 4, 4, 0, 0, 9}),
+class CudaDistributedGoldenTest : public ::testing::TestWithParam<GoldenSplit> {};
+
+// Ranks as threads, each with its own CudaRunner on device 0 and its own
+// Gloo contexts over 127.0.0.1.
+TEST_P(CudaDistributedGoldenTest, MatchesExpected) {
+  LACT_SKIP_WITHOUT_GPU();
+  const GoldenSplit& split = GetParam();
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase(split.name);
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const int ranks = static_cast<int>(split.lengths.size());
+  const int64_t total = golden->context.dim(0), width = golden->config.output_width();
+  gloo::rendezvous::HashStore store;
+  std::vector<Tensor> outputs(ranks);
+  std::vector<FusedState> states(ranks);
+  std::vector<absl::Status> statuses(ranks);
+  std::vector<std::thread> threads;
+  int64_t begin = 0;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r, begin] {
+      auto sync = GlooCollective::Connect(store, "sync", r, ranks, {});
+      auto grads = GlooCollective::Connect(store, "grads", r, ranks, {});
+      if (!sync.ok() || !grads.ok()) {
+        statuses[r] = sync.ok() ? grads.status() : sync.status();
+        return;
+      }
+      CudaRunOptions options;
+      options.tile_tokens = split.tile;
+      auto runner = CudaRunner::Create(golden->model, golden->config, options);
+      if (!runner.ok()) {
+        statuses[r] = runner.status();
+        return;
+      }
+      HostStagedAllReduce reduce(grads->get());
+      auto out = (*runner)->RunContextShard(Rows(golden->context, begin, split.lengths[r]), begin, total,
+                                            sync->get(), &reduce, &states[r]);
+      if (out.ok()) outputs[r] = *std::move(out);
+      statuses[r] = out.status();
+    });
+    begin += split.lengths[r];
+  }
+  for (std::thread& t : threads) t.join();
+  Tensor output({total, width});
+  int64_t row = 0;
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+    std::copy(outputs[r].data.begin(), outputs[r].data.end(), output.ptr() + row * width);
+    row += split.lengths[r];
+  }
+  EXPECT_LE(RelativeError(output, golden->expected.at("output")), 1e-4);
+  for (int r = 0; r < ranks; ++r) {
+    for (const auto& [name, t] : FusedStateTensors(states[r])) {
+      EXPECT_LE(RelativeError(*t, golden->expected.at(name)), 1e-4) << "rank " << r << " " << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, CudaDistributedGoldenTest,
+                         ::testing::Values(GoldenSplit{"tiny", {18, 19}, 65536}, GoldenSplit{"tiny", {1, 35, 1}, 4},
+                                           GoldenSplit{"tiny_embed_chunked_muon", {30, 34}, 65536},
+                                           GoldenSplit{"tiny_embed_chunked_muon", {20, 5, 39}, 7},
+                                           GoldenSplit{"tiny_job_overrides", {14, 15}, 65536}));
+
+struct Outputs {
+  Tensor output;
+  std::vector<Tensor> queries;
+  FusedState state;
+};
+
+absl::StatusOr<Outputs> RunOnGpu(const Model& model, const ModelConfig& config, const Tensor& context,
+                                 const std::vector<Tensor>& queries, cuda::Precision precision, int64_t tile) {
+  CudaRunOptions options;
+  options.precision = precision;
+  options.tile_tokens = tile;
+  absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(model, config, options);
+  if (!runner.ok()) return runner.status();
+  Outputs out;
+  absl::StatusOr<Tensor> output = (*runner)->RunContext(context, &out.state);
+  if (!output.ok()) return output.status();
+  out.output = *std::move(output);
+  for (const Tensor& q : queries) {
+    absl::StatusOr<Tensor> got = (*runner)->RunQuery(q, out.state);
+    if (!got.ok()) return got.status();
+    out.queries.push_back(*std::move(got));
+  }
+  return out;
+}
+
+struct Job {
+  Model model;
+  Tensor context;
+  std::vector<Tensor> queries;
+};
+
+Job MakeJob(const ParityCase& pc) {
+  Job job{RandomTestModel(pc.config, 7), RandomTokens(pc.context_tokens, pc.config.input_width(), 1), {}};
+  for (size_t k = 0; k < pc.query_tokens.size(); ++k) {
+    job.queries.push_back(RandomTokens(pc.query_tokens[k], pc.config.input_width(), 100 + k));
+  }
+  return job;
+}
+
+class CudaParityTest : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(CudaParityTest, Fp32MatchesFloat64Reference) {
+  LACT_SKIP_WITHOUT_GPU();
+  const ParityCase& pc = GetParam();
+  const Job job = MakeJob(pc);
+  reference::JobOutputs want = reference::RunJob(job.model, pc.config, job.context, job.queries);
+  absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kFp32, pc.tile);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LE(RelativeError(got->output, want.output), 1e-4) << "output";
+  for (size_t k = 0; k < job.queries.size(); ++k) {
+    EXPECT_LE(RelativeError(got->queries[k], want.queries[k]), 1e-4) << "query " << k;
+  }
+  for (const auto& [name, t] : FusedStateTensors(got->state)) {
+    EXPECT_LE(RelativeError(*t, want.state.at(name)), 1e-4) << name;
+  }
+}
+
+// bf16 mode: err(GPU bf16) <= 2 err(float64 reference on bf16-rounded
+// inputs), both measured against the float64 reference on the exact inputs.
+TEST_P(CudaParityTest, Bf16WithinTwiceTheErrorOfRoundedInputs) {
+  LACT_SKIP_WITHOUT_GPU();
+  const ParityCase& pc = GetParam();
+  const Job job = MakeJob(pc);
+  reference::JobOutputs want = reference::RunJob(job.model, pc.config, job.context, job.queries);
+  std::vector<Tensor> rounded_queries;
+  for (const Tensor& q : job.queries) rounded_queries.push_back(RoundedToBf16(q));
+  reference::JobOutputs rounded =
+      reference::RunJob(RoundedToBf16(job.model), pc.config, RoundedToBf16(job.context), rounded_queries);
+  absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kBf16, pc.tile);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const double baseline = RelativeError(rounded.output, want.output), error = RelativeError(got->output, want.output);
+  std::printf("bf16 %s: output error %.3g, rounded-input reference %.3g, ratio %.2f\n", pc.name.c_str(), error,
+              baseline, error / baseline);
+  EXPECT_LE(error, 2 * baseline) << "output";
+  for (size_t k = 0; k < job.queries.size(); ++k) {
+    EXPECT_LE(RelativeError(got->queries[k], want.queries[k]), 2 * RelativeError(rounded.queries[k], want.queries[k]))
+        << "query " << k;
+  }
+  for (const auto& [name, t] : FusedStateTensors(got->state)) {
+    EXPECT_LE(RelativeError(*t, want.state.at(name)), 2 * RelativeError(rounded.state.at(name), want.state.at(name)))
+        << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaParityTest, ::testing::ValuesIn(FixedParityCases()),
                          [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RandomShapes, CudaParityTest, ::testing::ValuesIn(RandomParityCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(CudaRunner, NoSuchDeviceIsAFailedPrecondition) {
+  const Job job = MakeJob(FixedParityCases()[0]);
+  CudaRunOptions options;
+  options.device = cuda::DeviceCount();
+  absl::StatusOr<std::unique_ptr<CudaRunner>> runner =
+      CudaRunner::Create(job.model, FixedParityCases()[0].config, options);
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(runner.status().message().find(absl::StrCat("no CUDA device ", options.device)), std::string::npos)
+      << runner.status();
+}
+
+TEST(CudaRunner, RejectsBadTokens) {
+  LACT_SKIP_WITHOUT_GPU();
+  const ParityCase& pc = FixedParityCases()[2];
+  const Job job = MakeJob(pc);
+  absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(job.model, pc.config);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  FusedState state;
+  Tensor wrong({3, pc.config.input_width() + 1});
+  EXPECT_EQ((*runner)->RunContext(wrong, &state).status().code(), absl::StatusCode::kInvalidArgument);
+  Tensor nan = job.context;
+  nan.data[5] = std::nanf("");
+  absl::Status s = (*runner)->RunContext(nan, &state).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("non-finite"), std::string::npos) << s;
+}
 
 }  // namespace
 }  // namespace lact::testing

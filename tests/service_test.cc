@@ -19,6 +19,7 @@
 #include "common/token_codec.h"
 #include "lact/v1/coordinator.grpc.pb.h"
 #include "tests/golden_case.h"
+#include "tests/service_support.h"
 #include "tests/random_model.h"
 
 namespace lact::testing {
@@ -26,34 +27,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ModelDir() {
-  static const std::string dir = [] {
-    const std::string d = absl::StrCat(::testing::TempDir(), "/lact_models_", getpid());
-    std::filesystem::create_directories(d);
-    for (const std::string& name : GoldenCaseNames()) {
-      std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors", d + "/" + name + ".safetensors");
-    }
-    return d;
-  }();
-  return dir;
-}
-
-std::unique_ptr<LocalCluster> StartCluster(int workers) {
-  LocalClusterOptions options;
-  options.workers = workers;
-  options.model_dir = ModelDir();
-  options.threads_per_worker = 1;
-  options.bin_dir = LACT_BIN_DIR;
-  options.coordinator_args = {"--collective-timeout-ms", "5000", "--acquire-timeout-ms", "5000", "--heartbeat-ms",
-                              "300", "--upload-idle-timeout-ms", "1000"};
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
-  EXPECT_TRUE(cluster.ok()) << cluster.status();
-  return cluster.ok() ? *std::move(cluster) : nullptr;
-}
-
 class ServiceTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { cluster_ = StartCluster(3).release(); }
+  static void SetUpTestSuite() { cluster_ = StartTestCluster(3).release(); }
   static void TearDownTestSuite() {
     delete cluster_;
     cluster_ = nullptr;
@@ -65,27 +41,6 @@ class ServiceTest : public ::testing::Test {
 };
 
 LocalCluster* ServiceTest::cluster_ = nullptr;
-
-void ExpectGolden(const GoldenCase& golden, const JobResult& got) {
-  EXPECT_LE(RelativeError(got.output, golden.expected.at("output")), 1e-4);
-  ASSERT_EQ(got.queries.size(), golden.queries.size());
-  for (size_t k = 0; k < got.queries.size(); ++k) {
-    EXPECT_LE(RelativeError(got.queries[k], golden.expected.at(absl::StrCat("query_", k))), 1e-4) << k;
-  }
-  for (const auto& [name, want] : golden.expected) {
-    if (name == "output" || name.rfind("query_", 0) == 0) continue;
-    ASSERT_TRUE(got.state.count(name)) << name;
-    EXPECT_LE(RelativeError(got.state.at(name), want), 1e-4) << name;
-  }
-}
-
-SubmitOptions GoldenOptions(const GoldenCase& golden) {
-  SubmitOptions o;
-  o.model = golden.name;
-  o.options = golden.options;
-  o.timeout = std::chrono::seconds(60);
-  return o;
-}
 
 TEST_F(ServiceTest, GoldenCasesOverOneTwoAndThreeWorkers) {
   for (const std::string& name : GoldenCaseNames()) {
@@ -395,7 +350,7 @@ class ServiceFaultTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ServiceFaultTest, WorkerKilledMidJob) {
   const bool during_compute = GetParam() == 1;
-  std::unique_ptr<LocalCluster> cluster = StartCluster(2);
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
   std::atomic<bool> trigger{false};
@@ -425,6 +380,37 @@ TEST_P(ServiceFaultTest, WorkerKilledMidJob) {
 
 INSTANTIATE_TEST_SUITE_P(Phases, ServiceFaultTest, ::testing::Values(0, 1),
                          [](const auto& info) { return info.param == 0 ? "DuringUpload" : "DuringCompute"; });
+
+// A worker that cannot run its backend refuses to start, naming the problem
+// and the allowed values, before it registers anywhere.
+TEST(WorkerStartup, UnusableBackendIsRefusedWithAMessage) {
+  struct Case {
+    std::string flags, message;
+  };
+  const std::vector<Case> cases = {
+      {"--backend tpu", "unknown backend 'tpu' (allowed: cpu, cuda)"},
+#ifdef LACT_HAVE_CUDA
+      {"--backend cuda --device 999", "no CUDA device 999"},
+      {"--backend cuda --precision fp8", "unknown precision 'fp8' (allowed: fp32, bf16)"},
+      {"--backend cuda --collective mpi", "unknown collective 'mpi' (allowed: gloo, nccl)"},
+#else
+      {"--backend cuda", "this build has no CUDA backend"},
+#endif
+  };
+  for (const Case& c : cases) {
+    const std::string command =
+        absl::StrCat(std::getenv("LACT_BIN_DIR") ? std::getenv("LACT_BIN_DIR") : LACT_BIN_DIR,
+                     "/lact-worker --coordinator 127.0.0.1:1 ", c.flags, " 2>&1");
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string output;
+    char buffer[256];
+    while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+    const int status = pclose(pipe);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << c.flags << ": status " << status;
+    EXPECT_THAT(output, HasSubstr(c.message)) << c.flags;
+  }
+}
 
 }  // namespace
 }  // namespace lact::testing

@@ -8,6 +8,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/mamba_mixer.h"
 #include "kernels/cpu/ssd_scan.h"
+#include "worker/shard_exchange.h"
 
 namespace lact {
 namespace {
@@ -39,24 +40,15 @@ class DirectionScan {
                 const Tensor& h)
       : c_(c), w_(w), dw_(w.mamba[dir]), dir_(dir), tile_(tile), shard_(shard), h_(h) {}
 
-  // The shard's position in this direction's scan order, and rank of position i.
-  int Position() const { return dir_ == kForward ? shard_.sync->rank() : shard_.sync->size() - 1 - shard_.sync->rank(); }
-  int RankAt(int i) const { return dir_ == kForward ? i : shard_.sync->size() - 1 - i; }
+  int Position() const { return ScanPosition(dir_, shard_.sync->rank(), shard_.sync->size()); }
 
   // The conv halo this shard starts from, and the conv state after the
   // whole sequence, from every shard's boundary rows.
   absl::Status ExchangeHalo(MambaState* start, MambaState* final) {
-    const int ranks = shard_.sync->size(), pos = Position();
-    const int64_t C = c_.conv_channels(), W = c_.ssm.conv_width;
-    const int64_t halo_size = 1 + (W - 1) * C;
-    std::vector<float> mine = BoundaryPacket(), all(halo_size * ranks);
-    LACT_RETURN_IF_ERROR(shard_.sync->AllGather(mine.data(), halo_size, all.data()));
-    for (int i = 0; i < ranks; ++i) {
-      if (i == pos) start->conv = final->conv;
-      const float* packet = all.data() + RankAt(i) * halo_size;
-      cpu::AdvanceConvHistory(packet + 1, C, static_cast<int64_t>(packet[0]), C, static_cast<int>(W),
-                              final->conv.ptr());
-    }
+    const int64_t size = HaloPacketSize(c_);
+    std::vector<float> mine = BoundaryPacket(), all(size * shard_.sync->size());
+    LACT_RETURN_IF_ERROR(shard_.sync->AllGather(mine.data(), size, all.data()));
+    ComposeHalos(c_, dir_, shard_.sync->rank(), shard_.sync->size(), all.data(), start, final);
     return absl::OkStatus();
   }
 
@@ -67,7 +59,7 @@ class DirectionScan {
   // the others a state-only pre-pass.
   std::vector<float> Summary(const MambaState& start, Tensor* acc) {
     const int heads = c_.ssm_heads();
-    std::vector<float> summary(SummarySize(), 0.0f);
+    std::vector<float> summary(SummarySize(c_), 0.0f);
     MambaState run = start;
     if (FirstInScanOrder()) {
       Scan(&run, acc, summary.data());
@@ -80,24 +72,11 @@ class DirectionScan {
     return summary;
   }
 
-  int64_t SummarySize() const {
-    const int64_t heads = c_.ssm_heads();
-    return heads + heads * c_.ssm.head_dim * c_.ssm.d_state;
-  }
-
   // From all ranks' summaries (rank-major, this direction's at `offset` of
   // each rank's `stride`): this shard's carry-in and the final state.
   void Compose(const std::vector<float>& all, int64_t stride, int64_t offset, MambaState* start,
                MambaState* final) {
-    const int heads = c_.ssm_heads();
-    const int64_t per_head = int64_t{c_.ssm.head_dim} * c_.ssm.d_state;
-    std::vector<float> log_decay(heads, 0.0f);
-    for (int i = 0; i < shard_.sync->size(); ++i) {
-      if (i == Position()) start->ssm = final->ssm;
-      const float* s = all.data() + RankAt(i) * stride + offset;
-      cpu::ComposeScanSummary(heads, per_head, final->ssm.ptr(), log_decay.data(), s + heads, s, final->ssm.ptr(),
-                              log_decay.data());
-    }
+    ComposeSummaries(c_, dir_, shard_.sync->rank(), shard_.sync->size(), all.data(), stride, offset, start, final);
   }
 
   // The scan itself from `state`: acc += y @ out_proj^T.
@@ -123,16 +102,13 @@ class DirectionScan {
  private:
   // [count, rows...]: this shard's last min(W-1, L) conv inputs in scan order.
   std::vector<float> BoundaryPacket() const {
-    const int64_t L = h_.dim(0), D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels();
-    const int64_t W = c_.ssm.conv_width, k = std::min(W - 1, L);
-    std::vector<float> rows(k * D), packet(1 + (W - 1) * C, 0.0f);
+    const int64_t L = h_.dim(0), D = c_.d_model, k = std::min<int64_t>(c_.ssm.conv_width - 1, L);
+    std::vector<float> rows(k * D);
     for (int64_t i = 0; i < k; ++i) {
       const int64_t src = dir_ == kForward ? L - k + i : k - 1 - i;
       std::copy_n(h_.ptr() + src * D, D, rows.data() + i * D);
     }
-    packet[0] = static_cast<float>(k);
-    cpu::Linear(rows.data(), D, k, D, dw_.in_proj + di * D, C, packet.data() + 1, C);
-    return packet;
+    return HaloPacket(c_, dw_, rows.data(), k);
   }
 
   const ModelConfig& c_;
@@ -173,7 +149,7 @@ absl::Status RunBiMambaShard(const ModelConfig& c, const LayerWeights& w, bool i
   if (!is_context) return absl::InternalError("query sets run on one rank");
   for (Direction dir : {kForward, kBackward}) LACT_RETURN_IF_ERROR(scans[dir].ExchangeHalo(&start[dir], &final[dir]));
   // Both directions' summaries in one all-gather.
-  const int64_t size = scans[0].SummarySize(), ranks = shard.sync->size();
+  const int64_t size = SummarySize(c), ranks = shard.sync->size();
   std::vector<float> mine(2 * size), all(2 * size * ranks);
   for (Direction dir : {kForward, kBackward}) {
     std::vector<float> summary = scans[dir].Summary(start[dir], acc);

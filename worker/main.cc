@@ -2,6 +2,8 @@
 // heartbeats, and runs shards. Stops cleanly on SIGINT/SIGTERM.
 //   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
+//               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
+//               [--collective gloo|nccl]
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -22,11 +24,11 @@ namespace {
 constexpr int kMaxMessageBytes = 64 << 20;
 
 absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address, const ModelCache& models,
-                                     int threads, int* interval_ms) {
+                                     const BackendOptions& backend, int* interval_ms) {
   v1::RegisterRequest request;
   request.set_address(address);
-  request.set_backend("cpu");
-  request.set_threads(threads);
+  request.set_backend(backend.backend);
+  request.set_threads(backend.threads);
   for (const auto& [name, config] : models.Catalog()) {
     v1::WorkerModel* m = request.add_models();
     m->set_name(name);
@@ -49,18 +51,31 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                                             {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens"});
+                                             {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
+                                              "device", "precision", "collective"});
   absl::StatusOr<std::string> coordinator = flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
   absl::StatusOr<int64_t> threads = flags.ok() ? flags->Int("threads", 0, 0, 1024) : flags.status();
-  absl::StatusOr<int64_t> tile = flags.ok() ? flags->Int("tile-tokens", 4096, 1, 1 << 24) : flags.status();
-  for (const absl::Status& s : {coordinator.status(), port.status(), threads.status(), tile.status()}) {
+  absl::StatusOr<int64_t> tile = flags.ok() ? flags->Int("tile-tokens", 0, 0, 1 << 24) : flags.status();
+  absl::StatusOr<int64_t> device = flags.ok() ? flags->Int("device", 0, 0, 1024) : flags.status();
+  for (const absl::Status& s : {coordinator.status(), port.status(), threads.status(), tile.status(), device.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
       return 2;
     }
   }
   const std::string host = flags->Get("host").value_or("127.0.0.1");
+  const BackendOptions backend{flags->Get("backend").value_or("cpu"),
+                               static_cast<int>(*threads),
+                               *tile,
+                               static_cast<int>(*device),
+                               flags->Get("precision").value_or("fp32"),
+                               flags->Get("collective").value_or("gloo"),
+                               host};
+  if (absl::Status s = ValidateBackend(backend); !s.ok()) {
+    std::fprintf(stderr, "lact-worker: --backend %s: %s\n", backend.backend.c_str(), std::string(s.message()).c_str());
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<ModelCache>> models = ModelCache::Create(flags->Get("model-dir").value_or(""));
   if (!models.ok()) {
     std::fprintf(stderr, "lact-worker: %s\n", std::string(models.status().message()).c_str());
@@ -72,7 +87,7 @@ int Main(int argc, char** argv) {
   auto control = std::shared_ptr<v1::Control::Stub>(
       v1::Control::NewStub(grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
 
-  WorkerService service(models->get(), control, {static_cast<int>(*threads), *tile, host});
+  WorkerService service(models->get(), control, backend);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(), &bound_port);
@@ -86,7 +101,7 @@ int Main(int argc, char** argv) {
   }
   const std::string address = absl::StrCat(host, ":", bound_port);
   int interval_ms = 1000;
-  absl::StatusOr<std::string> id = Register(*control, address, **models, static_cast<int>(*threads), &interval_ms);
+  absl::StatusOr<std::string> id = Register(*control, address, **models, backend, &interval_ms);
   if (!id.ok()) {
     std::fprintf(stderr, "lact-worker: %s\n", std::string(id.status().message()).c_str());
     return 1;
@@ -105,7 +120,7 @@ int Main(int argc, char** argv) {
       request.set_worker_id(worker_id);
       v1::HeartbeatResponse response;
       if (control->Heartbeat(&ctx, request, &response).ok() && !response.known()) {
-        absl::StatusOr<std::string> again = Register(*control, address, **models, static_cast<int>(*threads), &interval_ms);
+        absl::StatusOr<std::string> again = Register(*control, address, **models, backend, &interval_ms);
         if (again.ok()) worker_id = *again;
       }
     }

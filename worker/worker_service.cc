@@ -9,8 +9,6 @@
 #include "common/token_codec.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
-#include "worker/cpu_runner.h"
-#include "worker/gloo_collective.h"
 #include "worker/kv_store_client.h"
 
 namespace lact {
@@ -58,28 +56,6 @@ bool WriteRows(Stream* stream, const Tensor& rows, int set) {
   return true;
 }
 
-struct Group {
-  std::unique_ptr<Collective> sync, grads;
-};
-
-absl::StatusOr<Group> JoinGroup(const v1::ShardSpec& spec, const std::shared_ptr<v1::Control::Stub>& control,
-                                const std::string& host) {
-  Group g;
-  if (spec.world_size() == 1) {
-    g.sync = std::make_unique<LocalCollective>();
-    g.grads = std::make_unique<LocalCollective>();
-    return g;
-  }
-  const std::chrono::milliseconds timeout(spec.collective_timeout_ms() > 0 ? spec.collective_timeout_ms() : 60000);
-  KvStoreClient store(control, timeout);
-  GlooOptions options{host, timeout};
-  LACT_ASSIGN_OR_RETURN(g.sync, GlooCollective::Connect(store, spec.rendezvous_prefix() + "/sync", spec.rank(),
-                                                        spec.world_size(), options));
-  LACT_ASSIGN_OR_RETURN(g.grads, GlooCollective::Connect(store, spec.rendezvous_prefix() + "/grads", spec.rank(),
-                                                         spec.world_size(), options));
-  return g;
-}
-
 }  // namespace
 
 grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
@@ -107,22 +83,23 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("received ", filled, " of the shard's ", spec.tokens(), " tokens"));
   }
-  absl::StatusOr<Group> group = JoinGroup(spec, control_, options_.collective_host);
-  if (!group.ok()) return ToGrpcStatus(group.status());
-
   const auto start = std::chrono::steady_clock::now();
-  RunOptions run{options_.threads, options_.tile_tokens,
-                 [&](int done, int) {
+  RunHooks hooks{[&](int done, int) {
                    if (spec.rank() != 0) return;
                    v1::ShardResponse r;
                    r.set_layers_done(done);
                    stream->Write(r);
                  },
                  [context] { return context->IsCancelled(); }};
-  CpuRunner runner(*job->model, job->config, run);
+  absl::StatusOr<std::unique_ptr<ShardRunner>> runner =
+      MakeShardRunner(options_, *job->model, job->config, std::move(hooks));
+  if (!runner.ok()) return ToGrpcStatus(runner.status());
+  const std::chrono::milliseconds timeout(spec.collective_timeout_ms() > 0 ? spec.collective_timeout_ms() : 60000);
+  KvStoreClient store(control_, timeout);
+  const GroupSpec group{&store, spec.rendezvous_prefix(), spec.rank(), spec.world_size(), timeout};
   FusedState state;
-  absl::StatusOr<Tensor> output = runner.RunContextShard(std::move(shard), spec.begin(), spec.total_tokens(),
-                                                         group->sync.get(), group->grads.get(), &state);
+  absl::StatusOr<Tensor> output =
+      (*runner)->RunContextShard(std::move(shard), spec.begin(), spec.total_tokens(), group, &state);
   if (!output.ok()) return ToGrpcStatus(output.status());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!WriteRows(stream, *output, 0)) return grpc::Status(grpc::StatusCode::CANCELLED, "coordinator went away");
@@ -138,8 +115,8 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
   }
   v1::ShardResponse done;
   done.mutable_done()->set_compute_seconds(seconds);
-  done.mutable_done()->set_allreduce_seconds(runner.overlap().allreduce_seconds);
-  done.mutable_done()->set_allreduce_waited_seconds(runner.overlap().waited_seconds);
+  done.mutable_done()->set_allreduce_seconds((*runner)->overlap().allreduce_seconds);
+  done.mutable_done()->set_allreduce_waited_seconds((*runner)->overlap().waited_seconds);
   done.mutable_done()->set_peak_rss_bytes(PeakRssBytes());
   stream->Write(done);
   return grpc::Status::OK;
@@ -187,10 +164,11 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
   }
   absl::StatusOr<FusedState> state = FusedStateFromTensors(job->config, std::move(tensors));
   if (!state.ok()) return ToGrpcStatus(state.status());
-  CpuRunner runner(*job->model, job->config, {options_.threads, options_.tile_tokens, nullptr,
-                                      [context] { return context->IsCancelled(); }});
+  absl::StatusOr<std::unique_ptr<ShardRunner>> runner =
+      MakeShardRunner(options_, *job->model, job->config, {nullptr, [context] { return context->IsCancelled(); }});
+  if (!runner.ok()) return ToGrpcStatus(runner.status());
   for (size_t k = 0; k < sets.size(); ++k) {
-    absl::StatusOr<Tensor> out = runner.RunQuery(std::move(sets[k]), *state);
+    absl::StatusOr<Tensor> out = (*runner)->RunQuery(std::move(sets[k]), *state);
     if (!out.ok()) return ToGrpcStatus(out.status());
     if (!WriteRows(stream, *out, static_cast<int>(k) + 1)) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "coordinator went away");

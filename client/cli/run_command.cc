@@ -36,13 +36,16 @@ absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
 absl::Status RunCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
                                                   {"model", "context", "query", "muon-steps", "chunk-tokens",
-                                                   "threads", "tile-tokens", "out", "backend", "device"},
+                                                   "threads", "tile-tokens", "out", "backend", "device", "precision"},
                                                   {"query"}));
   LACT_ASSIGN_OR_RETURN(std::string model_spec, flags.Required("model"));
   LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
-  LACT_ASSIGN_OR_RETURN(int64_t tile, flags.Int("tile-tokens", 4096, 1, int64_t{1} << 24));
+  const std::string backend = flags.Get("backend").value_or("cpu");
+  // A GPU wants far bigger tiles than a CPU core's caches.
+  LACT_ASSIGN_OR_RETURN(int64_t tile,
+                        flags.Int("tile-tokens", backend == "cuda" ? 65536 : 4096, 1, int64_t{1} << 24));
 
   LACT_ASSIGN_OR_RETURN(Model model, ResolveModel(model_spec));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, JobConfig(model, flags));
@@ -65,7 +68,6 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   RunOptions options{static_cast<int>(threads), tile, [&](int done, int all) {
                        std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
                      }};
-  const std::string backend = flags.Get("backend").value_or("cpu");
   LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
   FusedState state;
   Tensor output;
@@ -80,7 +82,9 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
     }
   } else if (backend == "cuda") {
 #ifdef LACT_HAVE_CUDA
-    LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, CudaRunner::Create(model, config, static_cast<int>(device)));
+    LACT_ASSIGN_OR_RETURN(cuda::Precision precision, cuda::ParsePrecision(flags.Get("precision").value_or("fp32")));
+    CudaRunOptions cuda_options{static_cast<int>(device), precision, tile, options.on_layer_done};
+    LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, CudaRunner::Create(model, config, cuda_options));
     LACT_ASSIGN_OR_RETURN(output, runner->RunContext(context, &state));
     for (size_t k = 0; k < queries.size(); ++k) {
       LACT_ASSIGN_OR_RETURN(Tensor q, runner->RunQuery(queries[k], state));

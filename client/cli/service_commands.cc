@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/tokens_source.h"
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
@@ -195,7 +196,8 @@ absl::Status ModelsCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status LocalCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"workers", "port", "model-dir", "threads-per-worker"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"workers", "port", "model-dir", "threads-per-worker", "backend",
+                                                         "devices", "precision", "collective"}));
   LocalClusterOptions options;
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
   LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
@@ -204,6 +206,22 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   options.port = static_cast<int>(port);
   options.threads_per_worker = static_cast<int>(threads);
   options.model_dir = flags.Get("model-dir").value_or("");
+  for (const char* name : {"backend", "precision", "collective"}) {
+    if (std::optional<std::string> v = flags.Get(name)) {
+      options.worker_args.push_back(absl::StrCat("--", name));
+      options.worker_args.push_back(*v);
+    }
+  }
+  if (std::optional<std::string> devices = flags.Get("devices")) {
+    for (absl::string_view d : absl::StrSplit(*devices, ',')) {
+      int device = 0;
+      if (!absl::SimpleAtoi(d, &device) || device < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--devices '", *devices, "': expected CUDA device numbers like 0,1"));
+      }
+      options.devices.push_back(device);
+    }
+  }
   BlockStopSignals();
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   std::printf("lact local: coordinator at %s with %d workers (Ctrl-C stops)\n", cluster->address().c_str(),

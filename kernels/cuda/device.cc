@@ -1,8 +1,19 @@
 #include "kernels/cuda/device.h"
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.h"
 
 namespace lact::cuda {
+
+absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp32") return Precision::kFp32;
+  if (name == "bf16") return Precision::kBf16;
+  return absl::InvalidArgumentError(absl::StrCat("unknown precision '", name, "' (allowed: fp32, bf16)"));
+}
+
+const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 
 int DeviceCount() {
   int n = 0;
@@ -38,18 +49,34 @@ DeviceBuffer::~DeviceBuffer() {
   if (ptr_ != nullptr) cudaFree(ptr_);
 }
 
-absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device) {
+absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device, Precision precision) {
   if (device < 0 || device >= DeviceCount()) {
     return absl::FailedPreconditionError(absl::StrCat("no CUDA device ", device, " (", DeviceCount(), " visible)"));
   }
   LACT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   auto ctx = std::unique_ptr<CudaContext>(new CudaContext());
   ctx->device_ = device;
+  ctx->precision_ = precision;
   LACT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
   LACT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&ctx->cublas_));
   LACT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(ctx->cublas_, ctx->stream_));
-  LACT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(ctx->cublas_, CUBLAS_PEDANTIC_MATH));  // no TF32
+  // fp32: no TF32 anywhere. bf16: the default math mode, whose fp32 GEMMs
+  // (forced ones) are true fp32 too, and whose bf16 GEMMs use tensor cores.
+  LACT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
+      ctx->cublas_, precision == Precision::kFp32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
   return ctx;
+}
+
+absl::StatusOr<void*> CudaContext::Scratch(int slot, size_t bytes) const {
+  DeviceBuffer& b = scratch_[slot];
+  const size_t floats = (bytes + sizeof(float) - 1) / sizeof(float);
+  if (b.size() < floats) {
+    // The old buffer may still be read by queued work: free it only after that.
+    LACT_RETURN_IF_ERROR(Synchronize());
+    b = DeviceBuffer();
+    LACT_ASSIGN_OR_RETURN(b, DeviceBuffer::Allocate(floats));
+  }
+  return static_cast<void*>(b.get());
 }
 
 absl::Status CudaContext::Activate() const {
@@ -80,27 +107,82 @@ absl::Status CudaContext::Synchronize() const {
   return absl::OkStatus();
 }
 
-absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return absl::OkStatus();
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-  LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                          trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                                          static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(ldb),
-                                          a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
+namespace {
+
+// One operand of a (batched) row-major GEMM: `rows` x `cols` stored with row
+// stride `ld`, `batch` of them `stride` floats apart.
+struct Operand {
+  const float* data;
+  int64_t rows, cols, ld, stride, batch;
+
+  // Floats from data[0] to the last one the GEMM reads.
+  int64_t Extent() const { return (batch - 1) * stride + (rows - 1) * ld + cols; }
+};
+
+// The operand rounded to bf16 in the context's scratch `slot`, laid out as
+// the original (gaps between rows are converted too and never read).
+absl::StatusOr<const __nv_bfloat16*> ToBf16(const CudaContext& ctx, int slot, const Operand& op) {
+  const int64_t n = op.Extent();
+  LACT_ASSIGN_OR_RETURN(void* scratch, ctx.Scratch(slot, n * sizeof(__nv_bfloat16)));
+  auto* out = static_cast<__nv_bfloat16*>(scratch);
+  LACT_RETURN_IF_ERROR(RoundToBf16(ctx.stream(), op.data, n, out));
+  return out;
+}
+
+absl::Status CheckDims(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int64_t batch) {
+  constexpr int64_t kMax = 2147483647;
+  if (m > kMax || n > kMax || k > kMax || lda > kMax || ldb > kMax || ldc > kMax || batch > kMax) {
+    return absl::InvalidArgumentError(absl::StrCat("GEMM dimensions beyond cuBLAS's 32-bit range: m=", m, " n=", n,
+                                                   " k=", k, " batch=", batch));
+  }
   return absl::OkStatus();
 }
 
+}  // namespace
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
+// gets (B, A) with m and n swapped.
 absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                 float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
                                 int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
-                                int64_t batch) {
+                                int64_t batch, bool fp32) {
   if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
-  LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
-      ctx.cublas(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-      static_cast<int>(m), static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
-      stride_a, &beta, c, static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
+  LACT_RETURN_IF_ERROR(CheckDims(m, n, k, lda, ldb, ldc, batch));
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
+  const int ilda = static_cast<int>(lda), ildb = static_cast<int>(ldb), ildc = static_cast<int>(ldc);
+  const int ibatch = static_cast<int>(batch);
+  if (fp32 || ctx.precision() == Precision::kFp32 || k == 0) {
+    if (batch == 1) {
+      LACT_CUBLAS_RETURN_IF_ERROR(
+          cublasSgemm(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb, a, ilda, &beta, c, ildc));
+    } else {
+      LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb,
+                                                            stride_b, a, ilda, stride_a, &beta, c, ildc, stride_c,
+                                                            ibatch));
+    }
+    return absl::OkStatus();
+  }
+  const Operand opa{a, trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch};
+  const Operand opb{b, trans_b ? n : k, trans_b ? k : n, ldb, stride_b, batch};
+  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* a16, ToBf16(ctx, 0, opa));
+  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* b16, ToBf16(ctx, 1, opb));
+  if (batch == 1) {
+    LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb,
+                                             a16, CUDA_R_16BF, ilda, &beta, c, CUDA_R_32F, ildc, CUBLAS_COMPUTE_32F,
+                                             CUBLAS_GEMM_DEFAULT));
+  } else {
+    LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb, stride_b, a16, CUDA_R_16BF, ilda,
+        stride_a, &beta, c, CUDA_R_32F, ildc, stride_c, ibatch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
   return absl::OkStatus();
+}
+
+absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                  bool fp32) {
+  return GemmStridedBatched(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1, fp32);
 }
 
 absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,

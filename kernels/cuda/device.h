@@ -1,7 +1,11 @@
 // RAII for the device side of the CUDA backend: a device buffer, and a
-// context owning one stream and one cuBLAS handle (TF32 off: fp32 GEMMs are
-// true fp32, for parity with the float64 reference). Not thread-safe: one
-// CudaContext per thread of work.
+// context owning one stream, one cuBLAS handle and the GEMM precision.
+//
+// Precision (issue 5): kFp32 runs every GEMM in true fp32 (TF32 off), for
+// parity with the float64 reference; kBf16, the production mode, rounds
+// both operands of a GEMM to bf16 and accumulates in fp32 (tensor cores);
+// everything else (state, norms, scans, the fast-weight update) stays fp32.
+// Not thread-safe: one CudaContext per thread of work.
 #ifndef LACT_KERNELS_CUDA_DEVICE_H_
 #define LACT_KERNELS_CUDA_DEVICE_H_
 
@@ -10,11 +14,18 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace lact::cuda {
+
+enum class Precision { kFp32, kBf16 };
+
+// "fp32" or "bf16"; INVALID_ARGUMENT naming the allowed values otherwise.
+absl::StatusOr<Precision> ParsePrecision(const std::string& name);
+const char* PrecisionName(Precision p);
 
 // Number of CUDA devices visible (0 when there is no driver or device).
 int DeviceCount();
@@ -42,13 +53,21 @@ class DeviceBuffer {
 
 class CudaContext {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(int device);
+  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(int device, Precision precision = Precision::kFp32);
   ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
 
   // Makes this context's device current for the calling thread.
   absl::Status Activate() const;
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
+  int device() const { return device_; }
+  Precision precision() const { return precision_; }
+
+  // Device scratch of at least `bytes` for the bf16 GEMM operands (slot 0:
+  // A, 1: B), grown on demand. Valid until the next call with the same slot.
+  absl::StatusOr<void*> Scratch(int slot, size_t bytes) const;
 
   absl::StatusOr<DeviceBuffer> Upload(const float* host, size_t floats);
   absl::Status Download(const float* device, size_t floats, float* host);
@@ -57,20 +76,25 @@ class CudaContext {
  private:
   CudaContext() = default;
   int device_ = 0;
+  Precision precision_ = Precision::kFp32;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  mutable DeviceBuffer scratch_[2];
 };
 
-// Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C on the context's stream.
+// Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C on the context's
+// stream, in the context's precision unless `fp32` forces true fp32 (the
+// Newton-Schulz iteration, which bf16 operands would destabilise).
 absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                  bool fp32 = false);
 
 // The same for `batch` independent problems whose matrices are `stride_*`
 // floats apart.
 absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                 float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
                                 int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
-                                int64_t batch);
+                                int64_t batch, bool fp32 = false);
 
 // y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
 absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,

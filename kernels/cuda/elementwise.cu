@@ -52,12 +52,23 @@ __global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t tokens,
   dh[i] = rates[2] * dhv * silu;
 }
 
+__global__ void RoundToBf16Kernel(const float* in, int64_t n, __nv_bfloat16* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
 __global__ void AxpbyKernel(float alpha, const float* a, float beta, const float* b, float* out, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = alpha * a[i] + beta * b[i];
 }
 
 }  // namespace
+
+absl::Status RoundToBf16(cudaStream_t s, const float* in, int64_t n, __nv_bfloat16* out) {
+  if (n == 0) return absl::OkStatus();
+  RoundToBf16Kernel<<<Blocks(n), kThreads, 0, s>>>(in, n, out);
+  return LaunchStatus("RoundToBf16");
+}
 
 absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b, float* out, int64_t n) {
   if (n == 0) return absl::OkStatus();

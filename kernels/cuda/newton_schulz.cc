@@ -17,22 +17,22 @@ absl::Status NewtonSchulz(const CudaContext& ctx, float* g, int64_t batch, int64
   for (int s = 0; s < steps; ++s) {
     if (wide) {  // A[r, r] = X X^T
       LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, true, r, r, cols, 1.0f, g, cols, size, g, cols, size, 0.0f,
-                                              a.get(), r, rr, batch));
+                                              a.get(), r, rr, batch, /*fp32=*/true));
     } else {  // A[r, r] = X^T X
       LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, true, false, r, r, rows, 1.0f, g, cols, size, g, cols, size, 0.0f,
-                                              a.get(), r, rr, batch));
+                                              a.get(), r, rr, batch, /*fp32=*/true));
     }
     LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, false, r, r, r, 1.0f, a.get(), r, rr, a.get(), r, rr, 0.0f,
-                                            aa.get(), r, rr, batch));  // A A
+                                            aa.get(), r, rr, batch, /*fp32=*/true));  // A A
     LACT_RETURN_IF_ERROR(Axpby(ctx.stream(), kB, a.get(), kC, aa.get(), aa.get(), batch * rr));  // B = b A + c A A
     LACT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(next.get(), g, batch * size * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));
     if (wide) {  // next = a X + B X
       LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, false, rows, cols, rows, 1.0f, aa.get(), r, rr, g, cols,
-                                              size, kA, next.get(), cols, size, batch));
+                                              size, kA, next.get(), cols, size, batch, /*fp32=*/true));
     } else {  // next = a X + X B
       LACT_RETURN_IF_ERROR(GemmStridedBatched(ctx, false, false, rows, cols, cols, 1.0f, g, cols, size, aa.get(), r,
-                                              rr, kA, next.get(), cols, size, batch));
+                                              rr, kA, next.get(), cols, size, batch, /*fp32=*/true));
     }
     LACT_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(g, next.get(), batch * size * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream()));

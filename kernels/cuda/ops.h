@@ -5,6 +5,7 @@
 #ifndef LACT_KERNELS_CUDA_OPS_H_
 #define LACT_KERNELS_CUDA_OPS_H_
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -59,6 +60,8 @@ absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const f
 // Each of `batch` contiguous [rows, cols] matrices divided by (its Frobenius
 // norm + 1e-7).
 absl::Status NormalizeMatrices(cudaStream_t s, float* x, int64_t batch, int64_t size);
+// out[i] = bf16(in[i]) for i < n, round to nearest even.
+absl::Status RoundToBf16(cudaStream_t s, const float* in, int64_t n, __nv_bfloat16* out);
 // out[i] = alpha * a[i] + beta * b[i] for i < n (contiguous; out may alias a or b).
 absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b, float* out, int64_t n);
 

@@ -1,0 +1,511 @@
+// The chunked (SSD) selective scan. Per head h, with a = A[h] = -exp(a_log[h])
+// and, inside a chunk of Q = 64 tokens, cum_i = sum_{k<=i} dt_k a (so every
+// exp below is of a non-positive number):
+//   y_i = sum_{j<=i} (C_i . B_j) exp(cum_i - cum_j) dt_j x_j     intra-chunk
+//       + exp(cum_i) C_i @ S_in^T                                carry-in state
+//       + D x_i
+//   S_out = exp(cum_last) S_in + sum_j exp(cum_last - cum_j) dt_j x_j B_j^T
+// Four kernels per window of chunks, all on the caller's stream:
+//   ChunkGram     per chunk          G = C B^T (shared by all heads)
+//   SegmentState  per (segment, h)   state of a segment of chunks scanned from
+//                                    zero, and its log decay
+//   PassStates    per h, over P*N    walks the segments in order from the
+//                                    incoming state: each segment's slot gets
+//                                    the state entering it; final state out
+//   ChunkOutput   per (chunk, h)     y from G, x and the carry-in state
+// With outputs a segment is one chunk; the state-only pass skips ChunkGram and
+// ChunkOutput and uses segments of many chunks, so its scratch stays small.
+// The matrix products run through one tiled block GEMM (BlockGemm) whose
+// operands are produced element by element by the caller, which lets each
+// kernel fold masks and decays into the operand loads.
+#include "kernels/cuda/ssd_scan.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+
+namespace lact::cuda {
+namespace {
+
+constexpr int kChunk = 64;  // tokens per chunk (Q)
+// BlockGemm: a kTile x kTile output per block, kDepth of the reduction per
+// step, kTm x kTn outputs per thread.
+constexpr int kTile = 64;
+constexpr int kDepth = 16;
+constexpr int kTm = 8;
+constexpr int kTn = 4;
+constexpr int kGemmThreads = (kTile / kTm) * (kTile / kTn);
+constexpr int kPad = 4;  // keeps tile rows 16-byte aligned, halves bank conflicts of transposed stores
+constexpr int kPerThread = kDepth * kTile / kGemmThreads;  // tile elements each thread loads per step
+static_assert(kChunk == kTile, "a chunk's tokens are one tile of rows");
+static_assert(kChunk == 64, "ChunkDecay gives each of the 32 lanes two tokens");
+static_assert(kChunk % kDepth == 0, "no reduction step straddles the intra-chunk and carry parts");
+static_assert(kTm == 8 && kTn == 4, "the inner loop reads two float4 of A and one of B");
+static_assert(kDepth * kTile % kGemmThreads == 0 && kGemmThreads >= 32, "tile loads and warp 0");
+
+// Scratch sizing: the scan with outputs goes in windows of about kWindowFloats
+// floats of scratch (small enough to stay largely in L2 between the kernels of
+// a window); the state-only pass makes about kBlocksPerSm segment blocks per SM.
+constexpr int64_t kWindowFloats = int64_t{8} << 20;
+constexpr int64_t kMinWindowChunks = 16;
+constexpr int64_t kMaxWindowChunks = 4096;
+constexpr int64_t kBlocksPerSm = 16;
+constexpr int kPassBatch = 8;  // segment states PassStates has in flight per thread
+
+struct ScanArgs {
+  int64_t tokens;
+  int heads, head_dim, d_state;
+  const float* x;
+  int64_t ldx;
+  const float* b;
+  int64_t ldb;
+  const float* c;
+  int64_t ldc;
+  const float* dt;
+  int64_t lddt;
+  const float* a_log;
+  const float* d_skip;
+  float* y;
+  int64_t ldy;
+};
+
+// Tokens [start, end) scanned by one round of kernels, cut into `segments`
+// segments of `chunks_per_segment` chunks (the last one may be shorter), and
+// the scratch of that round.
+struct Window {
+  int64_t start, end;
+  int64_t segments, chunks_per_segment;
+  float* states;  // [segments][H][N][P]: a segment's state, transposed (S^T)
+  float* decay;   // [segments][H]: a segment's log decay
+  float* gram;    // [chunks][kChunk][kChunk]: G = C B^T of each chunk (outputs only)
+};
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ inline int64_t WindowChunks(const Window& w) { return (w.end - w.start + kChunk - 1) / kChunk; }
+
+__device__ inline int ChunkTokens(const Window& w, int64_t t0) {
+  return static_cast<int>(min(static_cast<int64_t>(kChunk), w.end - t0));
+}
+
+// Warp 0 of a block (lane = threadIdx.x < 32), for the n tokens of a chunk at
+// `dt` (row stride lddt): dts[i] = dt_i and cum[i] = sum_{k<=i} dt_k a, with
+// dt = 0 past n. Each lane takes tokens 2 lane and 2 lane + 1; the lanes' pair
+// sums are scanned with shuffles.
+__device__ void ChunkDecay(const float* dt, int64_t lddt, int n, float a, float* dts, float* cum) {
+  const int lane = threadIdx.x, i0 = 2 * lane, i1 = i0 + 1;
+  const float d0 = i0 < n ? dt[i0 * lddt] : 0.0f;
+  const float d1 = i1 < n ? dt[i1 * lddt] : 0.0f;
+  const float v0 = d0 * a, v1 = d1 * a;
+  float upto = v0 + v1;  // becomes the inclusive sum over lanes 0..lane
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const float other = __shfl_up_sync(0xffffffffu, upto, offset);
+    if (lane >= offset) upto += other;
+  }
+  float before = __shfl_up_sync(0xffffffffu, upto, 1);
+  if (lane == 0) before = 0.0f;
+  dts[i0] = d0;
+  dts[i1] = d1;
+  cum[i0] = before + v0;
+  cum[i1] = before + v0 + v1;
+  __syncwarp();
+}
+
+// The block GEMM: shared tiles of the two operands for one reduction step.
+struct GemmTiles {
+  __align__(16) float a[kDepth][kTile + kPad];  // a[k][m] = A[m][k]
+  __align__(16) float b[kDepth][kTile + kPad];  // b[k][n] = B[k][n]
+};
+
+// First output row and column of this thread's kTm x kTn block of outputs.
+__device__ inline int TileRow0() { return threadIdx.x / (kTile / kTn) * kTm; }
+__device__ inline int TileCol0() { return threadIdx.x % (kTile / kTn) * kTn; }
+
+// The (k, m) tile element that this thread loads as its r-th. kKFastest:
+// consecutive threads take consecutive k (for operands contiguous along k in
+// memory), else consecutive m.
+template <bool kKFastest>
+__device__ inline void TileElement(int r, int& k, int& m) {
+  const int e = threadIdx.x + r * kGemmThreads;
+  if constexpr (kKFastest) {
+    k = e % kDepth;
+    m = e / kDepth;
+  } else {
+    k = e / kTile;
+    m = e % kTile;
+  }
+}
+
+template <bool kKFastest, class Fetch>
+__device__ inline void FetchTile(int k0, const Fetch& fetch, float (&v)[kPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    int k, m;
+    TileElement<kKFastest>(r, k, m);
+    v[r] = fetch(k0 + k, m);
+  }
+}
+
+template <bool kKFastest>
+__device__ inline void StoreTile(const float (&v)[kPerThread], float (&tile)[kDepth][kTile + kPad]) {
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    int k, m;
+    TileElement<kKFastest>(r, k, m);
+    tile[k][m] = v[r];
+  }
+}
+
+// acc[r][q] += sum_{k < depth} A[row0 + r][k] B[k][col0 + q] over the block's
+// kTile x kTile output, where fetch_a(k, m) = A[m][k] and fetch_b(k, n) =
+// B[k][n], zero outside the operands (including k >= depth, up to the next
+// multiple of kDepth). The next step's operands are fetched into registers
+// while the current step computes. Every thread of the block must call it;
+// shared memory that the fetches read must be written, and a __syncthreads
+// passed, before the call.
+template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
+__device__ void BlockGemm(int depth, const FetchA& fetch_a, const FetchB& fetch_b, GemmTiles& tiles,
+                          float (&acc)[kTm][kTn]) {
+  const int row0 = TileRow0(), col0 = TileCol0();
+  float next_a[kPerThread], next_b[kPerThread];
+  FetchTile<kAKFastest>(0, fetch_a, next_a);
+  FetchTile<kBKFastest>(0, fetch_b, next_b);
+  for (int k0 = 0; k0 < depth; k0 += kDepth) {
+    __syncthreads();  // every thread is done with the previous step's tiles
+    StoreTile<kAKFastest>(next_a, tiles.a);
+    StoreTile<kBKFastest>(next_b, tiles.b);
+    __syncthreads();
+    if (k0 + kDepth < depth) {
+      FetchTile<kAKFastest>(k0 + kDepth, fetch_a, next_a);
+      FetchTile<kBKFastest>(k0 + kDepth, fetch_b, next_b);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kDepth; ++kk) {
+      const float4 a0 = *reinterpret_cast<const float4*>(&tiles.a[kk][row0]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&tiles.a[kk][row0 + 4]);
+      const float4 bv = *reinterpret_cast<const float4*>(&tiles.b[kk][col0]);
+      const float a[kTm] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float b[kTn] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+      for (int r = 0; r < kTm; ++r) {
+#pragma unroll
+        for (int q = 0; q < kTn; ++q) acc[r][q] = fmaf(a[r], b[q], acc[r][q]);
+      }
+    }
+  }
+}
+
+// G[i][j] = C_i . B_j for the tokens i, j of one chunk (zero past its end).
+// Grid: one block per chunk of the window.
+__global__ void __launch_bounds__(kGemmThreads, 4) ChunkGramKernel(ScanArgs args, Window w) {
+  __shared__ GemmTiles tiles;
+  const int64_t chunk = blockIdx.x;
+  const int64_t t0 = w.start + chunk * kChunk;
+  const int n = ChunkTokens(w, t0), N = args.d_state;
+  const int64_t ldb = args.ldb, ldc = args.ldc;
+  const float* c_rows = args.c + t0 * ldc;
+  const float* b_rows = args.b + t0 * ldb;
+  float acc[kTm][kTn] = {};
+  BlockGemm<true, true>(
+      N, [&](int k, int i) { return i < n && k < N ? c_rows[i * ldc + k] : 0.0f; },
+      [&](int k, int j) { return j < n && k < N ? b_rows[j * ldb + k] : 0.0f; }, tiles, acc);
+  float* gram = w.gram + chunk * kChunk * kChunk;
+  const int row0 = TileRow0(), col0 = TileCol0();
+  for (int r = 0; r < kTm; ++r) {
+    for (int q = 0; q < kTn; ++q) gram[(row0 + r) * kChunk + col0 + q] = acc[r][q];
+  }
+}
+
+// The state that one segment of chunks reaches from zero, for head h and one
+// kTile x kTile tile of S^T (rows n, columns p), and the segment's log decay.
+// Per chunk: S <- exp(cum_last) S + sum_j w_j B_j x_j^T (as S^T) with
+// w_j = exp(cum_last - cum_j) dt_j. Grid: segment x head x N tiles x P tiles.
+__global__ void __launch_bounds__(kGemmThreads, 4) SegmentStateKernel(ScanArgs args, Window w) {
+  __shared__ GemmTiles tiles;
+  __shared__ float dts[kChunk], cum[kChunk], weight[kChunk];
+  const int P = args.head_dim, N = args.d_state, H = args.heads;
+  const int ptiles = (P + kTile - 1) / kTile, ntiles = (N + kTile - 1) / kTile;
+  int64_t index = blockIdx.x;
+  const int ptile = static_cast<int>(index % ptiles);
+  index /= ptiles;
+  const int ntile = static_cast<int>(index % ntiles);
+  index /= ntiles;
+  const int h = static_cast<int>(index % H);
+  const int64_t segment = index / H;
+  const int p0 = ptile * kTile, n0 = ntile * kTile;
+  const int64_t ldb = args.ldb, ldx = args.ldx;
+  const float a = -expf(args.a_log[h]);
+  const int64_t first = segment * w.chunks_per_segment;
+  const int64_t last = min(first + w.chunks_per_segment, WindowChunks(w));
+  float acc[kTm][kTn] = {};
+  float log_decay = 0.0f;
+  for (int64_t chunk = first; chunk < last; ++chunk) {
+    const int64_t t0 = w.start + chunk * kChunk;
+    const int n = ChunkTokens(w, t0);
+    __syncthreads();  // the previous chunk's weights are consumed
+    if (threadIdx.x < 32) {
+      ChunkDecay(args.dt + t0 * args.lddt + h, args.lddt, n, a, dts, cum);
+      const float total = cum[n - 1];
+      for (int i = threadIdx.x; i < kChunk; i += 32) weight[i] = expf(total - cum[i]) * dts[i];
+    }
+    __syncthreads();
+    const float chunk_log_decay = cum[n - 1];
+    log_decay += chunk_log_decay;
+    const float decay = expf(chunk_log_decay);
+    for (int r = 0; r < kTm; ++r) {
+      for (int q = 0; q < kTn; ++q) acc[r][q] *= decay;
+    }
+    const float* b_rows = args.b + t0 * ldb;
+    const float* x_rows = args.x + t0 * ldx + static_cast<int64_t>(h) * P;
+    BlockGemm<false, false>(
+        kChunk,
+        [&](int j, int m) {
+          const int row = n0 + m;
+          return j < n && row < N ? b_rows[j * ldb + row] : 0.0f;
+        },
+        [&](int j, int col) {
+          const int p = p0 + col;
+          return j < n && p < P ? weight[j] * x_rows[j * ldx + p] : 0.0f;
+        },
+        tiles, acc);
+  }
+  float* out = w.states + (segment * H + h) * static_cast<int64_t>(N) * P;
+  const int row0 = TileRow0(), col0 = TileCol0();
+  for (int r = 0; r < kTm; ++r) {
+    const int row = n0 + row0 + r;
+    for (int q = 0; q < kTn; ++q) {
+      const int p = p0 + col0 + q;
+      if (row < N && p < P) out[static_cast<int64_t>(row) * P + p] = acc[r][q];
+    }
+  }
+  if (threadIdx.x == 0 && ptile == 0 && ntile == 0) w.decay[segment * H + h] = log_decay;
+}
+
+// Carries the state through the window's segments for head h = blockIdx.y,
+// one thread per entry (n, p) of S^T: s <- exp(decay_g) s + segment_g. With
+// `write_carry` each segment's slot is overwritten with the state entering
+// it. The final state goes back to `state` ([H][P][N]) and the window's log
+// decay is added to log_decay[h].
+__global__ void PassStatesKernel(int heads, int head_dim, int d_state, Window w, bool write_carry, float* state,
+                                 float* log_decay) {
+  __shared__ float factor[kThreads];
+  const int h = blockIdx.y, per_head = head_dim * d_state;
+  const int e = blockIdx.x * kThreads + threadIdx.x;
+  const bool active = e < per_head;
+  const int64_t own = (static_cast<int64_t>(h) * head_dim + e % head_dim) * d_state + e / head_dim;  // [h][p][n]
+  float* entry = w.states + static_cast<int64_t>(h) * per_head + e;  // segment 0's, [h][n][p]
+  const int64_t stride = static_cast<int64_t>(heads) * per_head;      // from one segment to the next
+  float s = active ? state[own] : 0.0f;
+  float decay_sum = 0.0f;
+  for (int64_t g0 = 0; g0 < w.segments; g0 += kThreads) {
+    const int count = static_cast<int>(min(static_cast<int64_t>(kThreads), w.segments - g0));
+    __syncthreads();  // the previous batch of factors is consumed
+    if (threadIdx.x < count) {
+      const float d = w.decay[(g0 + threadIdx.x) * heads + h];
+      factor[threadIdx.x] = expf(d);
+      decay_sum += d;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int g = 0; g < count; g += kPassBatch) {
+      float local[kPassBatch];
+#pragma unroll
+      for (int k = 0; k < kPassBatch; ++k) local[k] = g + k < count ? entry[(g0 + g + k) * stride] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < kPassBatch; ++k) {
+        if (g + k < count) {
+          if (write_carry) entry[(g0 + g + k) * stride] = s;
+          s = factor[g + k] * s + local[k];
+        }
+      }
+    }
+  }
+  if (active) state[own] = s;
+  if (log_decay != nullptr && blockIdx.x == 0) {
+    const float total = BlockSum(decay_sum);
+    if (threadIdx.x == 0) log_decay[h] += total;
+  }
+}
+
+// y for one chunk, head h and kTile channels, as one product over depth
+// kChunk + N: A = [M | diag(exp(cum)) C] with M[i][j] = G[i][j]
+// exp(cum_i - cum_j) dt_j for j <= i, against B = [X ; S_in^T]; then + D x.
+// Grid: chunk x head x P tiles.
+__global__ void __launch_bounds__(kGemmThreads, 4) ChunkOutputKernel(ScanArgs args, Window w) {
+  __shared__ GemmTiles tiles;
+  __shared__ float dts[kChunk], cum[kChunk], growth[kChunk];
+  const int P = args.head_dim, N = args.d_state, H = args.heads;
+  const int ptiles = (P + kTile - 1) / kTile;
+  int64_t index = blockIdx.x;
+  const int ptile = static_cast<int>(index % ptiles);
+  index /= ptiles;
+  const int h = static_cast<int>(index % H);
+  const int64_t chunk = index / H;
+  const int p0 = ptile * kTile;
+  const int64_t t0 = w.start + chunk * kChunk;
+  const int n = ChunkTokens(w, t0);
+  const int64_t ldc = args.ldc, ldx = args.ldx;
+  if (threadIdx.x < 32) {
+    ChunkDecay(args.dt + t0 * args.lddt + h, args.lddt, n, -expf(args.a_log[h]), dts, cum);
+    for (int i = threadIdx.x; i < kChunk; i += 32) growth[i] = expf(cum[i]);
+  }
+  __syncthreads();
+  const float* gram = w.gram + chunk * kChunk * kChunk;
+  const float* c_rows = args.c + t0 * ldc;
+  const float* x_rows = args.x + t0 * ldx + static_cast<int64_t>(h) * P;
+  const float* carry = w.states + (chunk * H + h) * static_cast<int64_t>(N) * P;  // S_in^T [N][P]
+  float acc[kTm][kTn] = {};
+  BlockGemm<true, false>(
+      kChunk + N,
+      [&](int k, int i) {
+        if (i >= n) return 0.0f;
+        if (k < kChunk) return k <= i ? gram[i * kChunk + k] * expf(cum[i] - cum[k]) * dts[k] : 0.0f;
+        return k - kChunk < N ? growth[i] * c_rows[i * ldc + (k - kChunk)] : 0.0f;
+      },
+      [&](int k, int col) {
+        const int p = p0 + col;
+        if (p >= P) return 0.0f;
+        if (k < kChunk) return k < n ? x_rows[k * ldx + p] : 0.0f;
+        return k - kChunk < N ? carry[static_cast<int64_t>(k - kChunk) * P + p] : 0.0f;
+      },
+      tiles, acc);
+  const float skip = args.d_skip != nullptr ? args.d_skip[h] : 0.0f;
+  float* y_rows = args.y + t0 * args.ldy + static_cast<int64_t>(h) * P;
+  const int row0 = TileRow0(), col0 = TileCol0();
+  for (int r = 0; r < kTm; ++r) {
+    const int i = row0 + r;
+    if (i >= n) break;
+    for (int q = 0; q < kTn; ++q) {
+      const int p = p0 + col0 + q;
+      if (p < P) y_rows[i * args.ldy + p] = acc[r][q] + skip * x_rows[i * ldx + p];
+    }
+  }
+}
+
+absl::Status Validate(const ScanArgs& a, const float* state) {
+  if (a.heads < 1 || a.heads > 65535 || a.head_dim < 1 || a.d_state < 1 ||
+      int64_t{a.head_dim} * a.d_state > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("SsdScan: need 1 <= heads <= 65535, head_dim >= 1, d_state >= 1 ",
+                                                   "and head_dim * d_state <= 2^30; got heads ", a.heads,
+                                                   ", head_dim ", a.head_dim, ", d_state ", a.d_state));
+  }
+  if (a.x == nullptr || a.b == nullptr || a.dt == nullptr || a.a_log == nullptr || state == nullptr ||
+      (a.y != nullptr && a.c == nullptr)) {
+    return absl::InvalidArgumentError("SsdScan: x, b, dt, a_log, state (and c when y is given) must not be null");
+  }
+  const int64_t width = int64_t{a.heads} * a.head_dim;
+  if (a.ldx < width || a.ldb < a.d_state || a.lddt < a.heads ||
+      (a.y != nullptr && (a.ldc < a.d_state || a.ldy < width))) {
+    return absl::InvalidArgumentError(absl::StrCat("SsdScan: row strides too small: ldx ", a.ldx, ", ldb ", a.ldb,
+                                                   ", ldc ", a.ldc, ", lddt ", a.lddt, ", ldy ", a.ldy,
+                                                   " for heads * head_dim = ", width, ", d_state ", a.d_state));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<unsigned> GridSize(int64_t blocks) {
+  if (blocks < 1 || blocks > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("SsdScan: ", blocks, " blocks do not fit one launch"));
+  }
+  return static_cast<unsigned>(blocks);
+}
+
+absl::StatusOr<int> SmCount() {
+  int device = 0, sms = 0;
+  LACT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  LACT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+int64_t TilesOf(int size) { return CeilDiv(size, kTile); }
+
+absl::Status LaunchSegmentStates(cudaStream_t s, const ScanArgs& args, const Window& w) {
+  LACT_ASSIGN_OR_RETURN(const unsigned blocks, GridSize(w.segments * args.heads * TilesOf(args.d_state) *
+                                                        TilesOf(args.head_dim)));
+  SegmentStateKernel<<<blocks, kGemmThreads, 0, s>>>(args, w);
+  return LaunchStatus("SsdScan segment states");
+}
+
+absl::Status LaunchPassStates(cudaStream_t s, const ScanArgs& args, const Window& w, bool write_carry,
+                              float* state, float* log_decay) {
+  const dim3 grid(Blocks(int64_t{args.head_dim} * args.d_state), args.heads);
+  PassStatesKernel<<<grid, kThreads, 0, s>>>(args.heads, args.head_dim, args.d_state, w, write_carry, state,
+                                              log_decay);
+  return LaunchStatus("SsdScan pass states");
+}
+
+// The state-only pass: segments of many chunks, enough of them to fill the
+// device, scanned from zero and then combined in order.
+absl::Status ScanStateOnly(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& args, float* state,
+                           float* log_decay) {
+  LACT_ASSIGN_OR_RETURN(const int sms, SmCount());
+  const int64_t chunks = CeilDiv(args.tokens, kChunk);
+  const int64_t blocks_per_segment = args.heads * TilesOf(args.d_state) * TilesOf(args.head_dim);
+  const int64_t wanted = std::clamp<int64_t>(CeilDiv(kBlocksPerSm * sms, blocks_per_segment), 1, chunks);
+  const int64_t per_segment = CeilDiv(chunks, wanted);
+  const int64_t segments = CeilDiv(chunks, per_segment);
+  const int64_t per_state = int64_t{args.heads} * args.head_dim * args.d_state;
+  LACT_ASSIGN_OR_RETURN(float* scratch, ws.Reserve(s, segments * (per_state + args.heads)));
+  const Window w{0, args.tokens, segments, per_segment, scratch, scratch + segments * per_state, nullptr};
+  LACT_RETURN_IF_ERROR(LaunchSegmentStates(s, args, w));
+  return LaunchPassStates(s, args, w, /*write_carry=*/false, state, log_decay);
+}
+
+// The scan with outputs, window by window; within a window every chunk is a
+// segment, so PassStates leaves each chunk's carry-in state for ChunkOutput.
+absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& args, float* state,
+                             float* log_decay) {
+  const int64_t chunks = CeilDiv(args.tokens, kChunk);
+  const int64_t per_state = int64_t{args.heads} * args.head_dim * args.d_state;
+  const int64_t per_chunk = per_state + args.heads + kChunk * kChunk;
+  int64_t window = ws.max_window_chunks() > 0
+                       ? ws.max_window_chunks()
+                       : std::clamp(kWindowFloats / per_chunk, kMinWindowChunks, kMaxWindowChunks);
+  window = std::min(window, chunks);
+  LACT_ASSIGN_OR_RETURN(float* scratch, ws.Reserve(s, window * per_chunk));
+  float* decay = scratch + window * per_state;
+  float* gram = decay + window * args.heads;
+  const int64_t ptiles = TilesOf(args.head_dim);
+  for (int64_t first = 0; first < chunks; first += window) {
+    const int64_t count = std::min(window, chunks - first);
+    const Window w{first * kChunk, std::min(args.tokens, (first + count) * kChunk), count, 1, scratch, decay, gram};
+    LACT_ASSIGN_OR_RETURN(const unsigned gram_blocks, GridSize(count));
+    ChunkGramKernel<<<gram_blocks, kGemmThreads, 0, s>>>(args, w);
+    LACT_RETURN_IF_ERROR(LaunchStatus("SsdScan chunk gram"));
+    LACT_RETURN_IF_ERROR(LaunchSegmentStates(s, args, w));
+    LACT_RETURN_IF_ERROR(LaunchPassStates(s, args, w, /*write_carry=*/true, state, log_decay));
+    LACT_ASSIGN_OR_RETURN(const unsigned out_blocks, GridSize(count * args.heads * ptiles));
+    ChunkOutputKernel<<<out_blocks, kGemmThreads, 0, s>>>(args, w);
+    LACT_RETURN_IF_ERROR(LaunchStatus("SsdScan chunk outputs"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<float*> SsdWorkspace::Reserve(cudaStream_t s, size_t floats) {
+  if (floats > buffer_.size()) {
+    LACT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    buffer_ = DeviceBuffer();  // free the old buffer before taking the larger one
+    LACT_ASSIGN_OR_RETURN(buffer_, DeviceBuffer::Allocate(floats));
+  }
+  return buffer_.get();
+}
+
+absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim, int d_state,
+                     const float* x, int64_t ldx, const float* b, int64_t ldb, const float* c, int64_t ldc,
+                     const float* dt, int64_t lddt, const float* a_log, const float* d_skip, float* y, int64_t ldy,
+                     float* state, float* log_decay) {
+  if (tokens < 0) return absl::InvalidArgumentError(absl::StrCat("SsdScan: tokens ", tokens, " < 0"));
+  if (tokens == 0) return absl::OkStatus();
+  const ScanArgs args{tokens, heads, head_dim, d_state, x, ldx, b, ldb, c, ldc, dt, lddt, a_log, d_skip, y, ldy};
+  LACT_RETURN_IF_ERROR(Validate(args, state));
+  if (y == nullptr) return ScanStateOnly(s, ws, args, state, log_decay);
+  return ScanWithOutputs(s, ws, args, state, log_decay);
+}
+
+}  // namespace lact::cuda

@@ -1,0 +1,68 @@
+// The Mamba-2 selective scan of SPEC.md section 5 on the GPU, in chunked
+// (SSD) form: the CUDA counterpart of kernels/cpu/ssd_scan.h, fp32 throughout
+// (state and accumulation included, no TF32). For one segment of T tokens in
+// scan order (the caller reverses rows for the backward direction), per head h
+// and channel p of that head:
+//   S(t) = exp(dt_t[h] A[h]) S(t-1) + dt_t[h] outer(x_t[p], B_t),  A = -exp(a_log)
+//   y_t[p] = S(t) @ C_t + d_skip[h] x_t[p]
+// The tokens are cut into chunks of 64; within a chunk the recurrence is
+// evaluated as matrix products, and the state is carried from chunk to chunk.
+// Long segments are scanned in windows of chunks so that the scratch stays
+// bounded (SsdWorkspace); the windows run one after another on the stream.
+//
+// All pointers are device pointers; everything is enqueued on the given
+// stream and the returned status is that of the launches (a failing kernel
+// shows up at the next synchronization).
+#ifndef LACT_KERNELS_CUDA_SSD_SCAN_H_
+#define LACT_KERNELS_CUDA_SSD_SCAN_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/device.h"
+
+namespace lact::cuda {
+
+// Scratch for SsdScan, grown on demand (cudaMalloc only when it must grow).
+// One per stream of work: the kernels of a scan use it until they complete.
+// Not thread-safe.
+class SsdWorkspace {
+ public:
+  SsdWorkspace() = default;
+  // At most `max_window_chunks` chunks of 64 tokens per window of the scan
+  // with outputs (0: automatic, about 32 MB of scratch): a smaller bound
+  // means less scratch and more, smaller launches.
+  explicit SsdWorkspace(int64_t max_window_chunks) : max_window_chunks_(max_window_chunks) {}
+
+  int64_t max_window_chunks() const { return max_window_chunks_; }
+
+  // At least `floats` floats of scratch. Growing first synchronizes `s`,
+  // whose pending kernels may still use the old buffer.
+  absl::StatusOr<float*> Reserve(cudaStream_t s, size_t floats);
+
+ private:
+  int64_t max_window_chunks_ = 0;
+  DeviceBuffer buffer_;
+};
+
+// Scans `tokens` (>= 0; 0 is a no-op) tokens, per head h and channel p:
+// x [T, H*P] (row stride ldx), b and c [T, N] (shared by all heads), dt
+// [T, H] after softplus, a_log and d_skip [H]; state [H, P, N] is the
+// initial state on entry and the final state on return. y [T, H*P] may be
+// null: then only the state (and log_decay) are computed and c, ldc, d_skip
+// are unused (the cheap "summary" pre-pass). d_skip may also be null with y
+// (no skip term). log_decay [H] (may be null) gets sum_t dt_t[h] A[h] added.
+// y must not overlap the inputs. Shapes and strides are checked here
+// (INVALID_ARGUMENT); launch failures are INTERNAL.
+absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim, int d_state,
+                     const float* x, int64_t ldx, const float* b, int64_t ldb, const float* c, int64_t ldc,
+                     const float* dt, int64_t lddt, const float* a_log, const float* d_skip, float* y, int64_t ldy,
+                     float* state, float* log_decay);
+
+}  // namespace lact::cuda
+
+#endif  // LACT_KERNELS_CUDA_SSD_SCAN_H_

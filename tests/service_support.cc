@@ -1,0 +1,62 @@
+#include "tests/service_support.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "client/local_cluster.h"
+
+namespace lact::testing {
+
+std::string ModelDir() {
+  static const std::string dir = [] {
+    const std::string d = absl::StrCat(::testing::TempDir(), "/lact_models_", getpid());
+    std::filesystem::create_directories(d);
+    for (const std::string& name : GoldenCaseNames()) {
+      std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors", d + "/" + name + ".safetensors");
+    }
+    return d;
+  }();
+  return dir;
+}
+
+void ExpectGolden(const GoldenCase& golden, const JobResult& got) {
+  EXPECT_LE(RelativeError(got.output, golden.expected.at("output")), 1e-4);
+  ASSERT_EQ(got.queries.size(), golden.queries.size());
+  for (size_t k = 0; k < got.queries.size(); ++k) {
+    EXPECT_LE(RelativeError(got.queries[k], golden.expected.at(absl::StrCat("query_", k))), 1e-4) << k;
+  }
+  for (const auto& [name, want] : golden.expected) {
+    if (name == "output" || name.rfind("query_", 0) == 0) continue;
+    ASSERT_TRUE(got.state.count(name)) << name;
+    EXPECT_LE(RelativeError(got.state.at(name), want), 1e-4) << name;
+  }
+}
+
+SubmitOptions GoldenOptions(const GoldenCase& golden) {
+  SubmitOptions o;
+  o.model = golden.name;
+  o.options = golden.options;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::string> worker_args) {
+  LocalClusterOptions options;
+  options.workers = workers;
+  options.model_dir = ModelDir();
+  options.threads_per_worker = 1;
+  options.worker_args = std::move(worker_args);
+  const char* bin_dir = std::getenv("LACT_BIN_DIR");  // a moved build (scripts/gpu-check's bundle)
+  options.bin_dir = bin_dir != nullptr ? bin_dir : LACT_BIN_DIR;
+  options.coordinator_args = {"--collective-timeout-ms", "5000", "--acquire-timeout-ms", "5000", "--heartbeat-ms",
+                              "300", "--upload-idle-timeout-ms", "1000"};
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
+}
+
+}  // namespace lact::testing

@@ -1,0 +1,34 @@
+// Shared by the end-to-end suites (CPU and GPU workers): a model folder
+// holding every golden case's model, and the golden comparison of a job's
+// result (every tensor within 1e-4).
+#ifndef LACT_TESTS_SERVICE_SUPPORT_H_
+#define LACT_TESTS_SERVICE_SUPPORT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/lact_client.h"
+#include "client/local_cluster.h"
+#include "tests/golden_case.h"
+
+namespace lact::testing {
+
+// A folder (made once per process) of links to the golden models, named
+// after their cases, for `lact-worker --model-dir`.
+std::string ModelDir();
+
+void ExpectGolden(const GoldenCase& golden, const JobResult& got);
+
+// Submit options for a golden case's model and job options.
+SubmitOptions GoldenOptions(const GoldenCase& golden);
+
+// A coordinator with short timeouts (5 s collectives and leases, 1 s upload
+// idle) and `workers` workers of one thread each over ModelDir(), with
+// `worker_args` added to every worker's flags; null (and a test failure) if
+// it does not start. The binaries are the build's, or $LACT_BIN_DIR's.
+std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::string> worker_args = {});
+
+}  // namespace lact::testing
+
+#endif  // LACT_TESTS_SERVICE_SUPPORT_H_

@@ -1,0 +1,60 @@
+#include "worker/shard_runner.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/cpu_runner.h"
+#include "worker/group.h"
+#ifdef LACT_HAVE_CUDA
+#include "worker/cuda_shard_runner.h"
+#endif
+
+namespace lact {
+namespace {
+
+class CpuShardRunner final : public ShardRunner {
+ public:
+  CpuShardRunner(const Model& model, const ModelConfig& config, const BackendOptions& options, RunHooks hooks)
+      : host_(options.collective_host),
+        runner_(model, config,
+                {options.threads, options.tile_tokens > 0 ? options.tile_tokens : 4096, std::move(hooks.on_layer_done),
+                 std::move(hooks.cancelled)}) {}
+
+  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, const GroupSpec& group,
+                                         FusedState* state) override {
+    LACT_ASSIGN_OR_RETURN(GlooGroup g, JoinGlooGroup(group, host_));
+    return runner_.RunContextShard(std::move(shard), begin, total, g.sync.get(), g.grads.get(), state);
+  }
+  absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) override {
+    return runner_.RunQuery(std::move(query), state);
+  }
+  OverlapStats overlap() const override { return runner_.overlap(); }
+
+ private:
+  std::string host_;
+  CpuRunner runner_;
+};
+
+}  // namespace
+
+absl::Status ValidateBackend(const BackendOptions& options) {
+  if (options.backend == "cpu") return absl::OkStatus();
+  if (options.backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown backend '", options.backend, "' (allowed: cpu, cuda)"));
+  }
+#ifdef LACT_HAVE_CUDA
+  return ValidateCudaBackend(options);
+#else
+  return absl::FailedPreconditionError("this build has no CUDA backend (no CUDA toolkit was found at build time)");
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options, const Model& model,
+                                                             const ModelConfig& config, RunHooks hooks) {
+  LACT_RETURN_IF_ERROR(ValidateBackend(options));
+#ifdef LACT_HAVE_CUDA
+  if (options.backend == "cuda") return MakeCudaShardRunner(options, model, config, std::move(hooks));
+#endif
+  return std::unique_ptr<ShardRunner>(new CpuShardRunner(model, config, options, std::move(hooks)));
+}
+
+}  // namespace lact
