@@ -1,7 +1,6 @@
 #include "tests/parity_cases.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/random.h"
@@ -82,27 +81,6 @@ std::vector<ParityCase> RandomParityCases() {
   std::vector<ParityCase> cases;
   for (uint64_t seed = 0; seed < 60; ++seed) cases.push_back(RandomCase(seed));
   return cases;
-}
-
-float RoundToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits += 0x7fffu + ((bits >> 16) & 1u);  // round to nearest, ties to even (finite values)
-  bits &= 0xffff0000u;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-Tensor RoundedToBf16(const Tensor& t) {
-  Tensor out = t;
-  for (float& v : out.data) v = RoundToBf16(v);
-  return out;
-}
-
-Model RoundedToBf16(const Model& model) {
-  std::map<std::string, Tensor> tensors;
-  for (const auto& [name, t] : model.tensors()) tensors[name] = RoundedToBf16(t);
-  return *Model::FromTensors(model.config(), std::move(tensors));
 }
 
 }  // namespace lact::testing

@@ -1,7 +1,6 @@
 // The shape sweep of the parity tests, shared by every backend's suite:
 // hand-picked edge cases (L = 1, L < W, odd widths, chunks that do and do
 // not divide L, Muon on and off, one-token tiles) and 60 random shapes.
-// Also bf16 rounding of inputs, for the bf16 GPU mode's error baseline.
 #ifndef LACT_TESTS_PARITY_CASES_H_
 #define LACT_TESTS_PARITY_CASES_H_
 
@@ -29,10 +28,6 @@ void PrintTo(const ParityCase& c, std::ostream* os);
 
 std::vector<ParityCase> FixedParityCases();
 std::vector<ParityCase> RandomParityCases();
-
-// Every value rounded to the nearest bfloat16 (ties to even).
-Tensor RoundedToBf16(const Tensor& t);
-Model RoundedToBf16(const Model& model);
 
 }  // namespace lact::testing
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -35,23 +37,43 @@ TensorD ToTensor(const Mat& m, std::vector<int64_t> shape) {
   return t;
 }
 
+// Set by RunJob for a job whose matrix-product operands are rounded to
+// bf16 (ReferenceOptions::bf16_operands).
+thread_local bool bf16_operands = false;
+
+// A product operand: the value, or its float32 value rounded to the nearest
+// bf16 (ties to even), as the bf16 GPU mode feeds its GEMMs.
+double Operand(double v) {
+  if (!bf16_operands) return v;
+  float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 // x @ W^T with W[out, in] given as floats.
 Mat Linear(const Mat& x, const float* w, int64_t out) {
   Mat y(x.rows, out);
   for (int64_t r = 0; r < x.rows; ++r)
     for (int64_t o = 0; o < out; ++o) {
       double s = 0;
-      for (int64_t i = 0; i < x.cols; ++i) s += x.at(r, i) * w[o * x.cols + i];
+      for (int64_t i = 0; i < x.cols; ++i) s += Operand(x.at(r, i)) * Operand(w[o * x.cols + i]);
       y.at(r, o) = s;
     }
   return y;
 }
 
-Mat MatMul(const Mat& a, const Mat& b) {
+// a @ b; `exact` keeps full precision whatever the job's operand precision
+// (the Newton-Schulz iteration, which the GPU runs in fp32).
+Mat MatMul(const Mat& a, const Mat& b, bool exact = false) {
   Mat c(a.rows, b.cols);
   for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t k = 0; k < a.cols; ++k)
-      for (int64_t j = 0; j < b.cols; ++j) c.at(i, j) += a.at(i, k) * b.at(k, j);
+    for (int64_t k = 0; k < a.cols; ++k) {
+      const double aik = exact ? a.at(i, k) : Operand(a.at(i, k));
+      for (int64_t j = 0; j < b.cols; ++j) c.at(i, j) += aik * (exact ? b.at(k, j) : Operand(b.at(k, j)));
+    }
   return c;
 }
 
@@ -152,11 +174,11 @@ Mat NewtonSchulz(const Mat& g, int steps) {
   const bool transposed = x.rows > x.cols;
   if (transposed) x = Transpose(x);
   for (int i = 0; i < steps; ++i) {
-    Mat a = MatMul(x, Transpose(x));
-    Mat aa = MatMul(a, a);
+    Mat a = MatMul(x, Transpose(x), /*exact=*/true);
+    Mat aa = MatMul(a, a, /*exact=*/true);
     Mat b(a.rows, a.cols);
     for (int64_t k = 0; k < (int64_t)b.v.size(); ++k) b.v[k] = -4.7750 * a.v[k] + 2.0315 * aa.v[k];
-    Mat bx = MatMul(b, x);
+    Mat bx = MatMul(b, x, /*exact=*/true);
     for (int64_t k = 0; k < (int64_t)x.v.size(); ++k) x.v[k] = 3.4445 * x.v[k] + bx.v[k];
   }
   return transposed ? Transpose(x) : x;
@@ -322,7 +344,11 @@ Mat RunSequence(const Model& model, const ModelConfig& c, const Tensor& tokens, 
 }  // namespace
 
 JobOutputs RunJob(const Model& model, const ModelConfig& c, const Tensor& context,
-                  const std::vector<Tensor>& queries) {
+                  const std::vector<Tensor>& queries, ReferenceOptions options) {
+  struct OperandPrecision {
+    explicit OperandPrecision(bool bf16) { bf16_operands = bf16; }
+    ~OperandPrecision() { bf16_operands = false; }
+  } precision(options.bf16_operands);
   std::vector<LayerRefState> states;
   for (int i = 0; i < c.n_layers; ++i) states.push_back(InitialLayerState(model.layer(i), c));
   JobOutputs out;

@@ -20,10 +20,17 @@ struct JobOutputs {
   std::map<std::string, TensorD> state;  // SPEC section 7 names
 };
 
+struct ReferenceOptions {
+  // Round both operands of every matrix product (the linear layers and the
+  // LaCT products; not Newton-Schulz) to bf16, as the GPU's bf16 mode does:
+  // the baseline that mode's error is measured against.
+  bool bf16_operands = false;
+};
+
 // Runs a job: `config` is the model's config with the job's overrides
 // applied (muon_steps, chunk_tokens); the weights come from `model`.
 JobOutputs RunJob(const Model& model, const ModelConfig& config, const Tensor& context,
-                  const std::vector<Tensor>& queries);
+                  const std::vector<Tensor>& queries, ReferenceOptions options = {});
 
 }  // namespace lact::reference
 
