@@ -217,15 +217,16 @@ void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat
     du.v[i] = dh.v[i] * g.v[i] * sg;
     dg.v[i] = dh.v[i] * u.v[i] * sg * (1.0 + g.v[i] * (1.0 - sg));
   }
-  Mat lk0 = k, lk2 = k;
+  // The token's learning rates scale the hidden-side factor of each outer
+  // product (equal to scaling K; it is where the backends round a bf16 operand).
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t c = 0; c < k.cols; ++c) {
-      lk0.at(t, c) *= lr.at(t, 0);
-      lk2.at(t, c) *= lr.at(t, 2);
+    for (int64_t c = 0; c < hd.cols; ++c) {
+      dg.at(t, c) *= lr.at(t, 0);
+      hd.at(t, c) *= lr.at(t, 1);
+      du.at(t, c) *= lr.at(t, 2);
     }
-    for (int64_t c = 0; c < hd.cols; ++c) hd.at(t, c) *= lr.at(t, 1);
   }
-  Mat dw1 = MatMul(Transpose(v), hd), dw0 = MatMul(Transpose(dg), lk0), dw2 = MatMul(Transpose(du), lk2);
+  Mat dw1 = MatMul(Transpose(v), hd), dw0 = MatMul(Transpose(dg), k), dw2 = MatMul(Transpose(du), k);
   UpdateWeight(&f->w0, dw0, init.w0, muon_steps);
   UpdateWeight(&f->w1, dw1, init.w1, muon_steps);
   UpdateWeight(&f->w2, dw2, init.w2, muon_steps);
@@ -311,9 +312,10 @@ Mat Block(const Mat& x_in, const LayerWeights& w, const ModelConfig& c, bool is_
   bwd.conv = Mat(fwd.conv.rows, fwd.conv.cols);
   Mat yf = Mixer(h, w.mamba[kForward], c, &fwd);
   Mat yb = Reverse(Mixer(Reverse(h), w.mamba[kBackward], c, &bwd));
-  Mat ysum = yf;
-  for (int64_t i = 0; i < (int64_t)ysum.v.size(); ++i) ysum.v[i] += yb.v[i];
-  Mat a = Linear(ysum, w.out_proj, c.d_model);
+  // (yf + yb) @ out_proj^T, taken as the sum of the two products: equal, and
+  // the form in which the backends round their bf16 operands.
+  Mat a = Linear(yf, w.out_proj, c.d_model), ab = Linear(yb, w.out_proj, c.d_model);
+  for (int64_t i = 0; i < (int64_t)a.v.size(); ++i) a.v[i] += ab.v[i];
   std::vector<FastWeights> fast = state->fast;
   Mat t = Lact(h, w, c, is_context, &fast, state->init);
   if (is_context) {
