@@ -107,6 +107,7 @@ class CudaBlock {
   cuda::SsdWorkspace ssd_;
   cuda::DeviceBuffer kv_, lr_, q_, o_, g_, u_, dh_;     // LaCT tiles; g, u, dh are [H_t, tile, d_h]
   cuda::DeviceBuffer fast_, grads_;                     // w0 | w1 | w2 and their gradients
+  cuda::DeviceBuffer muon_;                             // Newton-Schulz scratch
   cuda::DeviceBuffer gate_, up_;                        // MLP tiles
 };
 

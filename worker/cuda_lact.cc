@@ -82,10 +82,7 @@ absl::Status CudaBlock::LocalGrads(const LayerWeights& w, int64_t chunk) {
                                                   0.0f, u, dhh, per_head, ht));
     LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx_, false, false, n, dhh, dh, 1.0f, v, 2 * D, dh, w1, dhh, mat,
                                                   0.0f, dH, dhh, per_head, ht));
-    for (int64_t head = 0; head < ht; ++head) {
-      LACT_RETURN_IF_ERROR(cuda::LactGradFactors(stream(), g + head * per_head, u + head * per_head,
-                                                 dH + head * per_head, n, dhh, lr + 3 * head, 3 * ht));
-    }
+    LACT_RETURN_IF_ERROR(cuda::LactGradFactors(stream(), g, u, dH, ht, n, dhh, lr, 3 * ht));
     // dw1 += V^T (LR1 Hd), dw0 += (LR0 dG)^T K, dw2 += (LR2 dU)^T K.
     LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx_, true, false, dh, dhh, n, 1.0f, v, 2 * D, dh, u, dhh, per_head,
                                                   1.0f, d1, dhh, mat, ht));
@@ -103,7 +100,7 @@ absl::Status CudaBlock::UpdateFastWeights(const LayerWeights& w) {
   for (int m = 0; m < 3; ++m) {
     float* dw = grads_.get() + m * f.size();
     if (c_.ttt.muon_steps > 0) {
-      LACT_RETURN_IF_ERROR(cuda::NewtonSchulz(ctx_, dw, f.heads, f.rows(m), f.cols(m), c_.ttt.muon_steps));
+      LACT_RETURN_IF_ERROR(cuda::NewtonSchulz(ctx_, dw, f.heads, f.rows(m), f.cols(m), c_.ttt.muon_steps, &muon_));
     }
     LACT_RETURN_IF_ERROR(cuda::WeightNormUpdate(stream(), fast_.get() + m * f.size(), dw, weights_(initial[m]),
                                                 f.heads * f.rows(m), f.cols(m)));

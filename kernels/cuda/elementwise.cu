@@ -40,11 +40,12 @@ __global__ void SoftplusBiasKernel(const float* in, int64_t ldi, int64_t rows, i
   out[r * ldo + c] = v > 20.0f ? v : log1pf(expf(v));
 }
 
-__global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t tokens, int64_t hidden, const float* lr,
-                                  int64_t ldlr) {
+__global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t heads, int64_t tokens, int64_t hidden,
+                                  const float* lr, int64_t ldlr) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= tokens * hidden) return;
-  const float* rates = lr + (i / hidden) * ldlr;
+  if (i >= heads * tokens * hidden) return;
+  const int64_t head = i / (tokens * hidden), t = (i / hidden) % tokens;
+  const float* rates = lr + t * ldlr + 3 * head;
   const float gv = g[i], uv = u[i], dhv = dh[i];
   const float sg = DeviceSigmoid(gv), silu = gv * sg;
   g[i] = rates[0] * dhv * uv * sg * (1.0f + gv * (1.0f - sg));
@@ -113,10 +114,11 @@ absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t 
   return LaunchStatus("SoftplusBias");
 }
 
-absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t tokens, int64_t hidden,
-                             const float* lr, int64_t ldlr) {
-  if (tokens * hidden == 0) return absl::OkStatus();
-  GradFactorsKernel<<<Blocks(tokens * hidden), kThreads, 0, s>>>(g, u, dh, tokens, hidden, lr, ldlr);
+absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads, int64_t tokens,
+                             int64_t hidden, const float* lr, int64_t ldlr) {
+  const int64_t n = heads * tokens * hidden;
+  if (n == 0) return absl::OkStatus();
+  GradFactorsKernel<<<Blocks(n), kThreads, 0, s>>>(g, u, dh, heads, tokens, hidden, lr, ldlr);
   return LaunchStatus("LactGradFactors");
 }
 

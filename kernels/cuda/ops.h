@@ -48,11 +48,12 @@ absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_
                             int64_t lddt, const float* a_log, const float* d_skip, float* y, int64_t ldy,
                             float* state);
 
-// LaCT gradient factors in place for one head (kernels/cpu/lact_ops.cc):
-// g <- lr0 * dG, u <- lr1 * Hd, dh <- lr2 * dU; lr points at the head's
-// three columns (row stride ldlr).
-absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t tokens, int64_t hidden,
-                             const float* lr, int64_t ldlr);
+// LaCT gradient factors in place for `heads` heads (kernels/cpu/lact_ops.cc):
+// g <- lr0 * dG, u <- lr1 * Hd, dh <- lr2 * dU, where g, u, dh are
+// [heads, tokens, hidden] and head h's three rates are columns 3h..3h+2 of
+// lr (row stride ldlr).
+absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads, int64_t tokens,
+                             int64_t hidden, const float* lr, int64_t ldlr);
 // w += dw, then each row rescaled to the norm of the same row of w_init.
 absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init, int64_t rows,
                               int64_t cols);
