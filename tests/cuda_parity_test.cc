@@ -11,18 +11,16 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "gloo/rendezvous/hash_store.h"
 #include "kernels/cuda/device.h"
 #include "kernels/reference/reference_model.h"
+#include "tests/gloo_ranks.h"
 #include "tests/golden_case.h"
 #include "tests/parity_cases.h"
 #include "tests/random_model.h"
 #include "worker/cuda_runner.h"
-#include "worker/gloo_collective.h"
 #include "worker/host_staged_allreduce.h"
 
 namespace lact::testing {
@@ -82,36 +80,21 @@ TEST_P(CudaDistributedGoldenTest, MatchesExpected) {
   ASSERT_TRUE(golden.ok()) << golden.status();
   const int ranks = static_cast<int>(split.lengths.size());
   const int64_t total = golden->context.dim(0), width = golden->config.output_width();
-  gloo::rendezvous::HashStore store;
+  std::vector<int64_t> begins(ranks, 0);
+  for (int r = 1; r < ranks; ++r) begins[r] = begins[r - 1] + split.lengths[r - 1];
   std::vector<Tensor> outputs(ranks);
   std::vector<FusedState> states(ranks);
-  std::vector<absl::Status> statuses(ranks);
-  std::vector<std::thread> threads;
-  int64_t begin = 0;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r, begin] {
-      auto sync = GlooCollective::Connect(store, "sync", r, ranks, {});
-      auto grads = GlooCollective::Connect(store, "grads", r, ranks, {});
-      if (!sync.ok() || !grads.ok()) {
-        statuses[r] = sync.ok() ? grads.status() : sync.status();
-        return;
-      }
-      CudaRunOptions options;
-      options.tile_tokens = split.tile;
-      auto runner = CudaRunner::Create(golden->model, golden->config, options);
-      if (!runner.ok()) {
-        statuses[r] = runner.status();
-        return;
-      }
-      HostStagedAllReduce reduce(grads->get());
-      auto out = (*runner)->RunContextShard(Rows(golden->context, begin, split.lengths[r]), begin, total,
-                                            sync->get(), &reduce, &states[r]);
-      if (out.ok()) outputs[r] = *std::move(out);
-      statuses[r] = out.status();
-    });
-    begin += split.lengths[r];
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<absl::Status> statuses = RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
+    CudaRunOptions options;
+    options.tile_tokens = split.tile;
+    auto runner = CudaRunner::Create(golden->model, golden->config, options);
+    if (!runner.ok()) return runner.status();
+    HostStagedAllReduce reduce(grads);
+    auto out = (*runner)->RunContextShard(Rows(golden->context, begins[r], split.lengths[r]), begins[r], total, sync,
+                                          &reduce, &states[r]);
+    if (out.ok()) outputs[r] = *std::move(out);
+    return out.status();
+  });
   Tensor output({total, width});
   int64_t row = 0;
   for (int r = 0; r < ranks; ++r) {

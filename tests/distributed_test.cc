@@ -7,13 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/random.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "kernels/reference/reference_model.h"
+#include "tests/gloo_ranks.h"
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
 #include "worker/cpu_runner.h"
@@ -37,29 +37,16 @@ DistributedResult RunDistributed(const Model& model, const ModelConfig& config, 
                                  const std::vector<int64_t>& lengths) {
   const int ranks = static_cast<int>(lengths.size());
   const int64_t total = context.dim(0);
-  gloo::rendezvous::HashStore store;
+  std::vector<int64_t> begins(ranks, 0);
+  for (int r = 1; r < ranks; ++r) begins[r] = begins[r - 1] + lengths[r - 1];
   std::vector<Tensor> outputs(ranks);
   std::vector<FusedState> states(ranks);
-  std::vector<absl::Status> statuses(ranks);
-  std::vector<std::thread> threads;
-  int64_t begin = 0;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r, begin] {
-      auto sync = GlooCollective::Connect(store, "sync", r, ranks, {});
-      auto grads = GlooCollective::Connect(store, "grads", r, ranks, {});
-      if (!sync.ok() || !grads.ok()) {
-        statuses[r] = sync.ok() ? grads.status() : sync.status();
-        return;
-      }
-      CpuRunner runner(model, config, {1, 5, nullptr});
-      auto out = runner.RunContextShard(Rows(context, begin, lengths[r]), begin, total, sync->get(), grads->get(),
-                                        &states[r]);
-      if (out.ok()) outputs[r] = *std::move(out);
-      statuses[r] = out.status();
-    });
-    begin += lengths[r];
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<absl::Status> statuses = RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
+    CpuRunner runner(model, config, {1, 5, nullptr});
+    auto out = runner.RunContextShard(Rows(context, begins[r], lengths[r]), begins[r], total, sync, grads, &states[r]);
+    if (out.ok()) outputs[r] = *std::move(out);
+    return out.status();
+  });
   DistributedResult result;
   result.output = Tensor({total, config.output_width()});
   int64_t row = 0;

@@ -57,7 +57,6 @@ class CpuRunner {
   const OverlapStats& overlap() const { return overlap_; }
 
  private:
-  absl::Status ValidateTokens(const Tensor& tokens, const std::string& what) const;
   absl::StatusOr<Tensor> Run(Tensor tokens, bool is_context, const ShardContext& shard, FusedState* state);
 
   const Model& model_;

@@ -7,6 +7,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
+#include "worker/run_tokens.h"
 
 namespace lact {
 
@@ -23,24 +24,8 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const Model& mode
   return runner;
 }
 
-absl::Status CudaRunner::ValidateTokens(const Tensor& tokens, const std::string& what) const {
-  const int64_t width = config_.input_width();
-  if (tokens.rank() != 2 || tokens.dim(1) != width) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " has shape ", ShapeString(tokens.shape),
-                                                   "; the model takes [L, ", width, "] tokens"));
-  }
-  if (tokens.dim(0) < 1) return absl::InvalidArgumentError(absl::StrCat(what, " has no tokens (need L >= 1)"));
-  for (int64_t i = 0; i < tokens.size(); ++i) {
-    if (!std::isfinite(tokens.data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite value at token ", i / width,
-                                                     ", feature ", i % width, " (NaN and Inf are not allowed)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<Tensor> CudaRunner::RunContext(const Tensor& context, FusedState* state) {
-  LACT_RETURN_IF_ERROR(ValidateTokens(context, "context"));
+  LACT_RETURN_IF_ERROR(CheckRunTokens(config_, context, "context"));
   *state = ZeroFusedState(config_);
   const int64_t L = context.dim(0);
   return Run(context, /*is_context=*/true, {&local_, nullptr, 0, L, options_.cancelled}, state);
@@ -48,7 +33,7 @@ absl::StatusOr<Tensor> CudaRunner::RunContext(const Tensor& context, FusedState*
 
 absl::StatusOr<Tensor> CudaRunner::RunContextShard(const Tensor& shard, int64_t begin, int64_t total,
                                                    Collective* sync, DeviceAllReduce* grads, FusedState* state) {
-  LACT_RETURN_IF_ERROR(ValidateTokens(shard, "context shard"));
+  LACT_RETURN_IF_ERROR(CheckRunTokens(config_, shard, "context shard"));
   if (begin < 0 || begin + shard.dim(0) > total) {
     return absl::InvalidArgumentError(absl::StrCat("shard [", begin, ", ", begin + shard.dim(0),
                                                    ") lies outside a context of ", total, " tokens"));
@@ -61,7 +46,7 @@ absl::StatusOr<Tensor> CudaRunner::RunContextShard(const Tensor& shard, int64_t 
 }
 
 absl::StatusOr<Tensor> CudaRunner::RunQuery(const Tensor& query, const FusedState& state) {
-  LACT_RETURN_IF_ERROR(ValidateTokens(query, "query set"));
+  LACT_RETURN_IF_ERROR(CheckRunTokens(config_, query, "query set"));
   if (static_cast<int>(state.layers.size()) != config_.n_layers) {
     return absl::InvalidArgumentError(absl::StrCat("state has ", state.layers.size(), " layers, the model ",
                                                    config_.n_layers));

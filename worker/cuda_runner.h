@@ -58,7 +58,6 @@ class CudaRunner {
  private:
   CudaRunner(const Model& model, const ModelConfig& config, CudaRunOptions options)
       : model_(model), config_(config), options_(std::move(options)) {}
-  absl::Status ValidateTokens(const Tensor& tokens, const std::string& what) const;
   absl::StatusOr<Tensor> Run(const Tensor& tokens, bool is_context, const CudaShard& shard, FusedState* state);
   absl::Status Embed(const Tensor& tokens, CudaBlock& block);
   absl::StatusOr<Tensor> Head(CudaBlock& block);
