@@ -5,16 +5,16 @@
 //       + exp(cum_i) C_i @ S_in^T                                carry-in state
 //       + D x_i
 //   S_out = exp(cum_last) S_in + sum_j exp(cum_last - cum_j) dt_j x_j B_j^T
-// Four kernels per window of chunks, all on the caller's stream:
-//   ChunkGram     per chunk          G = C B^T (shared by all heads)
-//   SegmentState  per (segment, h)   state of a segment of chunks scanned from
-//                                    zero, and its log decay
-//   PassStates    per h, over P*N    walks the segments in order from the
-//                                    incoming state: each segment's slot gets
-//                                    the state entering it; final state out
-//   ChunkOutput   per (chunk, h)     y from G, x and the carry-in state
-// With outputs a segment is one chunk; the state-only pass skips ChunkGram and
-// ChunkOutput and uses segments of many chunks, so its scratch stays small.
+// Three kernels per window of chunks, all on the caller's stream:
+//   ChunkState   per chunk:         G = C B^T (shared by all heads)
+//                per (segment, h):  the state a segment of chunks reaches
+//                                   from zero, and its log decay
+//   PassStates   per h, over P*N:   walks the segments in order from the
+//                                   incoming state: each segment's slot gets
+//                                   the state entering it; final state out
+//   ChunkOutput  per (chunk, h):    y from G, x and the carry-in state
+// With outputs a segment is one chunk; the state-only pass computes no G, has
+// no ChunkOutput and uses segments of many chunks, so its scratch stays small.
 // The matrix products run through one tiled block GEMM (BlockGemm) whose
 // operands are produced element by element by the caller, which lets each
 // kernel fold masks and decays into the operand loads.
@@ -42,7 +42,6 @@ constexpr int kGemmThreads = (kTile / kTm) * (kTile / kTn);
 constexpr int kPad = 4;  // keeps tile rows 16-byte aligned, halves bank conflicts of transposed stores
 constexpr int kPerThread = kDepth * kTile / kGemmThreads;  // tile elements each thread loads per step
 static_assert(kChunk == kTile, "a chunk's tokens are one tile of rows");
-static_assert(kChunk == 64, "ChunkDecay gives each of the 32 lanes two tokens");
 static_assert(kChunk % kDepth == 0, "no reduction step straddles the intra-chunk and carry parts");
 static_assert(kTm == 8 && kTn == 4, "the inner loop reads two float4 of A and one of B");
 static_assert(kDepth * kTile % kGemmThreads == 0 && kGemmThreads >= 32, "tile loads and warp 0");
@@ -92,26 +91,23 @@ __device__ inline int ChunkTokens(const Window& w, int64_t t0) {
   return static_cast<int>(min(static_cast<int64_t>(kChunk), w.end - t0));
 }
 
-// Warp 0 of a block (lane = threadIdx.x < 32), for the n tokens of a chunk at
-// `dt` (row stride lddt): dts[i] = dt_i and cum[i] = sum_{k<=i} dt_k a, with
-// dt = 0 past n. Each lane takes tokens 2 lane and 2 lane + 1; the lanes' pair
-// sums are scanned with shuffles.
+// Warp 0 of a block (threadIdx.x < 32), for the n tokens of a chunk at `dt`
+// (row stride lddt): dts[i] = dt_i and cum[i] = sum_{k<=i} dt_k a, with
+// dt = 0 past n. The sum runs in token order, as on the CPU: the kernels use
+// differences cum_i - cum_j of nearby tokens, whose rounding error is then
+// one rounding per token between them (a tree scan would give each cum_i
+// its own few roundings at the scale of |cum|, which reaches hundreds).
 __device__ void ChunkDecay(const float* dt, int64_t lddt, int n, float a, float* dts, float* cum) {
-  const int lane = threadIdx.x, i0 = 2 * lane, i1 = i0 + 1;
-  const float d0 = i0 < n ? dt[i0 * lddt] : 0.0f;
-  const float d1 = i1 < n ? dt[i1 * lddt] : 0.0f;
-  const float v0 = d0 * a, v1 = d1 * a;
-  float upto = v0 + v1;  // becomes the inclusive sum over lanes 0..lane
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const float other = __shfl_up_sync(0xffffffffu, upto, offset);
-    if (lane >= offset) upto += other;
+  for (int i = threadIdx.x; i < kChunk; i += 32) dts[i] = i < n ? dt[i * lddt] : 0.0f;
+  __syncwarp();
+  if (threadIdx.x == 0) {
+    float run = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      run += dts[i] * a;
+      cum[i] = run;
+    }
   }
-  float before = __shfl_up_sync(0xffffffffu, upto, 1);
-  if (lane == 0) before = 0.0f;
-  dts[i0] = d0;
-  dts[i1] = d1;
-  cum[i0] = before + v0;
-  cum[i1] = before + v0 + v1;
   __syncwarp();
 }
 
@@ -200,10 +196,7 @@ __device__ void BlockGemm(int depth, const FetchA& fetch_a, const FetchB& fetch_
 }
 
 // G[i][j] = C_i . B_j for the tokens i, j of one chunk (zero past its end).
-// Grid: one block per chunk of the window.
-__global__ void __launch_bounds__(kGemmThreads, 4) ChunkGramKernel(ScanArgs args, Window w) {
-  __shared__ GemmTiles tiles;
-  const int64_t chunk = blockIdx.x;
+__device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, GemmTiles& tiles) {
   const int64_t t0 = w.start + chunk * kChunk;
   const int n = ChunkTokens(w, t0), N = args.d_state;
   const int64_t ldb = args.ldb, ldc = args.ldc;
@@ -220,16 +213,15 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkGramKernel(ScanArgs args
   }
 }
 
-// The state that one segment of chunks reaches from zero, for head h and one
-// kTile x kTile tile of S^T (rows n, columns p), and the segment's log decay.
-// Per chunk: S <- exp(cum_last) S + sum_j w_j B_j x_j^T (as S^T) with
-// w_j = exp(cum_last - cum_j) dt_j. Grid: segment x head x N tiles x P tiles.
-__global__ void __launch_bounds__(kGemmThreads, 4) SegmentStateKernel(ScanArgs args, Window w) {
-  __shared__ GemmTiles tiles;
+// The state that one segment of chunks reaches from zero, for one head and
+// one kTile x kTile tile of S^T (rows n, columns p), and the segment's log
+// decay. Per chunk: S <- exp(cum_last) S + sum_j w_j B_j x_j^T (as S^T) with
+// w_j = exp(cum_last - cum_j) dt_j. `index` enumerates segment x head x
+// N tiles x P tiles.
+__device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t index, GemmTiles& tiles) {
   __shared__ float dts[kChunk], cum[kChunk], weight[kChunk];
   const int P = args.head_dim, N = args.d_state, H = args.heads;
   const int ptiles = (P + kTile - 1) / kTile, ntiles = (N + kTile - 1) / kTile;
-  int64_t index = blockIdx.x;
   const int ptile = static_cast<int>(index % ptiles);
   index /= ptiles;
   const int ntile = static_cast<int>(index % ntiles);
@@ -283,6 +275,19 @@ __global__ void __launch_bounds__(kGemmThreads, 4) SegmentStateKernel(ScanArgs a
     }
   }
   if (threadIdx.x == 0 && ptile == 0 && ntile == 0) w.decay[segment * H + h] = log_decay;
+}
+
+// The window's chunk Gram matrices (when w.gram is set, i.e. with outputs;
+// one block per chunk, first) and segment states (the other blocks), in one
+// launch so that the few Gram blocks run beside the many state blocks.
+__global__ void __launch_bounds__(kGemmThreads, 4) ChunkStateKernel(ScanArgs args, Window w) {
+  __shared__ GemmTiles tiles;
+  const int64_t gram_blocks = w.gram != nullptr ? WindowChunks(w) : 0;
+  if (blockIdx.x < gram_blocks) {
+    ChunkGram(args, w, blockIdx.x, tiles);
+  } else {
+    SegmentState(args, w, blockIdx.x - gram_blocks, tiles);
+  }
 }
 
 // Carries the state through the window's segments for head h = blockIdx.y,
@@ -423,11 +428,15 @@ absl::StatusOr<int> SmCount() {
 
 int64_t TilesOf(int size) { return CeilDiv(size, kTile); }
 
-absl::Status LaunchSegmentStates(cudaStream_t s, const ScanArgs& args, const Window& w) {
-  LACT_ASSIGN_OR_RETURN(const unsigned blocks, GridSize(w.segments * args.heads * TilesOf(args.d_state) *
-                                                        TilesOf(args.head_dim)));
-  SegmentStateKernel<<<blocks, kGemmThreads, 0, s>>>(args, w);
-  return LaunchStatus("SsdScan segment states");
+// ChunkStateKernel over the window: Gram matrices when w.gram is set, then
+// segment states.
+absl::Status LaunchChunkStates(cudaStream_t s, const ScanArgs& args, const Window& w, int64_t chunks) {
+  const int64_t gram_blocks = w.gram != nullptr ? chunks : 0;
+  LACT_ASSIGN_OR_RETURN(const unsigned blocks, GridSize(gram_blocks + w.segments * args.heads *
+                                                                          TilesOf(args.d_state) *
+                                                                          TilesOf(args.head_dim)));
+  ChunkStateKernel<<<blocks, kGemmThreads, 0, s>>>(args, w);
+  return LaunchStatus("SsdScan chunk states");
 }
 
 absl::Status LaunchPassStates(cudaStream_t s, const ScanArgs& args, const Window& w, bool write_carry,
@@ -451,7 +460,7 @@ absl::Status ScanStateOnly(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& arg
   const int64_t per_state = int64_t{args.heads} * args.head_dim * args.d_state;
   LACT_ASSIGN_OR_RETURN(float* scratch, ws.Reserve(s, segments * (per_state + args.heads)));
   const Window w{0, args.tokens, segments, per_segment, scratch, scratch + segments * per_state, nullptr};
-  LACT_RETURN_IF_ERROR(LaunchSegmentStates(s, args, w));
+  LACT_RETURN_IF_ERROR(LaunchChunkStates(s, args, w, chunks));
   return LaunchPassStates(s, args, w, /*write_carry=*/false, state, log_decay);
 }
 
@@ -473,10 +482,7 @@ absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& a
   for (int64_t first = 0; first < chunks; first += window) {
     const int64_t count = std::min(window, chunks - first);
     const Window w{first * kChunk, std::min(args.tokens, (first + count) * kChunk), count, 1, scratch, decay, gram};
-    LACT_ASSIGN_OR_RETURN(const unsigned gram_blocks, GridSize(count));
-    ChunkGramKernel<<<gram_blocks, kGemmThreads, 0, s>>>(args, w);
-    LACT_RETURN_IF_ERROR(LaunchStatus("SsdScan chunk gram"));
-    LACT_RETURN_IF_ERROR(LaunchSegmentStates(s, args, w));
+    LACT_RETURN_IF_ERROR(LaunchChunkStates(s, args, w, count));
     LACT_RETURN_IF_ERROR(LaunchPassStates(s, args, w, /*write_carry=*/true, state, log_decay));
     LACT_ASSIGN_OR_RETURN(const unsigned out_blocks, GridSize(count * args.heads * ptiles));
     ChunkOutputKernel<<<out_blocks, kGemmThreads, 0, s>>>(args, w);

@@ -1,0 +1,275 @@
+// GPU yardsticks and the chunked selective scan on the first CUDA device:
+// device-to-device copy bandwidth (bytes read + written), cuBLAS GEMM rates
+// (bf16 inputs with fp32 accumulation, and true fp32 with TF32 off), and
+// cuda::SsdScan on a preset:base-like shape as effective bandwidth (x, B, C,
+// dt read, y written, state in and out), as a fraction of the copy
+// bandwidth, and against the per-token recurrence (ScanRecurrence) on the
+// same input. Every time is the mean of 10 runs after a warm-up (the
+// recurrence, which takes seconds: one run). Then the whole model
+// (cuda_model_bench.h): preset:base on a `--tokens` context (default
+// 1,048,576) on one rank in bf16, its model FLOP/s against the bf16 GEMM
+// rate measured above, and on two ranks sharing the GPU, the share of the
+// gradient all-reduce hidden behind the BiMamba kernels. Prints a JSON line
+// per part as it is measured and writes them all as one object to --json;
+// exits 1 when no CUDA device is visible.
+//   bench_cuda [--json FILE] [--tokens N]
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/cuda_model_bench.h"
+#include "common/flags.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/ssd_scan.h"
+#include "nlohmann/json.hpp"
+
+namespace lact::bench {
+namespace {
+
+constexpr int kReps = 10;
+
+// A pair of CUDA events around work enqueued on a stream.
+class EventTimer {
+ public:
+  ~EventTimer() {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+  }
+  absl::Status Init() {
+    LACT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start_));
+    LACT_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop_));
+    return absl::OkStatus();
+  }
+  // Seconds per call of `fn` over `reps` calls, after `warmups` untimed ones.
+  absl::StatusOr<double> Time(cudaStream_t s, int warmups, int reps, const std::function<absl::Status()>& fn) {
+    for (int i = 0; i < warmups; ++i) LACT_RETURN_IF_ERROR(fn());
+    LACT_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, s));
+    for (int i = 0; i < reps; ++i) LACT_RETURN_IF_ERROR(fn());
+    LACT_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, s));
+    LACT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
+    float ms = 0;
+    LACT_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
+    return 1e-3 * ms / reps;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Uniform floats in [lo, hi) from a fixed xorshift sequence (fast enough for
+// hundreds of millions of values).
+void FillUniform(std::vector<float>& v, uint64_t seed, float lo, float hi) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& x : v) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x = lo + (hi - lo) * static_cast<float>((s >> 40) * 0x1.0p-24);
+  }
+}
+
+absl::StatusOr<cuda::DeviceBuffer> Upload(const std::vector<float>& host) {
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer b, cuda::DeviceBuffer::Allocate(host.size()));
+  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return b;
+}
+
+// Device-to-device cudaMemcpy of 2 GiB, GB/s counting bytes read + written.
+absl::StatusOr<double> CopyBandwidth(cudaStream_t s, EventTimer& timer) {
+  const size_t floats = size_t{1} << 29;
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer src, cuda::DeviceBuffer::Allocate(floats));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer dst, cuda::DeviceBuffer::Allocate(floats));
+  LACT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(src.get(), 0, floats * sizeof(float), s));
+  LACT_ASSIGN_OR_RETURN(const double seconds, timer.Time(s, 2, kReps, [&]() -> absl::Status {
+    LACT_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst.get(), src.get(), floats * sizeof(float), cudaMemcpyDeviceToDevice, s));
+    return absl::OkStatus();
+  }));
+  return 2.0 * floats * sizeof(float) / seconds / 1e9;
+}
+
+// cuBLAS n^3 GEMM rates in TFLOP/s: bf16 inputs with fp32 output and
+// accumulation, and fp32 with TF32 off.
+absl::StatusOr<std::pair<double, double>> GemmRates(cudaStream_t s, EventTimer& timer) {
+  const int n = 8192;
+  const size_t elements = size_t{n} * n;
+  cublasHandle_t handle = nullptr;
+  LACT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&handle));
+  std::unique_ptr<cublasContext, decltype(&cublasDestroy)> owner(handle, cublasDestroy);
+  LACT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle, s));
+  std::vector<float> host(elements);
+  FillUniform(host, 1, -1, 1);
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer a, Upload(host));
+  FillUniform(host, 2, -1, 1);
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer b, Upload(host));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer c, cuda::DeviceBuffer::Allocate(elements));
+  std::vector<uint16_t> half(elements);  // bf16: the top 16 bits of the fp32 value
+  for (size_t i = 0; i < elements; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &host[i], sizeof(bits));
+    half[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer a16, cuda::DeviceBuffer::Allocate(elements / 2));
+  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpy(a16.get(), half.data(), elements * 2, cudaMemcpyHostToDevice));
+  const float alpha = 1.0f, beta = 0.0f;
+  const double flops = 2.0 * n * n * n;
+
+  LACT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  LACT_ASSIGN_OR_RETURN(const double bf16, timer.Time(s, 1, kReps, [&]() -> absl::Status {
+    LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a16.get(), CUDA_R_16BF,
+                                             n, a16.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_32F, n,
+                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return absl::OkStatus();
+  }));
+  LACT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // no TF32
+  LACT_ASSIGN_OR_RETURN(const double fp32, timer.Time(s, 1, kReps, [&]() -> absl::Status {
+    LACT_CUBLAS_RETURN_IF_ERROR(
+        cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), n, b.get(), n, &beta, c.get(), n));
+    return absl::OkStatus();
+  }));
+  return std::make_pair(flops / bf16 / 1e12, flops / fp32 / 1e12);
+}
+
+// SsdScan on T = 65536 tokens of a preset:base-like mixer (H = 24 heads,
+// P = 64, N = 128), x, B, C column slices of one row as in the runner.
+absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, double copy_gbps) {
+  const int64_t T = 65536;
+  const int H = 24, P = 64, N = 128;
+  const int64_t width = int64_t{H} * P, ld = width + 2 * N;
+  std::vector<float> xbc(T * ld), dt(T * H), a_log(H), d_skip(H, 1.0f), state(width * N, 0.0f);
+  FillUniform(xbc, 3, -1, 1);
+  FillUniform(dt, 4, std::log(1e-3f), std::log(1e-1f));
+  for (float& v : dt) v = std::exp(v);  // log-uniform in [0.001, 0.1], Mamba's dt range
+  FillUniform(a_log, 5, 0, std::log(16.0f));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer xbc_d, Upload(xbc));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer dt_d, Upload(dt));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer a_log_d, Upload(a_log));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_skip_d, Upload(d_skip));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer state_d, Upload(state));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y_d, cuda::DeviceBuffer::Allocate(T * width));
+  const float* x = xbc_d.get();
+  auto scan = [&](cuda::SsdWorkspace& ws, bool with_y) {
+    return cuda::SsdScan(s, ws, T, H, P, N, x, ld, x + width, ld, x + width + N, ld, dt_d.get(), H, a_log_d.get(),
+                         d_skip_d.get(), with_y ? y_d.get() : nullptr, width, state_d.get(), nullptr);
+  };
+  cuda::SsdWorkspace ws;
+  LACT_ASSIGN_OR_RETURN(const double ssd, timer.Time(s, 1, kReps, [&] { return scan(ws, true); }));
+  LACT_ASSIGN_OR_RETURN(const double state_only, timer.Time(s, 1, kReps, [&] { return scan(ws, false); }));
+  nlohmann::json windows = nlohmann::json::array();
+  for (int64_t chunks : {16, 64, 256, 1024}) {
+    cuda::SsdWorkspace sized(chunks);
+    LACT_ASSIGN_OR_RETURN(const double t, timer.Time(s, 1, kReps, [&] { return scan(sized, true); }));
+    windows.push_back({{"window_chunks", chunks}, {"ms", 1e3 * t}});
+  }
+  auto recurrence = [&](int64_t tokens) {
+    return cuda::ScanRecurrence(s, tokens, H, P, N, x, ld, x + width, ld, x + width + N, ld, dt_d.get(), H,
+                                a_log_d.get(), d_skip_d.get(), y_d.get(), width, state_d.get());
+  };
+  LACT_RETURN_IF_ERROR(recurrence(64));
+  LACT_ASSIGN_OR_RETURN(const double naive, timer.Time(s, 0, 1, [&] { return recurrence(T); }));
+
+  const double bytes = 4.0 * (T * width + 2 * T * N + T * H + T * width + 2 * width * N);
+  const double gbps = bytes / ssd / 1e9;
+  return nlohmann::json{{"tokens", T},
+                        {"heads", H},
+                        {"head_dim", P},
+                        {"d_state", N},
+                        {"bytes", bytes},
+                        {"ms", 1e3 * ssd},
+                        {"gbps", gbps},
+                        {"of_copy", gbps / copy_gbps},
+                        {"state_only_ms", 1e3 * state_only},
+                        {"recurrence_ms", 1e3 * naive},
+                        {"speedup_over_recurrence", naive / ssd},
+                        {"window_sweep", windows}};
+}
+
+void PrintLine(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+absl::StatusOr<nlohmann::json> RunMicro() {
+  LACT_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
+  cudaDeviceProp prop;
+  LACT_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t s = nullptr;
+  LACT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::unique_ptr<CUstream_st, decltype(&cudaStreamDestroy)> stream_owner(s, cudaStreamDestroy);
+  EventTimer timer;
+  LACT_RETURN_IF_ERROR(timer.Init());
+  LACT_ASSIGN_OR_RETURN(const double copy_gbps, CopyBandwidth(s, timer));
+  LACT_ASSIGN_OR_RETURN(const auto gemm, GemmRates(s, timer));
+  LACT_ASSIGN_OR_RETURN(nlohmann::json scan, ScanBench(s, timer, copy_gbps));
+  return nlohmann::json{{"device", prop.name},
+                        {"copy_gbps", copy_gbps},
+                        {"bf16_gemm_tflops", gemm.first},
+                        {"fp32_gemm_tflops", gemm.second},
+                        {"ssd_scan", scan}};
+}
+
+absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_gemm_tflops) {
+  LACT_ASSIGN_OR_RETURN(ModelBenchResult r, RunModelBench("base", tokens, cuda::Precision::kBf16, ranks));
+  const double tflops = r.model_flops / r.seconds * 1e-12;
+  nlohmann::json j{{"model", "preset:base"}, {"tokens", tokens},        {"precision", "bf16"},
+                   {"ranks", ranks},         {"seconds", r.seconds},   {"tokens_per_s", tokens / r.seconds},
+                   {"model_tflops", tflops}, {"of_bf16_gemm", tflops / bf16_gemm_tflops}};
+  if (ranks > 1) {
+    j["allreduce_seconds"] = r.allreduce_seconds;
+    j["allreduce_hidden"] = r.hidden_fraction();
+  }
+  return j;
+}
+
+int Main(int argc, char** argv) {
+  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"json", "tokens"});
+  absl::StatusOr<int64_t> tokens = flags.ok() ? flags->Int("tokens", 1 << 20, 2, int64_t{1} << 26) : flags.status();
+  if (!tokens.ok()) {
+    std::fprintf(stderr, "bench_cuda: %s\n", std::string(tokens.status().message()).c_str());
+    return 2;
+  }
+  if (cuda::DeviceCount() == 0) {
+    std::fprintf(stderr, "bench_cuda: no CUDA device\n");
+    return 1;
+  }
+  nlohmann::json all;
+  const auto save = [&] {
+    if (std::optional<std::string> path = flags->Get("json")) std::ofstream(*path) << all.dump(2) << "\n";
+  };
+  absl::StatusOr<nlohmann::json> micro = RunMicro();
+  if (!micro.ok()) {
+    std::fprintf(stderr, "bench_cuda: %s\n", std::string(micro.status().message()).c_str());
+    return 1;
+  }
+  PrintLine(*micro);
+  all = *micro;
+  save();
+  for (int ranks : {1, 2}) {
+    absl::StatusOr<nlohmann::json> model = RunModel(*tokens, ranks, (*micro)["bf16_gemm_tflops"].get<double>());
+    if (!model.ok()) {
+      std::fprintf(stderr, "bench_cuda: model on %d ranks: %s\n", ranks, std::string(model.status().message()).c_str());
+      return 1;
+    }
+    PrintLine(*model);
+    all["model"].push_back(*model);
+    save();
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lact::bench
+
+int main(int argc, char** argv) { return lact::bench::Main(argc, argv); }
