@@ -28,7 +28,16 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t floats) {
   DeviceBuffer b;
   if (floats == 0) return b;
   void* p = nullptr;
-  LACT_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, floats * sizeof(float)));
+  const cudaError_t err = cudaMalloc(&p, floats * sizeof(float));
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory: ", floats * sizeof(float) >> 20,
+                                                     " MiB asked for, ", free >> 20, " of ", total >> 20,
+                                                     " MiB free (a smaller shard or --tile-tokens needs less)"));
+  }
+  LACT_CUDA_RETURN_IF_ERROR(err);
   b.ptr_ = static_cast<float*>(p);
   b.size_ = floats;
   return b;

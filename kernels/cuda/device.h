@@ -33,6 +33,7 @@ int DeviceCount();
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
+  // RESOURCE_EXHAUSTED (with the sizes) when the device is out of memory.
   static absl::StatusOr<DeviceBuffer> Allocate(size_t floats);
   DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), size_(other.size_) {
     other.ptr_ = nullptr;
