@@ -18,12 +18,19 @@ class CudaShardRunner final : public ShardRunner {
   CudaShardRunner(const BackendOptions& options, std::unique_ptr<CudaRunner> runner)
       : options_(options), runner_(std::move(runner)) {}
 
-  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, const GroupSpec& group,
-                                         FusedState* state) override {
-    if (options_.collective == "nccl" && group.size > 1) return RunOverNccl(shard, begin, total, group, state);
-    LACT_ASSIGN_OR_RETURN(GlooGroup g, JoinGlooGroup(group, options_.collective_host));
-    HostStagedAllReduce grads(g.grads.get());
-    return runner_->RunContextShard(shard, begin, total, g.sync.get(), &grads, state);
+  // NCCL for a group of several ranks when asked for; else Gloo, with the
+  // gradient all-reduce staged through the host.
+  absl::Status JoinGroup(const GroupSpec& group) override {
+    if (options_.collective == "nccl" && group.size > 1) return JoinNccl(group);
+    LACT_ASSIGN_OR_RETURN(gloo_, JoinGlooGroup(group, options_.collective_host));
+    staged_ = std::make_unique<HostStagedAllReduce>(gloo_.grads.get());
+    sync_ = gloo_.sync.get();
+    grads_ = staged_.get();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, FusedState* state) override {
+    if (sync_ == nullptr) return absl::FailedPreconditionError("RunContextShard before JoinGroup");
+    return runner_->RunContextShard(shard, begin, total, sync_, grads_, state);
   }
   absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) override {
     return runner_->RunQuery(query, state);
@@ -31,16 +38,17 @@ class CudaShardRunner final : public ShardRunner {
   OverlapStats overlap() const override { return runner_->overlap(); }
 
  private:
-  absl::StatusOr<Tensor> RunOverNccl(const Tensor& shard, int64_t begin, int64_t total, const GroupSpec& group,
-                                     FusedState* state) {
+  absl::Status JoinNccl(const GroupSpec& group) {
 #ifdef LACT_HAVE_NCCL
     if (group.store == nullptr) return absl::InternalError("a group of several ranks needs a rendezvous store");
     const NcclOptions nccl{options_.device, group.timeout};
-    LACT_ASSIGN_OR_RETURN(std::unique_ptr<NcclCollective> sync,
+    LACT_ASSIGN_OR_RETURN(nccl_sync_,
                           NcclCollective::Connect(*group.store, group.prefix + "/sync", group.rank, group.size, nccl));
-    LACT_ASSIGN_OR_RETURN(std::unique_ptr<NcclCollective> grads,
+    LACT_ASSIGN_OR_RETURN(nccl_grads_,
                           NcclCollective::Connect(*group.store, group.prefix + "/grads", group.rank, group.size, nccl));
-    return runner_->RunContextShard(shard, begin, total, sync.get(), grads.get(), state);
+    sync_ = nccl_sync_.get();
+    grads_ = nccl_grads_.get();
+    return absl::OkStatus();
 #else
     return absl::FailedPreconditionError("this build has no NCCL");
 #endif
@@ -48,6 +56,13 @@ class CudaShardRunner final : public ShardRunner {
 
   BackendOptions options_;
   std::unique_ptr<CudaRunner> runner_;
+  GlooGroup gloo_;
+  std::unique_ptr<HostStagedAllReduce> staged_;  // over gloo_.grads
+#ifdef LACT_HAVE_NCCL
+  std::unique_ptr<NcclCollective> nccl_sync_, nccl_grads_;
+#endif
+  Collective* sync_ = nullptr;
+  DeviceAllReduce* grads_ = nullptr;
 };
 
 }  // namespace

@@ -19,10 +19,13 @@ class CpuShardRunner final : public ShardRunner {
                 {options.threads, options.tile_tokens > 0 ? options.tile_tokens : 4096, std::move(hooks.on_layer_done),
                  std::move(hooks.cancelled)}) {}
 
-  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, const GroupSpec& group,
-                                         FusedState* state) override {
-    LACT_ASSIGN_OR_RETURN(GlooGroup g, JoinGlooGroup(group, host_));
-    return runner_.RunContextShard(std::move(shard), begin, total, g.sync.get(), g.grads.get(), state);
+  absl::Status JoinGroup(const GroupSpec& group) override {
+    LACT_ASSIGN_OR_RETURN(group_, JoinGlooGroup(group, host_));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, FusedState* state) override {
+    if (group_.sync == nullptr) return absl::FailedPreconditionError("RunContextShard before JoinGroup");
+    return runner_.RunContextShard(std::move(shard), begin, total, group_.sync.get(), group_.grads.get(), state);
   }
   absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) override {
     return runner_.RunQuery(std::move(query), state);
@@ -32,6 +35,7 @@ class CpuShardRunner final : public ShardRunner {
  private:
   std::string host_;
   CpuRunner runner_;
+  GlooGroup group_;
 };
 
 }  // namespace

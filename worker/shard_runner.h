@@ -54,9 +54,11 @@ struct RunHooks {
 class ShardRunner {
  public:
   virtual ~ShardRunner() = default;
+  // Meets the group's other ranks (blocks until all have come, or the
+  // group's timeout); needed before RunContextShard.
+  virtual absl::Status JoinGroup(const GroupSpec& group) = 0;
   // This rank's shard [begin, begin + L) of a context of `total` tokens.
-  virtual absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, const GroupSpec& group,
-                                                 FusedState* state) = 0;
+  virtual absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, FusedState* state) = 0;
   virtual absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) = 0;
   virtual OverlapStats overlap() const = 0;
 };

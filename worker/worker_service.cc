@@ -83,7 +83,6 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("received ", filled, " of the shard's ", spec.tokens(), " tokens"));
   }
-  const auto start = std::chrono::steady_clock::now();
   RunHooks hooks{[&](int done, int) {
                    if (spec.rank() != 0) return;
                    v1::ShardResponse r;
@@ -96,10 +95,14 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
   if (!runner.ok()) return ToGrpcStatus(runner.status());
   const std::chrono::milliseconds timeout(spec.collective_timeout_ms() > 0 ? spec.collective_timeout_ms() : 60000);
   KvStoreClient store(control_, timeout);
-  const GroupSpec group{&store, spec.rendezvous_prefix(), spec.rank(), spec.world_size(), timeout};
+  const absl::Status joined =
+      (*runner)->JoinGroup({&store, spec.rendezvous_prefix(), spec.rank(), spec.world_size(), timeout});
+  if (!joined.ok()) return ToGrpcStatus(joined);
+
+  const auto start = std::chrono::steady_clock::now();
   FusedState state;
   absl::StatusOr<Tensor> output =
-      (*runner)->RunContextShard(std::move(shard), spec.begin(), spec.total_tokens(), group, &state);
+      (*runner)->RunContextShard(std::move(shard), spec.begin(), spec.total_tokens(), &state);
   if (!output.ok()) return ToGrpcStatus(output.status());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!WriteRows(stream, *output, 0)) return grpc::Status(grpc::StatusCode::CANCELLED, "coordinator went away");
