@@ -14,6 +14,7 @@ namespace lact::testing {
 std::string ModelDir() {
   static const std::string dir = [] {
     const std::string d = absl::StrCat(::testing::TempDir(), "/lact_models_", getpid());
+    std::filesystem::remove_all(d);  // left by an earlier process with the same pid
     std::filesystem::create_directories(d);
     for (const std::string& name : GoldenCaseNames()) {
       std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors", d + "/" + name + ".safetensors");
