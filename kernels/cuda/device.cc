@@ -13,8 +13,6 @@ absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown precision '", name, "' (allowed: fp32, bf16)"));
 }
 
-const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
-
 int DeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

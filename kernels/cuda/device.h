@@ -25,7 +25,6 @@ enum class Precision { kFp32, kBf16 };
 
 // "fp32" or "bf16"; INVALID_ARGUMENT naming the allowed values otherwise.
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
-const char* PrecisionName(Precision p);
 
 // Number of CUDA devices visible (0 when there is no driver or device).
 int DeviceCount();
