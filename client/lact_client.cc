@@ -2,13 +2,17 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/shard_transfers.h"
 #include "common/model.h"
+#include "common/wire_limits.h"
 #include "common/status_macros.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
@@ -16,20 +20,8 @@
 namespace lact {
 namespace {
 
-constexpr int kMaxMessageBytes = 64 << 20;
-constexpr int64_t kChunkBytes = 4 << 20;
-
 void SetTimeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
   if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-}
-
-v1::DType ToProto(WireType t) {
-  switch (t) {
-    case WireType::kF32: return v1::F32;
-    case WireType::kBF16: return v1::BF16;
-    case WireType::kF16: return v1::F16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
 }
 
 // Writes the chunks of `sets` (set index = position + first_set) in order.
@@ -37,7 +29,7 @@ template <typename Request, typename Stream>
 bool WriteSets(Stream* stream, const std::vector<const Tensor*>& sets, int first_set, WireType dtype) {
   for (size_t s = 0; s < sets.size(); ++s) {
     const Tensor& t = *sets[s];
-    const int64_t width = t.dim(1), per_chunk = std::max<int64_t>(1, kChunkBytes / (WireBytes(dtype) * width));
+    const int64_t width = t.dim(1), per_chunk = RowsPerMessage(WireBytes(dtype) * width);
     for (int64_t row = 0; row < t.dim(0); row += per_chunk) {
       const int64_t n = std::min(per_chunk, t.dim(0) - row);
       Request r;
@@ -65,85 +57,109 @@ absl::Status PlaceOutput(const v1::OutputChunk& chunk, std::vector<Tensor*>& set
   return absl::OkStatus();
 }
 
-}  // namespace
-
-LactClient::LactClient(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
-  stub_ = v1::Coordinator::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
-}
-
-absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
-                                             const std::vector<Tensor>& queries, const ProgressFn& progress,
-                                             std::function<void(const std::string&)> on_accepted) {
-  if (context.rank() != 2 || context.dim(0) < 1 || context.dim(1) < 1) {
+absl::Status CheckShapes(const SubmitOptions& options, const Tensor& context, const std::vector<Tensor>& queries) {
+  if (!options.context_ref.empty()) {
+    if (context.size() != 0) return absl::InvalidArgumentError("give a context tensor or context_ref, not both");
+  } else if (context.rank() != 2 || context.dim(0) < 1 || context.dim(1) < 1) {
     return absl::InvalidArgumentError(absl::StrCat("context must be [L >= 1, width >= 1], not ",
                                                    ShapeString(context.shape)));
   }
   for (size_t k = 0; k < queries.size(); ++k) {
-    if (queries[k].rank() != 2 || queries[k].dim(1) != context.dim(1)) {
+    const int64_t width = options.context_ref.empty() ? context.dim(1) : queries[0].dim(1);
+    if (queries[k].rank() != 2 || queries[k].dim(0) < 1 || queries[k].dim(1) != width) {
       return absl::InvalidArgumentError(absl::StrCat("query set ", k, " has shape ", ShapeString(queries[k].shape),
-                                                     "; it must be [L_k, ", context.dim(1), "]"));
+                                                     "; it must be [L_k >= 1, ", width, "]"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t width,
+                        const std::vector<Tensor>& queries) {
+  v1::JobSpec spec;
+  spec.set_model(options.model);
+  spec.set_context_tokens(tokens);
+  spec.set_token_width(static_cast<int32_t>(width));
+  for (const Tensor& q : queries) spec.add_query_tokens(q.rank() == 2 ? q.dim(0) : 0);
+  if (options.context_ref.empty()) spec.set_dtype(ToProto(options.dtype));
+  spec.set_workers(options.workers);
+  for (int64_t n : options.shard_tokens) spec.add_shard_tokens(n);
+  ToProto(options.options, spec.mutable_options());
+  spec.set_return_state(options.return_state);
+  spec.set_retain_seconds(options.retain_seconds);
+  if (!options.context_ref.empty()) {
+    spec.mutable_context_ref()->set_path(options.context_ref);
+    spec.mutable_context_ref()->set_tensor(options.context_ref_tensor);
+  }
+  if (!options.output_ref.empty()) spec.mutable_output_ref()->set_path(options.output_ref);
+  return spec;
+}
+
+LactClient::LactClient(const std::string& address)
+    : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
+                                             const std::vector<Tensor>& queries, const ProgressFn& progress,
+                                             std::function<void(const std::string&)> on_accepted) {
+  LACT_RETURN_IF_ERROR(CheckShapes(options, context, queries));
+  const bool by_ref = !options.context_ref.empty();
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout);
   auto stream = stub_->Submit(&ctx);
   v1::SubmitRequest first;
-  v1::JobSpec* spec = first.mutable_spec();
-  spec->set_model(options.model);
-  spec->set_context_tokens(context.dim(0));
-  spec->set_token_width(static_cast<int32_t>(context.dim(1)));
-  for (const Tensor& q : queries) spec->add_query_tokens(q.rank() == 2 ? q.dim(0) : 0);
-  spec->set_dtype(ToProto(options.dtype));
-  spec->set_workers(options.workers);
-  for (int64_t n : options.shard_tokens) spec->add_shard_tokens(n);
-  ToProto(options.options, spec->mutable_options());
-  spec->set_return_state(options.return_state);
-  spec->set_retain_seconds(options.retain_seconds);
-  std::vector<const Tensor*> sets = {&context};
-  for (const Tensor& q : queries) sets.push_back(&q);
-  std::thread writer([&] {
-    if (stream->Write(first)) WriteSets<v1::SubmitRequest>(stream.get(), sets, 0, options.dtype);
-  });
+  *first.mutable_spec() = MakeJobSpec(options, by_ref ? 0 : context.dim(0), by_ref ? 0 : context.dim(1), queries);
+  stream->Write(first);
+  stream->WritesDone();
   JobResult result;
-  int64_t output_width = 0;
-  std::vector<Tensor*> outputs;
-  absl::Status failure;
+  std::unique_ptr<ShardTransfers> transfers;
+  std::mutex progress_mu;  // progress comes from this thread and the upload reporter
+  std::atomic<bool> uploading{false};
+  std::thread reporter;
   v1::SubmitResponse response;
-  while (failure.ok() && stream->Read(&response)) {
+  while (stream->Read(&response)) {
     if (response.has_accepted()) {
       const v1::JobAccepted& a = response.accepted();
       result.job_id = a.job_id();
       result.shards.assign(a.shards().begin(), a.shards().end());
-      output_width = a.output_width();
       if (on_accepted) on_accepted(a.job_id());
-    } else if (response.has_progress()) {
-      if (progress) progress(response.progress());
-    } else if (response.has_output()) {
-      if (outputs.empty()) {  // allocated only now, not while the upload competes for the cores
-        result.output = Tensor({context.dim(0), output_width});
-        for (const Tensor& q : queries) result.queries.emplace_back(std::vector<int64_t>{q.dim(0), output_width});
-        outputs = {&result.output};
-        for (Tensor& q : result.queries) outputs.push_back(&q);
+      transfers = std::make_unique<ShardTransfers>(a, by_ref ? nullptr : &context, queries,
+                                                   options.output_ref.empty(), &result);
+      transfers->Start();
+      if (progress && !by_ref) {
+        uploading = true;
+        reporter = std::thread([&, total = a.context_tokens(), start = std::chrono::steady_clock::now()] {
+          while (uploading) {
+            v1::Progress p;
+            p.set_stage(v1::Progress::UPLOAD);
+            p.set_tokens_done(transfers->tokens_sent());
+            p.set_tokens_total(total);
+            p.set_elapsed_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+            {
+              std::lock_guard<std::mutex> lock(progress_mu);
+              progress(p);
+            }
+            if (p.tokens_done() >= total) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          }
+        });
       }
-      failure = PlaceOutput(response.output(), outputs);
-    } else if (response.has_state()) {
-      const v1::Tensor& s = response.state();
-      Tensor& t = result.state[s.name()];
-      t.shape.assign(s.shape().begin(), s.shape().end());
-      t.data.resize(s.data().size() / 4);
-      std::memcpy(t.ptr(), s.data().data(), t.data.size() * 4);
+    } else if (response.has_progress()) {
+      uploading = false;
+      std::lock_guard<std::mutex> lock(progress_mu);
+      if (progress) progress(response.progress());
     } else if (response.has_done()) {
       result.stats = response.done().stats();
     }
   }
-  if (!failure.ok()) ctx.TryCancel();
-  writer.join();  // Read has ended: a pending Write fails fast; Finish must not race it
+  uploading = false;
   grpc::Status status = stream->Finish();
-  LACT_RETURN_IF_ERROR(failure);
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
+  if (!status.ok() && transfers != nullptr) transfers->Cancel();
+  absl::Status moved = transfers != nullptr ? transfers->Join() : absl::OkStatus();
+  if (reporter.joinable()) reporter.join();
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));  // the job's own status says more than a broken transfer
+  LACT_RETURN_IF_ERROR(moved);
   return result;
 }
 

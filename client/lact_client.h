@@ -1,8 +1,13 @@
-// C++ client of the lact Coordinator service. Every call carries a deadline
-// when a timeout is given; errors come back as statuses with the server's
-// message. Submit streams the upload from its own thread while it reads
-// progress, outputs and state, so neither side ever waits on the other.
-// A LactClient may be used from several threads.
+// C++ client of the lact Coordinator service and of the workers' ShardData
+// service. Every call carries a deadline when a timeout is given; errors
+// come back as statuses with the server's message. Submit sends the JobSpec
+// to the coordinator, then moves the job's bytes straight to and from the
+// workers it names, one Transfer stream per shard, in parallel, while the
+// coordinator's stream brings progress and the job's end; by reference
+// (context_ref, output_ref) the workers read and write the files
+// themselves. Uses gRPC's default channel limits: every message it sends
+// or receives stays under 4 MiB. A LactClient may be used from several
+// threads.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
 #define LACT_CLIENT_LACT_CLIENT_H_
 
@@ -30,11 +35,17 @@ struct SubmitOptions {
   bool return_state = true;
   int64_t retain_seconds = 0;
   std::chrono::milliseconds timeout{0};  // 0: none
+  // By reference, inside the cluster's data root: the context file (then
+  // the context tensor given to Submit is empty; dtype is the file's) and
+  // where the workers write the output (then JobResult.output is empty).
+  std::string context_ref;
+  std::string context_ref_tensor;  // a .safetensors file's tensor
+  std::string output_ref;
 };
 
 struct JobResult {
   std::string job_id;
-  Tensor output;                        // [L, d_out]
+  Tensor output;                        // [L, d_out], unless output_ref
   std::vector<Tensor> queries;          // [L_k, d_out]
   std::map<std::string, Tensor> state;  // SPEC section 7 names (if asked)
   std::vector<v1::ShardRange> shards;
@@ -47,6 +58,8 @@ class LactClient {
 
   explicit LactClient(const std::string& address);
 
+  // `progress` and `on_accepted` are called from Submit's threads, one at a
+  // time.
   absl::StatusOr<JobResult> Submit(const SubmitOptions& options, const Tensor& context,
                                    const std::vector<Tensor>& queries, const ProgressFn& progress = nullptr,
                                    std::function<void(const std::string&)> on_accepted = nullptr);
@@ -64,6 +77,11 @@ class LactClient {
  private:
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
+
+// The JobSpec Submit sends for `options` and a context of `tokens` x `width`
+// (both 0 by reference).
+v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t width,
+                        const std::vector<Tensor>& queries);
 
 }  // namespace lact
 

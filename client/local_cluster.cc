@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
   std::vector<std::string> args = {bin + "/lact-coordinator", "--port", std::to_string(options.port)};
+  if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
   absl::StatusOr<pid_t> coordinator = Spawn(args, pipe_fds[1]);
   close(pipe_fds[1]);
@@ -97,6 +98,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
       w.push_back("--model-dir");
       w.push_back(options.model_dir);
     }
+    if (!options.data_root.empty()) w.insert(w.end(), {"--data-root", options.data_root});
     if (!options.devices.empty()) {
       w.push_back("--device");
       w.push_back(std::to_string(options.devices[i % options.devices.size()]));

@@ -19,6 +19,9 @@ struct LocalClusterOptions {
   int workers = 2;
   int port = 0;  // coordinator port, 0 = any free one
   std::string model_dir;
+  // Folder the coordinator and workers may read and write files by
+  // reference in (--data-root); empty = none.
+  std::string data_root;
   int threads_per_worker = 0;  // 0: cores / workers, at least 1
   std::string bin_dir;         // where lact-coordinator and lact-worker are; "" = next to this program
   std::vector<std::string> coordinator_args;  // extra flags

@@ -17,7 +17,7 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 
-struct NpyHeader {
+struct NpyHeader {  // the header's dict
   std::string descr;
   bool fortran_order = false;
   std::vector<int64_t> shape;
@@ -74,40 +74,61 @@ absl::StatusOr<NpyHeader> ParseHeader(const std::string& path, const std::string
 
 }  // namespace
 
-absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
-  LACT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+absl::StatusOr<NpyLayout> ParseNpyLayout(const std::string& path, const uint8_t* p, size_t n) {
   const auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("npy '", path, "': ", what));
   };
-  const uint8_t* p = file.data();
-  if (file.size() < 10 || std::memcmp(p, kMagic, 6) != 0) return bad("not a .npy file (bad magic)");
+  if (n < 10 || std::memcmp(p, kMagic, 6) != 0) return bad("not a .npy file (bad magic)");
   const int major = p[6];
   size_t header_len, start;
   if (major == 1) {
     header_len = p[8] | (p[9] << 8);
     start = 10;
   } else if (major == 2 || major == 3) {
-    if (file.size() < 12) return bad("truncated header");
+    if (n < 12) return bad("truncated header");
     header_len = p[8] | (p[9] << 8) | (p[10] << 16) | (static_cast<size_t>(p[11]) << 24);
     start = 12;
   } else {
     return bad(absl::StrCat("unsupported format version ", major, " (allowed: 1, 2, 3)"));
   }
-  if (start + header_len > file.size()) return bad("truncated header");
+  if (start + header_len > n) return bad("truncated header");
   LACT_ASSIGN_OR_RETURN(NpyHeader h,
                         ParseHeader(path, std::string(reinterpret_cast<const char*>(p + start), header_len)));
   if (h.fortran_order) return bad("Fortran-order arrays are not supported; save with C order");
+  return NpyLayout{h.descr, h.shape, start + header_len};
+}
+
+std::string NpyF32Header(const std::vector<int64_t>& shape) {
+  std::string dims = "(";
+  for (int64_t d : shape) absl::StrAppend(&dims, d, ",");
+  if (shape.size() > 1) dims.pop_back();
+  dims += ")";
+  std::string dict = absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ", dims, ", }");
+  const size_t unpadded = 10 + dict.size() + 1;
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  const char version_and_len[4] = {1, 0, static_cast<char>(dict.size() & 0xff), static_cast<char>(dict.size() >> 8)};
+  return absl::StrCat(absl::string_view(kMagic, 6), absl::string_view(version_and_len, 4), dict);
+}
+
+absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
+  LACT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  const auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("npy '", path, "': ", what));
+  };
+  const uint8_t* p = file.data();
+  LACT_ASSIGN_OR_RETURN(NpyLayout h, ParseNpyLayout(path, p, file.size()));
   size_t elem;
   if (h.descr == "<f4" || h.descr == "=f4") elem = 4;
   else if (h.descr == "<f2" || h.descr == "=f2") elem = 2;
   else return bad(absl::StrCat("dtype '", h.descr, "' is not supported (allowed: little-endian float32 <f4, float16 <f2)"));
   Tensor t(h.shape);
-  const size_t payload = file.size() - start - header_len;
+  const size_t payload = file.size() - h.data_offset;
   if (payload != static_cast<size_t>(t.size()) * elem) {
     return bad(absl::StrCat("payload is ", payload, " bytes but shape ", ShapeString(h.shape), " needs ",
                             t.size() * elem, " (truncated?)"));
   }
-  const uint8_t* src = p + start + header_len;
+  const uint8_t* src = p + h.data_offset;
   if (elem == 4) {
     std::memcpy(t.ptr(), src, payload);
   } else {
@@ -121,22 +142,10 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
 }
 
 absl::Status WriteNpy(const std::string& path, const Tensor& tensor) {
-  std::string shape = "(";
-  for (int64_t d : tensor.shape) absl::StrAppend(&shape, d, ",");
-  if (tensor.shape.size() > 1) shape.pop_back();
-  shape += ")";
-  std::string dict = absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ", shape, ", }");
-  const size_t unpadded = 10 + dict.size() + 1;
-  dict.append((64 - unpadded % 64) % 64, ' ');
-  dict += '\n';
+  const std::string header = NpyF32Header(tensor.shape);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
-  out.write(kMagic, 6);
-  const char version[2] = {1, 0};
-  out.write(version, 2);
-  const char len[2] = {static_cast<char>(dict.size() & 0xff), static_cast<char>(dict.size() >> 8)};
-  out.write(len, 2);
-  out.write(dict.data(), static_cast<std::streamsize>(dict.size()));
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(tensor.ptr()), static_cast<std::streamsize>(tensor.size() * 4));
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat("writing '", path, "' failed"));

@@ -15,6 +15,18 @@ namespace lact {
 absl::StatusOr<Tensor> ReadNpy(const std::string& path);
 absl::Status WriteNpy(const std::string& path, const Tensor& tensor);
 
+// A .npy header as read from the first `n` bytes of a file (the dtype
+// string as written, e.g. "<f4"; the shape; where the data starts).
+struct NpyLayout {
+  std::string descr;
+  std::vector<int64_t> shape;
+  size_t data_offset = 0;
+};
+absl::StatusOr<NpyLayout> ParseNpyLayout(const std::string& path, const uint8_t* p, size_t n);
+
+// The header bytes of a float32 C-order array of `shape` (64-byte aligned).
+std::string NpyF32Header(const std::vector<int64_t>& shape);
+
 }  // namespace lact
 
 #endif  // LACT_COMMON_NPY_H_

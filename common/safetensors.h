@@ -37,6 +37,8 @@ class SafetensorsFile {
   const std::map<std::string, TensorEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::string& path() const { return file_.path(); }
+  // Byte offset of the data section in the file (TensorEntry::offset is from here).
+  size_t data_start() const { return data_start_; }
 
   // NOT_FOUND when the tensor is absent.
   absl::StatusOr<Tensor> ReadFloat(const std::string& name) const;

@@ -27,7 +27,7 @@ absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int6
   return absl::OkStatus();
 }
 
-absl::Status DecodeTokensInto(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
+absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width, int64_t first_token,
                               float* dst, int64_t capacity, int64_t* tokens) {
   const int64_t elem = WireBytes(type), row = elem * width;
   if (width < 1 || bytes.size() % row != 0) {
@@ -64,12 +64,9 @@ absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width
 }
 
 std::string EncodeTokens(const float* data, int64_t count, WireType type) {
+  if (type == WireType::kF32) return std::string(reinterpret_cast<const char*>(data), count * sizeof(float));
   std::string out(count * WireBytes(type), '\0');
   for (int64_t i = 0; i < count; ++i) {
-    if (type == WireType::kF32) {
-      std::memcpy(out.data() + 4 * i, &data[i], 4);
-      continue;
-    }
     uint16_t v;
     if (type == WireType::kF16) {
       v = FloatToHalf(data[i]);

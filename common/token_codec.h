@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace lact {
 
@@ -22,7 +23,7 @@ absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width
 
 // Decodes into dst, which has room for `capacity` floats (INVALID_ARGUMENT
 // when the chunk is larger); *tokens receives the number of tokens.
-absl::Status DecodeTokensInto(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
+absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width, int64_t first_token,
                               float* dst, int64_t capacity, int64_t* tokens);
 
 // INVALID_ARGUMENT naming the first NaN or Inf among count floats.

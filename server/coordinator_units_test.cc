@@ -1,6 +1,6 @@
 // The coordinator's plain classes without a network: admission and
 // sharding, the worker registry (models, leases, heartbeat expiry), the
-// rendezvous KV, the job store (cancel, TTL, delete) and the upload checks.
+// rendezvous KV, the job store (cancel, TTL, delete).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +10,6 @@
 #include "server/job_admission.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
-#include "server/upload_receiver.h"
 #include "server/worker_registry.h"
 
 namespace lact::server {
@@ -142,42 +141,6 @@ TEST(JobStore, ForgetsFinishedRecordsAfterTheirTtl) {
   jobs.Retain(kept, std::make_shared<RetainedState>(), std::chrono::seconds(60));
   jobs.Expire();
   EXPECT_TRUE(jobs.Get(kept).ok()) << "kept while its state is retained";
-}
-
-TEST(UploadReceiver, RoutesContextRowsAndKeepsQueries) {
-  UploadReceiver receiver(3, {2}, 2, WireType::kF32);
-  std::vector<float> seen;
-  auto sink = [&](int64_t offset, int64_t n, std::string bytes) {
-    EXPECT_EQ(offset, static_cast<int64_t>(seen.size()) / 2);
-    EXPECT_EQ(static_cast<int64_t>(bytes.size()), 2 * n * 4);
-    const float* rows = reinterpret_cast<const float*>(bytes.data());
-    seen.insert(seen.end(), rows, rows + 2 * n);
-    return absl::OkStatus();
-  };
-  auto chunk = [](int set, int64_t offset, std::vector<float> v) {
-    v1::TokenChunk c;
-    c.set_set(set);
-    c.set_offset(offset);
-    c.set_data(EncodeTokens(v.data(), static_cast<int64_t>(v.size()), WireType::kF32));
-    return c;
-  };
-  {
-    v1::TokenChunk c = chunk(0, 0, {1, 2, 3, 4});
-    ASSERT_TRUE(receiver.Accept(&c, sink).ok());
-  }
-  {
-    v1::TokenChunk c = chunk(1, 0, {9, 9, 8, 8});
-    ASSERT_TRUE(receiver.Accept(&c, sink).ok());
-  }
-  EXPECT_THAT(std::string(receiver.CheckComplete().message()), HasSubstr("after 2 of the 3 tokens of the context"));
-  {
-    v1::TokenChunk c = chunk(0, 2, {5, 6});
-    ASSERT_TRUE(receiver.Accept(&c, sink).ok());
-  }
-  ASSERT_TRUE(receiver.CheckComplete().ok());
-  EXPECT_EQ(seen, (std::vector<float>{1, 2, 3, 4, 5, 6}));
-  std::vector<Tensor> queries = receiver.TakeQueries();
-  EXPECT_EQ(queries.at(0).data, (std::vector<float>{9, 9, 8, 8}));
 }
 
 }  // namespace

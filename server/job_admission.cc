@@ -22,15 +22,6 @@ std::vector<std::pair<int64_t, int64_t>> SplitContext(int64_t total, int parts) 
   return shards;
 }
 
-absl::StatusOr<WireType> ToWireType(v1::DType dtype) {
-  switch (dtype) {
-    case v1::F32: return WireType::kF32;
-    case v1::BF16: return WireType::kBF16;
-    case v1::F16: return WireType::kF16;
-    default: return Invalid("dtype must be F32, BF16 or F16");
-  }
-}
-
 absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& tokens, const AdmissionLimits& limits) {
   if (tokens.size() > limits.max_query_sets) {
     return Invalid(absl::StrCat(tokens.size(), " query sets; at most ", limits.max_query_sets, " are allowed"));
@@ -55,7 +46,7 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
                                                                  : model.status();
   }
   JobPlan plan;
-  LACT_ASSIGN_OR_RETURN(plan.dtype, ToWireType(spec.dtype()));
+  LACT_ASSIGN_OR_RETURN(plan.dtype, FromProto(spec.dtype()));
   absl::StatusOr<ModelConfig> config = ApplyJobOptions(*model, FromProto(spec.options()));
   if (!config.ok()) return Invalid(std::string(config.status().message()));
   plan.config = *config;

@@ -1,17 +1,19 @@
 #include "server/job_flows.h"
 
+#include <unistd.h>
+
 #include <atomic>
-#include <limits>
+#include <random>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
+#include "common/data_files.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
-#include "common/token_codec.h"
+#include "proto/job_options.h"
 #include "proto/status_conversion.h"
-#include "server/upload_receiver.h"
+#include "server/job_files.h"
 #include "server/worker_streams.h"
 
 namespace lact::server {
@@ -34,23 +36,13 @@ class WorkerLease {
   std::vector<std::string> addresses_;
 };
 
-// Polls the client's call; when the client cancels or disconnects, calls
-// `cancel`. With an idle limit, a client that sends nothing for that long
-// while `*last_activity` (steady-clock ns; INT64_MAX = not waiting) is set
-// has its call cancelled too, so a stalled upload cannot hold workers.
+// Polls the client's call; when the client cancels or disconnects (or its
+// deadline passes), calls `cancel` once.
 class CancelWatcher {
  public:
-  CancelWatcher(grpc::ServerContext* context, std::function<void()> cancel,
-                const std::atomic<int64_t>* last_activity = nullptr,
-                std::chrono::milliseconds idle_limit = std::chrono::milliseconds(0))
-      : thread_([this, context, cancel = std::move(cancel), last_activity, idle_limit] {
+  CancelWatcher(grpc::ServerContext* context, std::function<void()> cancel)
+      : thread_([this, context, cancel = std::move(cancel)] {
           while (!done_) {
-            const int64_t now = Clock::now().time_since_epoch().count();
-            if (last_activity != nullptr && idle_limit.count() > 0 &&
-                now - last_activity->load() > std::chrono::nanoseconds(idle_limit).count()) {
-              idle_ = true;
-              context->TryCancel();
-            }
             if (context->IsCancelled()) {
               cancel();
               return;
@@ -58,7 +50,6 @@ class CancelWatcher {
             std::this_thread::sleep_for(std::chrono::milliseconds(50));
           }
         }) {}
-  bool idle() const { return idle_; }
   ~CancelWatcher() {
     done_ = true;
     thread_.join();
@@ -66,7 +57,6 @@ class CancelWatcher {
 
  private:
   std::atomic<bool> done_{false};
-  std::atomic<bool> idle_{false};
   std::thread thread_;
 };
 
@@ -75,65 +65,20 @@ std::chrono::system_clock::time_point CallDeadline(grpc::ServerContext* context)
   return std::min(context->deadline(), cap);
 }
 
-v1::SubmitResponse ProgressMessage(v1::Progress::Stage stage, Clock::time_point start) {
-  v1::SubmitResponse r;
-  r.mutable_progress()->set_stage(stage);
-  r.mutable_progress()->set_elapsed_seconds(Since(start));
-  return r;
+// 128 random bits as hex: the secret a client's Transfer streams present.
+std::string NewTicket() {
+  std::random_device random;
+  std::string ticket;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&ticket, "%08x", random());
+  return ticket;
 }
 
-// Runs query sets on the worker at `address` against `state`; each output
-// chunk (set k + 1) goes to `emit`.
-absl::Status RunQuerySets(const std::string& address, const RetainedState& state, const std::vector<Tensor>& sets,
-                          std::chrono::system_clock::time_point deadline,
-                          const std::function<bool(const v1::SubmitResponse&)>& emit) {
-  if (sets.empty()) return absl::OkStatus();
-  auto stub = v1::Worker::NewStub(WorkerChannel(address));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(deadline);
-  auto stream = stub->RunQuery(&ctx);
-  v1::WorkerQueryRequest request;
-  request.mutable_header()->set_model(state.model);
-  *request.mutable_header()->mutable_options() = state.options;
-  for (const Tensor& s : sets) request.mutable_header()->add_query_tokens(s.dim(0));
-  bool ok = stream->Write(request);
-  for (const v1::Tensor& t : state.tensors) {
-    v1::WorkerQueryRequest r;
-    *r.mutable_state() = t;
-    ok = ok && stream->Write(r);
-  }
-  for (size_t k = 0; k < sets.size() && ok; ++k) {
-    const int64_t width = sets[k].dim(1), per_chunk = std::max<int64_t>(1, kMaxChunkBytes / (4 * width));
-    for (int64_t t = 0; t < sets[k].dim(0) && ok; t += per_chunk) {
-      const int64_t n = std::min(per_chunk, sets[k].dim(0) - t);
-      v1::WorkerQueryRequest r;
-      r.mutable_chunk()->set_set(static_cast<int>(k) + 1);
-      r.mutable_chunk()->set_offset(t);
-      r.mutable_chunk()->set_data(EncodeTokens(sets[k].ptr() + t * width, n * width, WireType::kF32));
-      ok = stream->Write(r);
-    }
-  }
-  stream->WritesDone();
-  v1::ShardResponse response;
-  while (stream->Read(&response)) {
-    if (!response.has_output()) continue;
-    v1::SubmitResponse out;
-    v1::OutputChunk* chunk = out.mutable_output();
-    chunk->set_set(response.output().set());
-    chunk->set_offset(response.output().offset());
-    chunk->set_data(response.output().data());
-    if (!emit(out)) {
-      ctx.TryCancel();
-      break;
-    }
-  }
-  grpc::Status s = stream->Finish();
-  if (!s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("query on worker ", address, ": ", s.error_message()));
-  }
-  return absl::OkStatus();
-}
+// How one rank's RunShard stream ended.
+struct RankOutcome {
+  grpc::Status status;
+  bool from_worker = true;  // false: the transport broke (the worker is gone)
+  v1::ShardDone done;
+};
 
 // One Submit call from spec to done.
 class SubmitFlow {
@@ -148,6 +93,9 @@ class SubmitFlow {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first Submit message must be a JobSpec");
     }
     spec_ = request.spec();
+    absl::StatusOr<JobFiles> files = ResolveJobFiles(c_.options.data_root, &spec_);
+    if (!files.ok()) return ToGrpcStatus(files.status());
+    files_ = *std::move(files);
     absl::StatusOr<JobPlan> plan = PlanJob(spec_, *c_.registry, c_.options.limits);
     if (!plan.ok()) return ToGrpcStatus(plan.status());
     plan_ = *std::move(plan);
@@ -162,6 +110,7 @@ class SubmitFlow {
     stats_.set_seconds(Since(start_));
     stats_.set_coordinator_peak_rss_bytes(PeakRssBytes());
     if (!status.ok()) {
+      if (output_created_) unlink(files_.output.c_str());
       const bool cancelled = status.code() == absl::StatusCode::kCancelled;
       c_.jobs->Finish(job_id_, cancelled ? v1::JobInfo::CANCELLED : v1::JobInfo::FAILED,
                       std::string(status.message()), stats_);
@@ -176,72 +125,189 @@ class SubmitFlow {
   }
 
  private:
+  // Whether rank r's client opens a Transfer stream (the rule ShardSpec.transfer states).
+  bool NeedsTransfer(int rank) const {
+    return !spec_.has_context_ref() || !spec_.has_output_ref() ||
+           (rank == 0 && (spec_.query_tokens_size() > 0 || spec_.return_state()));
+  }
+
+  std::vector<v1::ShardSpec> ShardSpecs(const std::string& ticket) const {
+    std::vector<v1::ShardSpec> specs;
+    for (int r = 0; r < plan_.workers; ++r) {
+      v1::ShardSpec s;
+      s.set_job_id(job_id_);
+      s.set_model(spec_.model());
+      *s.mutable_options() = spec_.options();
+      s.set_rank(r);
+      s.set_world_size(plan_.workers);
+      s.set_begin(plan_.shards[r].first);
+      s.set_tokens(plan_.shards[r].second);
+      s.set_total_tokens(spec_.context_tokens());
+      s.set_rendezvous_prefix(job_id_ + "/");
+      s.set_collective_timeout_ms(c_.options.collective_timeout_ms);
+      s.set_dtype(spec_.dtype());
+      s.set_ticket(ticket);
+      s.set_transfer(NeedsTransfer(r));
+      if (spec_.has_context_ref()) s.mutable_context_ref()->set_path(files_.context);
+      if (spec_.has_context_ref()) s.mutable_context_ref()->set_tensor(spec_.context_ref().tensor());
+      if (spec_.has_output_ref()) s.mutable_output_ref()->set_path(files_.output);
+      if (r == 0) {
+        *s.mutable_query_tokens() = spec_.query_tokens();
+        s.set_return_state(spec_.return_state());
+        s.set_retain_seconds(RetainFor().count());
+      }
+      s.set_upload_idle_timeout_ms(static_cast<int32_t>(c_.options.upload_idle_timeout.count()));
+      specs.push_back(std::move(s));
+    }
+    return specs;
+  }
+
+  std::chrono::seconds RetainFor() const {
+    return spec_.retain_seconds() > 0 ? std::chrono::seconds(spec_.retain_seconds()) : c_.options.default_retain;
+  }
+
   absl::Status Execute(const WorkerLease& lease) {
-    streams_ = std::make_shared<WorkerStreams>(lease.addresses(), plan_.shards);
-    v1::ShardSpec shard;
-    shard.set_job_id(job_id_);
-    shard.set_model(spec_.model());
-    *shard.mutable_options() = spec_.options();
-    shard.set_total_tokens(spec_.context_tokens());
-    shard.set_rendezvous_prefix(job_id_ + "/");
-    shard.set_collective_timeout_ms(c_.options.collective_timeout_ms);
+    const std::string ticket = NewTicket();
+    if (!files_.output.empty()) {
+      LACT_RETURN_IF_ERROR(CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
+      output_created_ = true;
+    }
+    streams_ = std::make_shared<WorkerStreams>(lease.addresses());
     std::shared_ptr<WorkerStreams> streams = streams_;
     c_.jobs->SetCanceller(job_id_, [streams] { streams->Cancel(); });
-    last_chunk_ = Clock::now().time_since_epoch().count();
-    CancelWatcher watcher(context_, [streams] { streams->Cancel(); }, &last_chunk_, c_.options.upload_idle_timeout);
-    watcher_ = &watcher;
-    if (absl::Status opened = streams_->Open(shard, CallDeadline(context_)); !opened.ok()) {
+    CancelWatcher watcher(context_, [streams] { streams->Cancel(); });
+    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(context_)); !opened.ok()) {
       c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
+      streams_->Cancel();
       return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", opened.message()));
     }
-
-    v1::SubmitResponse accepted;
-    accepted.mutable_accepted()->set_job_id(job_id_);
-    accepted.mutable_accepted()->set_output_width(plan_.config.output_width());
-    for (int r = 0; r < streams_->size(); ++r) {
-      v1::ShardRange* range = accepted.mutable_accepted()->add_shards();
-      range->set_worker(streams_->address(r));
-      range->set_begin(plan_.shards[r].first);
-      range->set_tokens(plan_.shards[r].second);
+    if (!stream_->Write(Accepted(ticket))) {
+      streams_->Cancel();
+      return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: the client went away"));
     }
-    if (!stream_->Write(accepted)) return Cancelled("the client went away");
-    std::vector<Tensor> queries;
-    LACT_RETURN_IF_ERROR(Upload(&queries));
     LACT_RETURN_IF_ERROR(CollectShards());
-    auto state = std::make_shared<RetainedState>(RetainedState{spec_.model(), spec_.options(), std::move(state_)});
-    const std::chrono::seconds ttl =
-        spec_.retain_seconds() > 0 ? std::chrono::seconds(spec_.retain_seconds()) : c_.options.default_retain;
-    c_.jobs->Retain(job_id_, state, ttl);
-    if (!queries.empty()) {
-      stream_->Write(ProgressMessage(v1::Progress::QUERIES, start_));
-      LACT_RETURN_IF_ERROR(RunQuerySets(lease.addresses()[0], *state, queries, CallDeadline(context_),
-                                        [this](const v1::SubmitResponse& r) { return Emit(r); }));
-      auto info = c_.jobs->Get(job_id_);
-      if (info.ok() && info->status() == v1::JobInfo::CANCELLED) return Cancelled("CancelJob during the queries");
+    c_.jobs->Retain(job_id_, std::make_shared<RetainedState>(RetainedState{spec_.model(), lease.addresses()[0]}),
+                    RetainFor());
+    return absl::OkStatus();
+  }
+
+  v1::SubmitResponse Accepted(const std::string& ticket) const {
+    v1::SubmitResponse r;
+    v1::JobAccepted* a = r.mutable_accepted();
+    a->set_job_id(job_id_);
+    a->set_output_width(plan_.config.output_width());
+    a->set_ticket(ticket);
+    a->set_context_tokens(spec_.context_tokens());
+    a->set_token_width(spec_.token_width());
+    a->set_dtype(spec_.dtype());
+    for (int rank = 0; rank < streams_->size(); ++rank) {
+      v1::ShardRange* range = a->add_shards();
+      range->set_worker(streams_->address(rank));
+      range->set_begin(plan_.shards[rank].first);
+      range->set_tokens(plan_.shards[rank].second);
+      range->set_transfer(NeedsTransfer(rank));
     }
-    if (spec_.return_state()) {
-      for (const v1::Tensor& t : state->tensors) {
-        v1::SubmitResponse r;
-        *r.mutable_state() = t;
-        if (!stream_->Write(r)) return Cancelled("the client went away");
+    return r;
+  }
+
+  // Reads one rank's stream to its end; rank 0's progress goes to the client.
+  RankOutcome ReadRank(int rank) {
+    RankOutcome outcome;
+    v1::ShardResponse response;
+    while (streams_->stream(rank)->Read(&response)) {
+      if (response.has_layers_done()) {
+        v1::SubmitResponse p;
+        p.mutable_progress()->set_stage(v1::Progress::LAYERS);
+        p.mutable_progress()->set_elapsed_seconds(Since(start_));
+        p.mutable_progress()->set_layers_done(response.layers_done());
+        p.mutable_progress()->set_layers_total(plan_.config.n_layers);
+        p.mutable_progress()->set_tokens_total(spec_.context_tokens());
+        stream_->Write(p);
+      } else if (response.has_done()) {
+        outcome.done = response.done();
       }
     }
+    outcome.status = streams_->Finish(rank, &outcome.from_worker);
+    ++ranks_ended_;
+    if (outcome.status.ok()) return outcome;
+    if (outcome.from_worker && outcome.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // Its group broke: if a peer died, that peer's own stream is about to
+      // say so; give it a moment, so the dead worker is the one blamed.
+      const auto grace = Clock::now() + std::chrono::seconds(1);
+      while (ranks_ended_ < streams_->size() && Clock::now() < grace) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    streams_->Cancel();  // the others cannot finish without this rank
+    return outcome;
+  }
+
+  // Waits for every rank (each read on its own thread, so one that fails
+  // at once cancels peers still waiting for it); the job's statistics.
+  absl::Status CollectShards() {
+    std::vector<RankOutcome> outcomes(streams_->size());
+    {
+      std::vector<std::thread> readers;
+      for (int r = 1; r < streams_->size(); ++r) readers.emplace_back([this, r, &outcomes] { outcomes[r] = ReadRank(r); });
+      outcomes[0] = ReadRank(0);
+      for (std::thread& t : readers) t.join();
+    }
+    LACT_RETURN_IF_ERROR(FailureOf(outcomes));
+    double allreduce = 0, waited = 0, upload = 0, download = 0, in_bytes = 0, out_bytes = 0;
+    for (const RankOutcome& o : outcomes) {
+      const v1::ShardDone& d = o.done;
+      stats_.set_compute_seconds(std::max(stats_.compute_seconds(), d.compute_seconds()));
+      stats_.add_worker_peak_rss_bytes(d.peak_rss_bytes());
+      allreduce += d.allreduce_seconds();
+      waited += d.allreduce_waited_seconds();
+      upload = std::max(upload, d.upload_seconds());
+      download = std::max(download, d.download_seconds());
+      in_bytes += static_cast<double>(d.context_bytes());
+      out_bytes += static_cast<double>(d.output_bytes());
+    }
+    stats_.set_layers(plan_.config.n_layers);
+    stats_.set_upload_seconds(upload);
+    stats_.set_upload_mb_per_second(in_bytes / 1e6 / std::max(1e-9, upload));
+    stats_.set_download_seconds(download);
+    stats_.set_download_mb_per_second(out_bytes / 1e6 / std::max(1e-9, download));
+    stats_.set_allreduce_seconds(allreduce);
+    stats_.set_allreduce_hidden_fraction(allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
+    stats_.set_tokens_per_second(spec_.context_tokens() / std::max(1e-9, Since(start_)));
+    stats_.set_coordinator_payload_bytes(0);
     return absl::OkStatus();
+  }
+
+  // The job's failure from its ranks' outcomes: a worker whose transport
+  // broke (it is gone, and is marked failed) explains its peers' failures;
+  // otherwise the first failure a worker's handler reported (the others
+  // are the cancellations it caused here).
+  absl::Status FailureOf(const std::vector<RankOutcome>& outcomes) {
+    int culprit = -1;
+    for (int r = 0; r < static_cast<int>(outcomes.size()); ++r) {
+      const grpc::Status& s = outcomes[r].status;
+      if (s.ok()) continue;
+      if (!outcomes[r].from_worker && s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        c_.registry->MarkFailed(streams_->address(r));
+        return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: worker ", streams_->address(r),
+                                                   " (rank ", r, ") is gone: ", s.error_message()));
+      }
+      if (culprit < 0 || (outcomes[r].from_worker && !outcomes[culprit].from_worker)) culprit = r;
+    }
+    if (culprit < 0) return absl::OkStatus();
+    const grpc::Status& s = outcomes[culprit].status;
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("job ", job_id_, " failed: worker ", streams_->address(culprit), " (rank ",
+                                     culprit, "): ", s.error_message()));
   }
 
   // A failure caused by a cancellation (CancelJob, the client going away or
   // its deadline) is reported as that, not as the worker errors it caused.
   absl::Status CancellationCause(const absl::Status& failure) {
-    if (watcher_ != nullptr && watcher_->idle()) {
-      return absl::DeadlineExceededError(absl::StrCat("job ", job_id_, " cancelled: no token chunk for ",
-                                                      c_.options.upload_idle_timeout.count(),
-                                                      " ms during the upload"));
-    }
     auto info = c_.jobs->Get(job_id_);
     if (info.ok() && info->status() == v1::JobInfo::CANCELLED) {
       return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by CancelJob"));
     }
-    if (context_->IsCancelled() && failure.code() != absl::StatusCode::kCancelled) {
+    if (context_->IsCancelled()) {
       const bool expired = std::chrono::system_clock::now() >= context_->deadline();
       return expired ? absl::DeadlineExceededError(absl::StrCat("job ", job_id_, ": the call's deadline expired"))
                      : absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: the client went away"));
@@ -249,129 +315,73 @@ class SubmitFlow {
     return failure;
   }
 
-  absl::Status Cancelled(const std::string& why) {
-    streams_->Cancel();
-    return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: ", why));
-  }
-
-  bool Emit(const v1::SubmitResponse& r) {
-    v1::SubmitResponse out = r;
-    if (out.has_output()) {
-      out.mutable_output()->set_tokens(static_cast<int64_t>(out.output().data().size()) /
-                                       (4 * plan_.config.output_width()));
-    }
-    return stream_->Write(out);
-  }
-
-  absl::Status Upload(std::vector<Tensor>* queries) {
-    UploadReceiver receiver(spec_.context_tokens(), {spec_.query_tokens().begin(), spec_.query_tokens().end()},
-                            spec_.token_width(), plan_.dtype);
-    const int64_t width = spec_.token_width();
-    auto sink = [&](int64_t offset, int64_t n, std::string f32_bytes) {
-      return streams_->Forward(offset, n, width, std::move(f32_bytes));
-    };
-    v1::SubmitRequest request;
-    auto last_progress = Clock::now();
-    // The idle clock runs only while waiting for the client, not while a
-    // slow worker holds up a forward.
-    while ((last_chunk_ = Clock::now().time_since_epoch().count(), stream_->Read(&request))) {
-      if (!request.has_chunk()) {
-        streams_->Cancel();
-        return absl::InvalidArgumentError("after the JobSpec, Submit takes only token chunks");
-      }
-      absl::Status s = receiver.Accept(request.mutable_chunk(), sink);
-      if (!s.ok()) {
-        const bool cancelled = streams_->cancelled() || context_->IsCancelled();
-        streams_->Cancel();
-        if (streams_->broken_rank() < 0) return s;  // the client's chunk was bad
-        if (cancelled) return s;                     // the worker was cancelled, not lost
-        c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
-        return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", s.message()));
-      }
-      if (Since(last_progress) > 0.5) {
-        last_progress = Clock::now();
-        v1::SubmitResponse p = ProgressMessage(v1::Progress::UPLOAD, start_);
-        p.mutable_progress()->set_tokens_done(receiver.context_received());
-        p.mutable_progress()->set_tokens_total(spec_.context_tokens());
-        stream_->Write(p);
-      }
-    }
-    if (context_->IsCancelled()) return Cancelled("the client disconnected during the upload");
-    absl::Status complete = receiver.CheckComplete();
-    if (!complete.ok()) {
-      streams_->Cancel();
-      return complete;
-    }
-    streams_->CloseUploads();
-    last_chunk_ = std::numeric_limits<int64_t>::max();  // the upload is over
-    stats_.set_upload_seconds(Since(start_));
-    stats_.set_upload_mb_per_second(receiver.bytes_received() / 1e6 / std::max(1e-9, stats_.upload_seconds()));
-    *queries = receiver.TakeQueries();
-    return absl::OkStatus();
-  }
-
-  // Relays every rank's stream in rank order (so outputs leave in token order).
-  absl::Status CollectShards() {
-    std::vector<std::string> errors;
-    double allreduce = 0, waited = 0;
-    stats_.set_layers(plan_.config.n_layers);
-    for (int r = 0; r < streams_->size(); ++r) {
-      v1::ShardResponse response;
-      while (errors.empty() && streams_->stream(r)->Read(&response)) {
-        if (response.has_layers_done()) {
-          v1::SubmitResponse p = ProgressMessage(v1::Progress::LAYERS, start_);
-          p.mutable_progress()->set_layers_done(response.layers_done());
-          p.mutable_progress()->set_layers_total(plan_.config.n_layers);
-          p.mutable_progress()->set_tokens_total(spec_.context_tokens());
-          stream_->Write(p);
-        } else if (response.has_output()) {
-          v1::SubmitResponse out;
-          out.mutable_output()->set_set(0);
-          out.mutable_output()->set_offset(streams_->begin(r) + response.output().offset());
-          out.mutable_output()->set_data(std::move(*response.mutable_output()->mutable_data()));
-          if (!Emit(out)) errors.push_back("the client went away");
-        } else if (response.has_state()) {
-          state_.push_back(std::move(*response.mutable_state()));
-        } else if (response.has_done()) {
-          const v1::ShardDone& d = response.done();
-          stats_.set_compute_seconds(std::max(stats_.compute_seconds(), d.compute_seconds()));
-          stats_.add_worker_peak_rss_bytes(d.peak_rss_bytes());
-          allreduce += d.allreduce_seconds();
-          waited += d.allreduce_waited_seconds();
-        }
-      }
-      if (!errors.empty()) streams_->Cancel();
-      grpc::Status s = streams_->Finish(r);
-      if (!s.ok()) {
-        const bool cancelled = streams_->cancelled();
-        streams_->Cancel();
-        if (!cancelled && s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-            !absl::StrContains(s.error_message(), "gloo")) {
-          c_.registry->MarkFailed(streams_->address(r));
-        }
-        errors.push_back(absl::StrCat("worker ", streams_->address(r), " (rank ", r, "): ", s.error_message()));
-      }
-    }
-    stats_.set_allreduce_seconds(allreduce);
-    stats_.set_allreduce_hidden_fraction(allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
-    stats_.set_tokens_per_second(spec_.context_tokens() / std::max(1e-9, Since(start_)));
-    if (errors.empty()) return absl::OkStatus();
-    return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", absl::StrJoin(errors, "; ")));
-  }
-
   const Coordinator& c_;
   grpc::ServerContext* context_;
   grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream_;
   const Clock::time_point start_ = Clock::now();
   v1::JobSpec spec_;
+  JobFiles files_;
+  bool output_created_ = false;
   JobPlan plan_;
   std::string job_id_;
   std::shared_ptr<WorkerStreams> streams_;
-  std::atomic<int64_t> last_chunk_{std::numeric_limits<int64_t>::max()};
-  const CancelWatcher* watcher_ = nullptr;  // valid while Execute runs
-  std::vector<v1::Tensor> state_;
+  std::atomic<int> ranks_ended_{0};
   v1::JobStats stats_;
 };
+
+// Passes the client's query chunks to the worker keeping the state, and
+// its outputs back; counts the bytes relayed.
+absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, int64_t output_width,
+                        grpc::ServerContext* context,
+                        grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream, int64_t* payload) {
+  auto stub = v1::Worker::NewStub(WorkerChannel(kept.worker));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(CallDeadline(context));
+  auto worker = stub->RunQuery(&ctx);
+  CancelWatcher watcher(context, [&ctx] { ctx.TryCancel(); });
+  v1::WorkerQueryRequest header;
+  header.mutable_header()->set_job_id(spec.job_id());
+  *header.mutable_header()->mutable_query_tokens() = spec.query_tokens();
+  header.mutable_header()->set_dtype(spec.dtype());
+  bool ok = worker->Write(header);
+  v1::QueryRequest request;
+  absl::Status bad;
+  while (ok && stream->Read(&request)) {
+    if (!request.has_chunk()) {
+      bad = absl::InvalidArgumentError("after the QuerySpec, Query takes only chunks");
+      ctx.TryCancel();
+      break;
+    }
+    *payload += static_cast<int64_t>(request.chunk().data().size());
+    v1::WorkerQueryRequest r;
+    *r.mutable_chunk() = std::move(*request.mutable_chunk());
+    ok = worker->Write(r);
+  }
+  worker->WritesDone();
+  v1::ShardResponse response;
+  while (bad.ok() && worker->Read(&response)) {
+    if (!response.has_output()) continue;
+    v1::SubmitResponse out;
+    v1::OutputChunk* chunk = out.mutable_output();
+    chunk->set_set(response.output().set());
+    chunk->set_offset(response.output().offset());
+    chunk->set_tokens(static_cast<int64_t>(response.output().data().size()) / (4 * output_width));
+    *payload += static_cast<int64_t>(response.output().data().size());
+    chunk->set_data(std::move(*response.mutable_output()->mutable_data()));
+    if (!stream->Write(out)) {
+      ctx.TryCancel();
+      bad = absl::CancelledError("the client went away");
+    }
+  }
+  grpc::Status s = worker->Finish();
+  LACT_RETURN_IF_ERROR(bad);
+  if (context->IsCancelled()) return absl::CancelledError("the client went away");
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("query on worker ", kept.worker, ": ", s.error_message()));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -387,45 +397,26 @@ grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first Query message must be a QuerySpec");
   }
   const v1::QuerySpec spec = request.spec();
-  absl::StatusOr<std::shared_ptr<const RetainedState>> state = c.jobs->State(spec.job_id());
-  if (!state.ok()) return ToGrpcStatus(state.status());
-  absl::StatusOr<ModelConfig> config = c.registry->FindModel((*state)->model);
+  absl::StatusOr<std::shared_ptr<const RetainedState>> kept = c.jobs->State(spec.job_id());
+  if (!kept.ok()) return ToGrpcStatus(kept.status());
+  absl::StatusOr<ModelConfig> config = c.registry->FindModel((*kept)->model);
   if (!config.ok()) return ToGrpcStatus(config.status());
   if (spec.token_width() != config->input_width()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("token_width ", spec.token_width(), " does not match the job's model, which takes ",
                                      config->input_width(), " features per token"));
   }
-  absl::StatusOr<WireType> dtype = ToWireType(spec.dtype());
+  absl::StatusOr<WireType> dtype = FromProto(spec.dtype());
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
   if (spec.query_tokens().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no query sets");
   absl::Status sets_ok = CheckQuerySets(spec.query_tokens(), c.options.limits);
   if (!sets_ok.ok()) return ToGrpcStatus(sets_ok);
-  UploadReceiver receiver(0, {spec.query_tokens().begin(), spec.query_tokens().end()}, spec.token_width(), *dtype);
-  auto no_context = [](int64_t, int64_t, std::string) { return absl::OkStatus(); };
-  while (stream->Read(&request)) {
-    absl::Status s = request.has_chunk() ? receiver.Accept(request.mutable_chunk(), no_context)
-                                         : absl::InvalidArgumentError("after the QuerySpec, Query takes only chunks");
-    if (!s.ok()) return ToGrpcStatus(s);
-  }
-  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-  absl::Status complete = receiver.CheckComplete();
-  if (!complete.ok()) return ToGrpcStatus(complete);
-  // Lease the worker only now: a client that stalls mid-upload holds none.
-  absl::StatusOr<std::vector<std::string>> leased = c.registry->Acquire((*state)->model, 1, c.options.acquire_wait);
-  if (!leased.ok()) return ToGrpcStatus(leased.status());
-  WorkerLease lease(c.registry, *leased);
-  const int64_t out_width = config->output_width();
-  absl::Status s = RunQuerySets(lease.addresses()[0], **state, receiver.TakeQueries(), CallDeadline(context),
-                                [&](const v1::SubmitResponse& r) {
-                                  v1::SubmitResponse out = r;
-                                  out.mutable_output()->set_tokens(
-                                      static_cast<int64_t>(out.output().data().size()) / (4 * out_width));
-                                  return stream->Write(out);
-                                });
+  int64_t payload = 0;
+  absl::Status s = RelayQuery(**kept, spec, config->output_width(), context, stream, &payload);
   if (!s.ok()) return ToGrpcStatus(s);
   v1::SubmitResponse done;
   done.mutable_done()->set_job_id(spec.job_id());
+  done.mutable_done()->mutable_stats()->set_coordinator_payload_bytes(payload);
   stream->Write(done);
   return grpc::Status::OK;
 }

@@ -1,9 +1,12 @@
 // The two streaming flows of the coordinator, as plain functions over a
-// stream: Submit (admit, lease workers, forward the upload, relay progress,
-// outputs and state, run the query sets, retain the state) and Query (query
-// sets against a retained state). Every failure ends the call with a status
-// naming the problem and, for worker failures, the worker; the job record
-// and the rendezvous keys are cleaned up on every path.
+// stream: Submit (admit, resolve files by reference, lease workers, start
+// the shards, relay progress, record where the state is kept) and Query
+// (query sets passed on to the worker that keeps the job's state). Submit
+// touches no bulk bytes: clients move them straight to and from the
+// workers (data.proto) or name files. Every failure ends the call with a
+// status naming the problem and, for worker failures, the worker; the job
+// record, the rendezvous keys and a partly written output file are cleaned
+// up on every path.
 #ifndef LACT_SERVER_JOB_FLOWS_H_
 #define LACT_SERVER_JOB_FLOWS_H_
 
@@ -24,7 +27,8 @@ struct CoordinatorOptions {
   std::chrono::seconds default_retain{3600};
   std::chrono::milliseconds acquire_wait{30000};  // for busy workers to free up
   int collective_timeout_ms = 60000;
-  std::chrono::milliseconds upload_idle_timeout{60000};  // max gap between a job's chunks
+  std::chrono::milliseconds upload_idle_timeout{60000};  // max wait for a client's stream or chunk
+  std::string data_root;  // where files by reference may be; empty = none allowed
 };
 
 struct Coordinator {

@@ -19,11 +19,11 @@
 
 namespace lact::server {
 
-// What a later Query needs: the model, the job's options and the state.
+// What a later Query needs: the model, and the worker that keeps the
+// job's fused state (rank 0; the state itself never comes here).
 struct RetainedState {
   std::string model;
-  v1::JobOptions options;
-  std::vector<v1::Tensor> tensors;
+  std::string worker;  // address
 };
 
 class JobStore {

@@ -4,7 +4,7 @@
 //   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]
 //                    [--retain-seconds 3600] [--max-context-tokens N]
 //                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 30000]
-//                    [--upload-idle-timeout-ms 60000]
+//                    [--upload-idle-timeout-ms 60000] [--data-root DIR]
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -13,13 +13,12 @@
 #include "common/flags.h"
 #include "common/stop_signals.h"
 #include "common/status_macros.h"
+#include "common/wire_limits.h"
 #include "server/control_service.h"
 #include "server/coordinator_service.h"
 
 namespace lact::server {
 namespace {
-
-constexpr int kMaxMessageBytes = 64 << 20;
 
 absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* port, int64_t* heartbeat_ms) {
   LACT_ASSIGN_OR_RETURN(*port, flags.Int("port", 0, 0, 65535));
@@ -34,6 +33,7 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   o->default_retain = std::chrono::seconds(retain);
   o->collective_timeout_ms = static_cast<int>(collective);
   o->acquire_wait = std::chrono::milliseconds(acquire);
+  o->data_root = flags.Get("data-root").value_or("");
   return absl::OkStatus();
 }
 
@@ -41,7 +41,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags =
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                    {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens", "collective-timeout-ms",
-                    "acquire-timeout-ms", "upload-idle-timeout-ms"});
+                    "acquire-timeout-ms", "upload-idle-timeout-ms", "data-root"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed = flags.ok() ? ParseOptions(*flags, &options, &port, &heartbeat_ms) : flags.status();
@@ -58,8 +58,8 @@ int Main(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(), &bound_port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
   builder.RegisterService(&coordinator);
   builder.RegisterService(&control);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

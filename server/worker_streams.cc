@@ -1,42 +1,32 @@
 #include "server/worker_streams.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
+#include "common/wire_limits.h"
 
 namespace lact::server {
-namespace {
-
-constexpr int kMaxMessageBytes = 64 << 20;
-constexpr int64_t kMaxChunkBytes = 4 << 20;
-
-}  // namespace
 
 std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
+  args.SetMaxSendMessageSize(kMaxServerMessageBytes);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
-absl::Status WorkerStreams::Open(const v1::ShardSpec& spec, std::chrono::system_clock::time_point deadline) {
+absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
+                                 std::chrono::system_clock::time_point deadline) {
   for (int r = 0; r < size(); ++r) {
     stubs_.push_back(v1::Worker::NewStub(WorkerChannel(addresses_[r])));
     auto context = std::make_unique<grpc::ClientContext>();
     context->set_deadline(deadline);
     grpc::ClientContext* raw = context.get();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       contexts_.push_back(std::move(context));
       if (cancelled_) raw->TryCancel();
     }
     streams_.push_back(stubs_.back()->RunShard(raw));
     v1::ShardRequest request;
-    *request.mutable_spec() = spec;
-    request.mutable_spec()->set_rank(r);
-    request.mutable_spec()->set_world_size(size());
-    request.mutable_spec()->set_begin(shards_[r].first);
-    request.mutable_spec()->set_tokens(shards_[r].second);
+    *request.mutable_spec() = specs[r];
     if (!streams_.back()->Write(request)) {
       broken_rank_ = r;
       return absl::UnavailableError(absl::StrCat("worker ", addresses_[r], " (rank ", r, ") did not take the shard"));
@@ -45,37 +35,26 @@ absl::Status WorkerStreams::Open(const v1::ShardSpec& spec, std::chrono::system_
   return absl::OkStatus();
 }
 
-absl::Status WorkerStreams::Forward(int64_t offset, int64_t n, int64_t width, std::string f32_bytes) {
-  const int64_t row_bytes = 4 * width, per_chunk = std::max<int64_t>(1, kMaxChunkBytes / row_bytes);
-  for (int r = 0; r < size() && n > 0; ++r) {
-    const auto [begin, tokens] = shards_[r];
-    const int64_t lo = std::max(offset, begin), hi = std::min(offset + n, begin + tokens);
-    for (int64_t t = lo; t < hi; t += per_chunk) {
-      const int64_t count = std::min(per_chunk, hi - t);
-      v1::ShardRequest request;
-      request.mutable_chunk()->set_offset(t - begin);
-      if (count == n) {
-        request.mutable_chunk()->set_data(std::move(f32_bytes));  // the whole chunk: no copy
-      } else {
-        request.mutable_chunk()->set_data(f32_bytes.substr((t - offset) * row_bytes, count * row_bytes));
-      }
-      if (!streams_[r]->Write(request)) {
-        broken_rank_ = r;
-        return absl::UnavailableError(absl::StrCat("worker ", addresses_[r], " (rank ", r, ") stopped taking tokens"));
-      }
-    }
+grpc::Status WorkerStreams::Finish(int rank, bool* from_worker) {
+  grpc::Status s = streams_[rank]->Finish();
+  grpc::ClientContext* context;
+  {
+    absl::MutexLock lock(&mu_);
+    context = contexts_[rank].get();
   }
-  return absl::OkStatus();
-}
-
-void WorkerStreams::CloseUploads() {
-  for (auto& s : streams_) s->WritesDone();
+  *from_worker = context->GetServerTrailingMetadata().count(kWorkerStatusKey) > 0;
+  return s;
 }
 
 void WorkerStreams::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   cancelled_ = true;
   for (auto& c : contexts_) c->TryCancel();
+}
+
+bool WorkerStreams::cancelled() {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
 }
 
 }  // namespace lact::server

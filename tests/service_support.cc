@@ -45,8 +45,10 @@ SubmitOptions GoldenOptions(const GoldenCase& golden) {
   return o;
 }
 
-std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::string> worker_args) {
+std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::string> worker_args,
+                                               std::string data_root) {
   LocalClusterOptions options;
+  options.data_root = std::move(data_root);
   options.workers = workers;
   options.model_dir = ModelDir();
   options.threads_per_worker = 1;

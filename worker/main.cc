@@ -3,7 +3,7 @@
 //   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
 //               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
-//               [--collective gloo|nccl]
+//               [--collective gloo|nccl] [--data-root DIR]
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -15,13 +15,13 @@
 #include "common/stop_signals.h"
 #include "common/model_config.h"
 #include "lact/v1/control.grpc.pb.h"
+#include "common/wire_limits.h"
+#include "worker/data_service.h"
 #include "worker/model_cache.h"
 #include "worker/worker_service.h"
 
 namespace lact {
 namespace {
-
-constexpr int kMaxMessageBytes = 64 << 20;
 
 absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address, const ModelCache& models,
                                      const BackendOptions& backend, int* interval_ms) {
@@ -52,7 +52,7 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                                              {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
-                                              "device", "precision", "collective"});
+                                              "device", "precision", "collective", "data-root"});
   absl::StatusOr<std::string> coordinator = flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
   absl::StatusOr<int64_t> threads = flags.ok() ? flags->Int("threads", 0, 0, 1024) : flags.status();
@@ -82,18 +82,23 @@ int Main(int argc, char** argv) {
     return 2;
   }
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
+  args.SetMaxSendMessageSize(kMaxServerMessageBytes);
   auto control = std::shared_ptr<v1::Control::Stub>(
       v1::Control::NewStub(grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
 
-  WorkerService service(models->get(), control, backend);
+  TransferBoard transfers;
+  RetainedStates states;
+  WorkerService service(
+      {models->get(), control, backend, flags->Get("data-root").value_or(""), &transfers, &states});
+  DataService data(&transfers);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(), &bound_port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
   builder.RegisterService(&service);
+  builder.RegisterService(&data);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
     std::fprintf(stderr, "lact-worker: cannot listen on %s:%lld\n", host.c_str(), static_cast<long long>(*port));

@@ -3,18 +3,22 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_files.h"
 #include "common/fused_state.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
-#include "common/token_codec.h"
+#include "common/wire_limits.h"
 #include "proto/job_options.h"
+#include "proto/metadata_keys.h"
 #include "proto/status_conversion.h"
 #include "worker/kv_store_client.h"
 
 namespace lact {
 namespace {
 
-constexpr int64_t kMaxChunkBytes = 4 << 20;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct JobModel {
   std::shared_ptr<const Model> model;
@@ -28,100 +32,176 @@ absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& 
   return m;
 }
 
-// Appends a float32 chunk at `offset` to rows already received (in order).
-absl::Status AppendChunk(const v1::TokenChunk& chunk, int64_t width, int64_t capacity, Tensor* rows,
-                         int64_t* filled) {
-  if (chunk.offset() != *filled) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk at token ", chunk.offset(), "; expected ", *filled));
+// The shard's rows of the context file, checked against the job.
+absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::ShardSpec& spec, int64_t width,
+                                       int64_t* bytes) {
+  LACT_ASSIGN_OR_RETURN(const std::string path, ResolveDataPath(data_root, spec.context_ref().path(), false));
+  LACT_ASSIGN_OR_RETURN(TokenFileLayout file, OpenTokenFile(path, spec.context_ref().tensor()));
+  if (file.rows != spec.total_tokens() || file.width != width) {
+    return absl::FailedPreconditionError(absl::StrCat("context '", path, "' holds ", file.rows, " x ", file.width,
+                                                      " tokens, not the job's ", spec.total_tokens(), " x ", width,
+                                                      " (changed since the job was accepted?)"));
   }
-  int64_t n = 0;
-  LACT_RETURN_IF_ERROR(DecodeTokensInto(chunk.data(), WireType::kF32, width, chunk.offset(),
-                                        rows->ptr() + *filled * width, (capacity - *filled) * width, &n));
-  *filled += n;
-  return absl::OkStatus();
+  Tensor rows({spec.tokens(), width});
+  LACT_RETURN_IF_ERROR(ReadTokenRows(file, spec.begin(), spec.tokens(), rows.ptr()));
+  *bytes = spec.tokens() * width * WireBytes(file.dtype);
+  return rows;
 }
 
-template <typename Stream>
-bool WriteRows(Stream* stream, const Tensor& rows, int set) {
-  const int64_t width = rows.dim(1), per_chunk = std::max<int64_t>(1, kMaxChunkBytes / (4 * width));
-  for (int64_t t0 = 0; t0 < rows.dim(0); t0 += per_chunk) {
-    const int64_t n = std::min(per_chunk, rows.dim(0) - t0);
-    v1::ShardResponse r;
-    v1::TokenChunk* c = r.mutable_output();
-    c->set_set(set);
-    c->set_offset(t0);
-    c->set_data(EncodeTokens(rows.ptr() + t0 * width, n * width, WireType::kF32));
-    if (!stream->Write(r)) return false;
+absl::Status WriteOutputRows(const std::string& data_root, const v1::ShardSpec& spec, const Tensor& output) {
+  LACT_ASSIGN_OR_RETURN(const std::string path, ResolveDataPath(data_root, spec.output_ref().path(), true));
+  return WriteTokenRows(path, spec.total_tokens(), output.dim(1), spec.begin(), output.ptr(), output.dim(0));
+}
+
+// The transfer a shard's client stream will meet, if the job has one.
+absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec& spec, int64_t width) {
+  if (!spec.transfer()) return std::shared_ptr<ShardTransfer>();
+  LACT_ASSIGN_OR_RETURN(WireType dtype, FromProto(spec.dtype()));
+  std::vector<int64_t> lengths = {spec.has_context_ref() ? 0 : spec.tokens()};
+  lengths.insert(lengths.end(), spec.query_tokens().begin(), spec.query_tokens().end());
+  return std::make_shared<ShardTransfer>(spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin()));
+}
+
+// One RunShard call from its spec to its ShardDone.
+class ShardJob {
+ public:
+  ShardJob(const WorkerContext& w, const v1::ShardSpec& spec, JobModel job, grpc::ServerContext* context,
+           grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream,
+           std::shared_ptr<ShardTransfer> transfer)
+      : w_(w), spec_(spec), job_(std::move(job)), context_(context), stream_(stream),
+        transfer_(std::move(transfer)) {}
+
+  absl::StatusOr<v1::ShardDone> Run() {
+    const auto start = Clock::now();
+    LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
+    done_.set_upload_seconds(Since(start));
+    RunHooks hooks{[this](int layers, int) {
+                     if (spec_.rank() != 0) return;
+                     v1::ShardResponse r;
+                     r.set_layers_done(layers);
+                     stream_->Write(r);
+                   },
+                   cancelled_};
+    LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
+                          MakeShardRunner(w_.backend, *job_.model, job_.config, std::move(hooks)));
+    const std::chrono::milliseconds timeout(spec_.collective_timeout_ms() > 0 ? spec_.collective_timeout_ms()
+                                                                              : 60000);
+    KvStoreClient store(w_.control, timeout);
+    LACT_RETURN_IF_ERROR(runner->JoinGroup({&store, spec_.rendezvous_prefix(), spec_.rank(), spec_.world_size(), timeout}));
+    const auto compute_start = Clock::now();
+    FusedState state;
+    LACT_ASSIGN_OR_RETURN(Tensor output,
+                          runner->RunContextShard(std::move(shard), spec_.begin(), spec_.total_tokens(), &state));
+    done_.set_compute_seconds(Since(compute_start));
+    done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
+    done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
+    const auto download_start = Clock::now();
+    LACT_RETURN_IF_ERROR(Deliver(*runner, std::move(output), std::move(state)));
+    done_.set_download_seconds(Since(download_start));
+    done_.set_peak_rss_bytes(PeakRssBytes());
+    return done_;
   }
-  return true;
+
+ private:
+  absl::StatusOr<Tensor> ObtainContext() {
+    const int64_t width = job_.config.input_width();
+    Tensor shard;
+    if (spec_.has_context_ref()) {
+      int64_t bytes = 0;
+      LACT_ASSIGN_OR_RETURN(shard, ReadContextRows(w_.data_root, spec_, width, &bytes));
+      done_.set_context_bytes(bytes);
+    }
+    if (transfer_ != nullptr) {
+      const std::chrono::milliseconds idle(spec_.upload_idle_timeout_ms() > 0 ? spec_.upload_idle_timeout_ms() : 60000);
+      LACT_RETURN_IF_ERROR(transfer_->AwaitUpload(idle, cancelled_));
+      if (!spec_.has_context_ref()) {
+        shard = transfer_->receiver().TakeSet(0);
+        done_.set_context_bytes(transfer_->context_bytes());
+      }
+    }
+    return shard;
+  }
+
+  // Outputs to the file or the stream; on rank 0 the query sets and the
+  // fused state too. Returns once all of it is delivered.
+  absl::Status Deliver(ShardRunner& runner, Tensor output, FusedState state) {
+    done_.set_output_bytes(output.size() * 4);
+    if (spec_.has_output_ref()) {
+      LACT_RETURN_IF_ERROR(WriteOutputRows(w_.data_root, spec_, output));
+    } else {
+      transfer_->Publish({0, spec_.begin(), "", std::make_shared<const Tensor>(std::move(output))});
+    }
+    if (spec_.rank() == 0) {
+      auto kept = std::make_shared<const FusedState>(std::move(state));
+      for (int k = 0; k < spec_.query_tokens_size(); ++k) {
+        LACT_ASSIGN_OR_RETURN(Tensor out, runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept));
+        transfer_->Publish({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
+      }
+      const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
+      w_.states->Put(spec_.job_id(), {spec_.model(), spec_.options(), kept}, ttl);
+      if (spec_.return_state()) {
+        for (const auto& [name, tensor] : FusedStateTensors(*kept)) {
+          transfer_->Publish({0, 0, name, std::shared_ptr<const Tensor>(kept, tensor)});
+        }
+      }
+    }
+    if (transfer_ == nullptr) return absl::OkStatus();
+    transfer_->EndPublishing();
+    return transfer_->AwaitDownload(cancelled_);
+  }
+
+  const WorkerContext& w_;
+  const v1::ShardSpec& spec_;
+  JobModel job_;
+  grpc::ServerContext* context_;
+  grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream_;
+  std::shared_ptr<ShardTransfer> transfer_;
+  const std::function<bool()> cancelled_ = [this] { return context_->IsCancelled(); };
+  v1::ShardDone done_;
+};
+
+absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
+  if (spec.tokens() < 1 || spec.begin() < 0 || spec.begin() + spec.tokens() > spec.total_tokens()) {
+    return absl::InvalidArgumentError("shard needs 1..total_tokens tokens inside the context");
+  }
+  const bool needs_stream = !spec.has_context_ref() || !spec.has_output_ref() ||
+                            (spec.rank() == 0 && (spec.query_tokens_size() > 0 || spec.return_state()));
+  if (needs_stream != spec.transfer()) {
+    return absl::InvalidArgumentError(absl::StrCat("ShardSpec.transfer is ", spec.transfer(), " but the shard ",
+                                                   needs_stream ? "has" : "has no", " bytes in band"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
                                      grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream) {
+  context->AddTrailingMetadata(kWorkerStatusKey, "1");
   v1::ShardRequest request;
   if (!stream->Read(&request) || !request.has_spec()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first RunShard message must be a ShardSpec");
   }
   const v1::ShardSpec spec = request.spec();
-  absl::StatusOr<JobModel> job = ResolveJobModel(*models_, spec.model(), spec.options());
+  if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
+  absl::StatusOr<JobModel> job = ResolveJobModel(*w_.models, spec.model(), spec.options());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  const int64_t width = job->config.input_width();
-  if (spec.tokens() < 1 || spec.tokens() > spec.total_tokens()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shard needs 1..total_tokens tokens");
+  absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeTransfer(spec, job->config.input_width());
+  if (!transfer.ok()) return ToGrpcStatus(transfer.status());
+  if (*transfer != nullptr) w_.transfers->Register(spec.job_id(), spec.rank(), *transfer);
+  absl::StatusOr<v1::ShardDone> done = ShardJob(w_, spec, *std::move(job), context, stream, *transfer).Run();
+  if (*transfer != nullptr) {
+    if (!done.ok()) (*transfer)->Abort(done.status());
+    w_.transfers->Unregister(spec.job_id(), spec.rank());
+    // A failure the client's stream caused (a bad chunk, a disconnect) is
+    // the transfer's; report that rather than what it led to here.
+    absl::Status cause = (*transfer)->failure();
+    if (!done.ok() && !cause.ok()) done = cause;
   }
-  Tensor shard({spec.tokens(), width});
-  int64_t filled = 0;
-  while (stream->Read(&request)) {
-    if (!request.has_chunk()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "expected token chunks");
-    absl::Status s = AppendChunk(request.chunk(), width, spec.tokens(), &shard, &filled);
-    if (!s.ok()) return ToGrpcStatus(s);
-  }
-  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during upload");
-  if (filled != spec.tokens()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("received ", filled, " of the shard's ", spec.tokens(), " tokens"));
-  }
-  RunHooks hooks{[&](int done, int) {
-                   if (spec.rank() != 0) return;
-                   v1::ShardResponse r;
-                   r.set_layers_done(done);
-                   stream->Write(r);
-                 },
-                 [context] { return context->IsCancelled(); }};
-  absl::StatusOr<std::unique_ptr<ShardRunner>> runner =
-      MakeShardRunner(options_, *job->model, job->config, std::move(hooks));
-  if (!runner.ok()) return ToGrpcStatus(runner.status());
-  const std::chrono::milliseconds timeout(spec.collective_timeout_ms() > 0 ? spec.collective_timeout_ms() : 60000);
-  KvStoreClient store(control_, timeout);
-  const absl::Status joined =
-      (*runner)->JoinGroup({&store, spec.rendezvous_prefix(), spec.rank(), spec.world_size(), timeout});
-  if (!joined.ok()) return ToGrpcStatus(joined);
-
-  const auto start = std::chrono::steady_clock::now();
-  FusedState state;
-  absl::StatusOr<Tensor> output =
-      (*runner)->RunContextShard(std::move(shard), spec.begin(), spec.total_tokens(), &state);
-  if (!output.ok()) return ToGrpcStatus(output.status());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!WriteRows(stream, *output, 0)) return grpc::Status(grpc::StatusCode::CANCELLED, "coordinator went away");
-  if (spec.rank() == 0) {
-    for (const auto& [name, t] : FusedStateTensors(state)) {
-      v1::ShardResponse r;
-      v1::Tensor* out = r.mutable_state();
-      out->set_name(name);
-      for (int64_t d : t->shape) out->add_shape(d);
-      out->set_data(EncodeTokens(t->ptr(), t->size(), WireType::kF32));
-      if (!stream->Write(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "coordinator went away");
-    }
-  }
-  v1::ShardResponse done;
-  done.mutable_done()->set_compute_seconds(seconds);
-  done.mutable_done()->set_allreduce_seconds((*runner)->overlap().allreduce_seconds);
-  done.mutable_done()->set_allreduce_waited_seconds((*runner)->overlap().waited_seconds);
-  done.mutable_done()->set_peak_rss_bytes(PeakRssBytes());
-  stream->Write(done);
+  if (!done.ok()) return ToGrpcStatus(done.status());
+  v1::ShardResponse response;
+  *response.mutable_done() = *done;
+  stream->Write(response);
   return grpc::Status::OK;
 }
 
@@ -132,49 +212,36 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first RunQuery message must be a header");
   }
   const v1::WorkerQueryHeader header = request.header();
-  absl::StatusOr<JobModel> job = ResolveJobModel(*models_, header.model(), header.options());
+  absl::StatusOr<RetainedState> kept = w_.states->Get(header.job_id());
+  if (!kept.ok()) return ToGrpcStatus(kept.status());
+  absl::StatusOr<JobModel> job = ResolveJobModel(*w_.models, kept->model, kept->options);
   if (!job.ok()) return ToGrpcStatus(job.status());
-  const int64_t width = job->config.input_width();
-  std::map<std::string, Tensor> tensors;
-  std::vector<Tensor> sets;
-  std::vector<int64_t> filled(header.query_tokens_size(), 0);
-  for (int64_t n : header.query_tokens()) sets.emplace_back(std::vector<int64_t>{n, width});
+  absl::StatusOr<WireType> dtype = FromProto(header.dtype());
+  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
+  std::vector<int64_t> lengths = {0};
+  lengths.insert(lengths.end(), header.query_tokens().begin(), header.query_tokens().end());
+  TokenReceiver receiver(std::move(lengths), job->config.input_width(), *dtype, 0);
   while (stream->Read(&request)) {
-    absl::Status s;
-    if (request.has_state()) {
-      const v1::Tensor& t = request.state();
-      Tensor& dst = tensors[t.name()];
-      dst.shape.assign(t.shape().begin(), t.shape().end());
-      s = DecodeTokens(t.data(), WireType::kF32, 1, 0, &dst.data);
-      if (s.ok() && dst.size() != Tensor::NumElements(dst.shape)) {
-        s = absl::InvalidArgumentError(absl::StrCat("state tensor '", t.name(), "' size does not match its shape"));
-      }
-    } else if (request.has_chunk()) {
-      const int set = request.chunk().set() - 1;
-      if (set < 0 || set >= static_cast<int>(sets.size())) {
-        s = absl::InvalidArgumentError(absl::StrCat("chunk for unknown query set ", request.chunk().set()));
-      } else {
-        s = AppendChunk(request.chunk(), width, sets[set].dim(0), &sets[set], &filled[set]);
-      }
-    }
+    absl::Status s = request.has_chunk() ? receiver.Accept(request.chunk())
+                                         : absl::InvalidArgumentError("after the header, RunQuery takes only chunks");
     if (!s.ok()) return ToGrpcStatus(s);
   }
-  for (size_t k = 0; k < sets.size(); ++k) {
-    if (filled[k] != sets[k].dim(0)) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("query set ", k, ": received ", filled[k], " of ", sets[k].dim(0), " tokens"));
-    }
-  }
-  absl::StatusOr<FusedState> state = FusedStateFromTensors(job->config, std::move(tensors));
-  if (!state.ok()) return ToGrpcStatus(state.status());
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during the upload");
+  if (absl::Status s = receiver.CheckComplete(); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::unique_ptr<ShardRunner>> runner =
-      MakeShardRunner(options_, *job->model, job->config, {nullptr, [context] { return context->IsCancelled(); }});
+      MakeShardRunner(w_.backend, *job->model, job->config, {nullptr, [context] { return context->IsCancelled(); }});
   if (!runner.ok()) return ToGrpcStatus(runner.status());
-  for (size_t k = 0; k < sets.size(); ++k) {
-    absl::StatusOr<Tensor> out = (*runner)->RunQuery(std::move(sets[k]), *state);
+  for (int k = 0; k < header.query_tokens_size(); ++k) {
+    absl::StatusOr<Tensor> out = (*runner)->RunQuery(receiver.TakeSet(k + 1), *kept->state);
     if (!out.ok()) return ToGrpcStatus(out.status());
-    if (!WriteRows(stream, *out, static_cast<int>(k) + 1)) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "coordinator went away");
+    const int64_t width = out->dim(1), rows = RowsPerMessage(4 * width);
+    for (int64_t r0 = 0; r0 < out->dim(0); r0 += rows) {
+      v1::ShardResponse r;
+      v1::TokenChunk* c = r.mutable_output();
+      c->set_set(k + 1);
+      c->set_offset(r0);
+      c->set_data(reinterpret_cast<const char*>(out->ptr() + r0 * width), std::min(rows, out->dim(0) - r0) * width * 4);
+      if (!stream->Write(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
     }
   }
   v1::ShardResponse done;

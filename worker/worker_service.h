@@ -1,25 +1,37 @@
 // The Worker gRPC service (thin adapter): RunShard runs one shard of a
-// job's context with its group (on the CPU or a GPU, shard_runner.h),
-// RunQuery runs query sets against a fused state sent with the request. One shard at a time per
-// worker is the coordinator's policy; the service itself is re-entrant.
+// job's context with its group (on the CPU or a GPU, shard_runner.h), its
+// bytes moving over the shard's ShardTransfer (in band, the client's
+// stream) or through files under the data root (by reference); rank 0
+// runs the job's query sets and keeps the fused state. RunQuery runs query
+// sets against a kept state. One shard at a time per worker is the
+// coordinator's policy; the service itself is re-entrant.
 #ifndef LACT_WORKER_WORKER_SERVICE_H_
 #define LACT_WORKER_WORKER_SERVICE_H_
 
-#include <chrono>
 #include <memory>
 #include <string>
 
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "worker/model_cache.h"
+#include "worker/retained_states.h"
 #include "worker/shard_runner.h"
+#include "worker/shard_transfer.h"
 
 namespace lact {
 
+struct WorkerContext {
+  ModelCache* models;
+  std::shared_ptr<v1::Control::Stub> control;
+  BackendOptions backend;
+  std::string data_root;  // empty: no files by reference
+  TransferBoard* transfers;
+  RetainedStates* states;
+};
+
 class WorkerService final : public v1::Worker::Service {
  public:
-  WorkerService(ModelCache* models, std::shared_ptr<v1::Control::Stub> control, BackendOptions options)
-      : models_(models), control_(std::move(control)), options_(std::move(options)) {}
+  explicit WorkerService(WorkerContext context) : w_(std::move(context)) {}
 
   grpc::Status RunShard(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream) override;
@@ -27,9 +39,7 @@ class WorkerService final : public v1::Worker::Service {
                         grpc::ServerReaderWriter<v1::ShardResponse, v1::WorkerQueryRequest>* stream) override;
 
  private:
-  ModelCache* models_;
-  std::shared_ptr<v1::Control::Stub> control_;
-  BackendOptions options_;
+  WorkerContext w_;
 };
 
 }  // namespace lact

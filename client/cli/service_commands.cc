@@ -73,9 +73,12 @@ absl::Status WriteResult(const std::string& path, const Tensor& output, const st
 void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
   std::fprintf(stderr,
                "  %lld context tokens in %.2f s = %.0f tokens/s (compute %.2f s on the slowest worker)\n"
-               "  upload %.1f MB/s through the coordinator; gradient all-reduce %.3f s, %.0f%% hidden behind the scans\n",
+               "  data: in %.2f s (%.0f MB/s), out %.2f s (%.0f MB/s); %lld payload bytes through the coordinator\n"
+               "  gradient all-reduce %.3f s, %.0f%% hidden behind the scans\n",
                static_cast<long long>(context_tokens), s.seconds(), s.tokens_per_second(), s.compute_seconds(),
-               s.upload_mb_per_second(), s.allreduce_seconds(), 100 * s.allreduce_hidden_fraction());
+               s.upload_seconds(), s.upload_mb_per_second(), s.download_seconds(), s.download_mb_per_second(),
+               static_cast<long long>(s.coordinator_payload_bytes()), s.allreduce_seconds(),
+               100 * s.allreduce_hidden_fraction());
   std::string rss;
   for (int64_t b : s.worker_peak_rss_bytes()) absl::StrAppend(&rss, rss.empty() ? "" : ", ", b >> 20, " MiB");
   std::fprintf(stderr, "  peak RSS: coordinator %lld MiB; workers %s\n",
@@ -87,13 +90,23 @@ void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
 absl::Status SubmitCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
                                                   {"server", "model", "context", "query", "workers", "muon-steps",
-                                                   "chunk-tokens", "dtype", "timeout", "out", "shards"},
+                                                   "chunk-tokens", "dtype", "timeout", "out", "shards",
+                                                   "context-ref", "context-tensor", "out-ref"},
                                                   {"query", "shards"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
   LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
-  LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
-  LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  options.context_ref = flags.Get("context-ref").value_or("");
+  options.context_ref_tensor = flags.Get("context-tensor").value_or("");
+  options.output_ref = flags.Get("out-ref").value_or("");
+  const std::string context_spec = flags.Get("context").value_or("");
+  if (context_spec.empty() == options.context_ref.empty()) {
+    return absl::InvalidArgumentError("give the context as --context FILE.npy|random:L[:SEED] or --context-ref PATH");
+  }
+  const std::string out_path = flags.Get("out").value_or("");
+  if (out_path.empty() && options.output_ref.empty()) {
+    return absl::InvalidArgumentError("give --out FILE.safetensors, --out-ref PATH.npy, or both");
+  }
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 0, 0, 4096));
   LACT_ASSIGN_OR_RETURN(std::optional<int64_t> muon, flags.OptionalInt("muon-steps", 0, 100));
   LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk, flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
@@ -110,7 +123,10 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   }
   LactClient client(server);
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(options.model));
-  LACT_ASSIGN_OR_RETURN(Tensor context, LoadTokens(context_spec, config.input_width()));
+  Tensor context;
+  if (!context_spec.empty()) {
+    LACT_ASSIGN_OR_RETURN(context, LoadTokens(context_spec, config.input_width()));
+  }
   std::vector<Tensor> queries;
   for (const std::string& q : flags.GetAll("query")) {
     LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
@@ -122,11 +138,16 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
       [](const std::string& id) { std::fprintf(stderr, "lact submit: job %s accepted\n", id.c_str()); });
   line.Finish();
   LACT_RETURN_IF_ERROR(result.status());
-  LACT_RETURN_IF_ERROR(WriteResult(out_path, result->output, result->queries, result->state));
+  if (!out_path.empty()) LACT_RETURN_IF_ERROR(WriteResult(out_path, result->output, result->queries, result->state));
   std::printf("%s\n", result->job_id.c_str());
   std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n", result->job_id.c_str(),
-               result->shards.size(), out_path.c_str());
-  PrintStats(result->stats, context.dim(0));
+               result->shards.size(),
+               out_path.empty() ? options.output_ref.c_str()
+                                : options.output_ref.empty() ? out_path.c_str()
+                                                             : (out_path + " and " + options.output_ref).c_str());
+  int64_t tokens = 0;
+  for (const v1::ShardRange& r : result->shards) tokens += r.tokens();
+  PrintStats(result->stats, tokens);
   return absl::OkStatus();
 }
 
@@ -197,8 +218,9 @@ absl::Status ModelsCommand(const std::vector<std::string>& args) {
 
 absl::Status LocalCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"workers", "port", "model-dir", "threads-per-worker", "backend",
-                                                         "devices", "precision", "collective"}));
+                                                         "devices", "precision", "collective", "data-root"}));
   LocalClusterOptions options;
+  options.data_root = flags.Get("data-root").value_or("");
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
   LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads-per-worker", 0, 0, 1024));

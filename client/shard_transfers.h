@@ -1,0 +1,61 @@
+// The client's side of a job's data plane: one ShardData.Transfer stream
+// (data.proto) per shard that has bytes in band, each on its own thread.
+// Each sends its ticket, its shard's context rows in the job's dtype (rank
+// 0: then the query sets), closes its side, and places what comes back,
+// outputs into `result->output` at their rows (disjoint per shard), query
+// outputs into `result->queries` and state pieces into `result->state`
+// (rank 0 only). The output tensors are allocated, once, when the first
+// stream has finished uploading (while the workers compute). Cancel() ends
+// every stream; Join() returns the first failure.
+#ifndef LACT_CLIENT_SHARD_TRANSFERS_H_
+#define LACT_CLIENT_SHARD_TRANSFERS_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/lact_client.h"
+#include "lact/v1/data.grpc.pb.h"
+
+namespace lact {
+
+class ShardTransfers {
+ public:
+  // `context` is null when the job reads its context by reference;
+  // `output_in_band` says whether set 0 outputs come back. All must
+  // outlive Join().
+  ShardTransfers(const v1::JobAccepted& accepted, const Tensor* context, const std::vector<Tensor>& queries,
+                 bool output_in_band, JobResult* result);
+  ~ShardTransfers();
+
+  void Start();
+  void Cancel();
+  absl::Status Join();
+  // Context tokens sent so far over every stream.
+  int64_t tokens_sent() const { return tokens_sent_; }
+
+ private:
+  absl::Status RunShard(int rank, grpc::ClientContext* ctx);
+  absl::Status Upload(int rank, grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>* stream);
+  absl::Status Place(int rank, v1::TransferResponse& response);
+  void AllocateOutputs();
+
+  const v1::JobAccepted accepted_;
+  const Tensor* context_;
+  const std::vector<Tensor>& queries_;
+  const bool output_in_band_;
+  JobResult* result_;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  std::vector<std::thread> threads_;
+  std::vector<absl::Status> statuses_;
+  std::once_flag allocated_;
+  std::atomic<int64_t> tokens_sent_{0};
+};
+
+}  // namespace lact
+
+#endif  // LACT_CLIENT_SHARD_TRANSFERS_H_

@@ -1,0 +1,277 @@
+#include "common/data_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+
+namespace lact {
+namespace {
+
+// Closes a file descriptor at scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+absl::StatusOr<std::string> RealPath(const std::string& path) {
+  char buffer[PATH_MAX];
+  if (realpath(path.c_str(), buffer) == nullptr) {
+    const int e = errno;
+    if (e == ENOENT) return absl::NotFoundError(absl::StrCat("'", path, "' does not exist"));
+    return absl::PermissionDeniedError(absl::StrCat("'", path, "': ", std::strerror(e)));
+  }
+  return std::string(buffer);
+}
+
+bool Inside(const std::string& root, const std::string& path) {
+  return path == root || absl::StartsWith(path, root == "/" ? root : root + "/");
+}
+
+absl::Status FullPread(int fd, char* dst, size_t bytes, uint64_t offset, const std::string& path) {
+  while (bytes > 0) {
+    const ssize_t n = pread(fd, dst, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::DataLossError(absl::StrCat("reading '", path, "' at byte ", offset, ": ",
+                                              n == 0 ? "unexpected end of file" : std::strerror(errno)));
+    }
+    dst += n;
+    bytes -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullPwrite(int fd, const char* src, size_t bytes, uint64_t offset, const std::string& path) {
+  while (bytes > 0) {
+    const ssize_t n = pwrite(fd, src, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::DataLossError(absl::StrCat("writing '", path, "' at byte ", offset, ": ", std::strerror(errno)));
+    }
+    src += n;
+    bytes -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WireType> NpyDType(const std::string& path, const std::string& descr) {
+  if (descr == "<f4" || descr == "=f4") return WireType::kF32;
+  if (descr == "<f2" || descr == "=f2") return WireType::kF16;
+  if (descr == "|V2" || descr == "<V2") return WireType::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat("npy '", path, "': dtype '", descr,
+                                                 "' is not a token dtype (allowed: <f4, <f2, |V2 = bfloat16)"));
+}
+
+absl::StatusOr<TokenFileLayout> OpenNpy(const std::string& path, int fd, uint64_t file_size) {
+  std::string prefix(std::min<uint64_t>(file_size, 1 << 16), '\0');
+  LACT_RETURN_IF_ERROR(FullPread(fd, prefix.data(), prefix.size(), 0, path));
+  LACT_ASSIGN_OR_RETURN(NpyLayout npy,
+                        ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
+  TokenFileLayout layout;
+  layout.path = path;
+  LACT_ASSIGN_OR_RETURN(layout.dtype, NpyDType(path, npy.descr));
+  if (npy.shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("npy '", path, "': shape ", ShapeString(npy.shape),
+                                                   " is not [tokens, width]"));
+  }
+  layout.rows = npy.shape[0];
+  layout.width = npy.shape[1];
+  layout.data_offset = npy.data_offset;
+  return layout;
+}
+
+absl::StatusOr<TokenFileLayout> OpenSafetensors(const std::string& path, const std::string& tensor) {
+  LACT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  const auto& entries = file.entries();
+  auto it = tensor.empty() && entries.size() == 1 ? entries.begin() : entries.find(tensor);
+  if (it == entries.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "safetensors '", path, "' ", tensor.empty() ? "holds several tensors; name one" : "has no tensor '" + tensor + "'",
+        " (DataRef.tensor)"));
+  }
+  const TensorEntry& e = it->second;
+  TokenFileLayout layout;
+  layout.path = path;
+  switch (e.dtype) {
+    case DType::kF32: layout.dtype = WireType::kF32; break;
+    case DType::kF16: layout.dtype = WireType::kF16; break;
+    case DType::kBF16: layout.dtype = WireType::kBF16; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first, "' is ",
+                                                     DTypeName(e.dtype), " (allowed: F32, F16, BF16)"));
+  }
+  if (e.shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first, "' has shape ",
+                                                   ShapeString(e.shape), ", not [tokens, width]"));
+  }
+  layout.rows = e.shape[0];
+  layout.width = e.shape[1];
+  layout.data_offset = file.data_start() + e.offset;
+  return layout;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref, bool for_output) {
+  if (root.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("'", ref, "' names a file, but this cluster has no data root "
+                                                      "(start it with --data-root DIR to allow files by reference)"));
+  }
+  absl::string_view uri = ref;
+  const bool is_uri = absl::ConsumePrefix(&uri, "file://");
+  std::string path(uri);
+  if (is_uri) {
+    if (!absl::StartsWith(path, "/")) {
+      return absl::InvalidArgumentError(absl::StrCat("'", ref, "': only file:///absolute/path URIs are allowed"));
+    }
+  }
+  if (path.empty()) return absl::InvalidArgumentError("DataRef.path is empty");
+  if (!absl::StartsWith(path, "/")) path = absl::StrCat(root, "/", path);
+  LACT_ASSIGN_OR_RETURN(const std::string real_root, RealPath(root));
+  std::string resolved;
+  if (for_output) {
+    const size_t slash = path.find_last_of('/');
+    const std::string name = path.substr(slash + 1), folder = slash == 0 ? "/" : path.substr(0, slash);
+    if (name.empty() || name == "." || name == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("output '", ref, "' does not name a file"));
+    }
+    absl::StatusOr<std::string> real_folder = RealPath(folder);
+    if (!real_folder.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", ref, "': its folder ", real_folder.status().message()));
+    }
+    resolved = absl::StrCat(*real_folder == "/" ? "" : *real_folder, "/", name);
+    struct stat st;
+    if (lstat(resolved.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("output '", ref, "' exists and is not a regular file (a symlink or folder is never replaced)"));
+    }
+  } else {
+    LACT_ASSIGN_OR_RETURN(resolved, RealPath(path));
+  }
+  if (!Inside(real_root, resolved)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", ref, "' resolves to '", resolved, "', outside the data root '", real_root, "'"));
+  }
+  return resolved;
+}
+
+absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std::string& tensor) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  char magic[6] = {};
+  if (size >= 6) LACT_RETURN_IF_ERROR(FullPread(fd.get(), magic, 6, 0, path));
+  TokenFileLayout layout;
+  if (std::memcmp(magic, "\x93NUMPY", 6) == 0) {
+    LACT_ASSIGN_OR_RETURN(layout, OpenNpy(path, fd.get(), size));
+  } else if (absl::EndsWith(path, ".safetensors")) {
+    LACT_ASSIGN_OR_RETURN(layout, OpenSafetensors(path, tensor));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is neither an .npy file (bad magic) nor a .safetensors file"));
+  }
+  if (layout.rows < 1 || layout.width < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' holds ", layout.rows, " tokens of width ",
+                                                   layout.width, "; need >= 1 of each"));
+  }
+  const uint64_t need = layout.data_offset + static_cast<uint64_t>(layout.rows * layout.width) * WireBytes(layout.dtype);
+  if (size < need) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is ", size, " bytes, too short for its header's ",
+                                                   layout.rows, " x ", layout.width, " tokens (", need,
+                                                   " bytes); truncated?"));
+  }
+  return layout;
+}
+
+absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n, float* dst) {
+  if (begin < 0 || n < 0 || begin + n > file.rows) {
+    return absl::OutOfRangeError(absl::StrCat("rows [", begin, ", ", begin + n, ") of '", file.path, "', which has ",
+                                              file.rows));
+  }
+  Fd fd(open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat("cannot open '", file.path, "': ", std::strerror(errno)));
+  const int64_t elem = WireBytes(file.dtype), row_bytes = elem * file.width;
+  constexpr int64_t kBlockBytes = int64_t{8} << 20;
+  const int64_t rows_per_block = std::max<int64_t>(1, kBlockBytes / row_bytes);
+  std::string buffer;
+  for (int64_t r = 0; r < n; r += rows_per_block) {
+    const int64_t rows = std::min(rows_per_block, n - r);
+    const uint64_t offset = file.data_offset + static_cast<uint64_t>((begin + r) * row_bytes);
+    float* out = dst + r * file.width;
+    if (file.dtype == WireType::kF32) {
+      LACT_RETURN_IF_ERROR(FullPread(fd.get(), reinterpret_cast<char*>(out), rows * row_bytes, offset, file.path));
+      LACT_RETURN_IF_ERROR(CheckFinite(out, rows * file.width, file.width, begin + r));
+    } else {
+      buffer.resize(rows * row_bytes);
+      LACT_RETURN_IF_ERROR(FullPread(fd.get(), buffer.data(), buffer.size(), offset, file.path));
+      int64_t decoded = 0;
+      LACT_RETURN_IF_ERROR(
+          DecodeTokensInto(buffer, file.dtype, file.width, begin + r, out, rows * file.width, &decoded));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width) {
+  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (fd.get() < 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot create output '", path, "': ", std::strerror(errno)));
+  }
+  const std::string header = NpyF32Header({rows, width});
+  LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), header.data(), header.size(), 0, path));
+  if (ftruncate(fd.get(), static_cast<off_t>(header.size() + rows * width * sizeof(float))) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot size output '", path, "' to ", rows, " x ", width,
+                                                     " float32: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin, const float* src,
+                            int64_t n) {
+  Fd fd(open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open output '", path, "': ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
+  std::string prefix(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), 1 << 16), '\0');
+  LACT_RETURN_IF_ERROR(FullPread(fd.get(), prefix.data(), prefix.size(), 0, path));
+  LACT_ASSIGN_OR_RETURN(NpyLayout npy,
+                        ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
+  if (npy.descr != "<f4" || npy.shape != std::vector<int64_t>{rows, width} || begin < 0 || begin + n > rows) {
+    return absl::FailedPreconditionError(absl::StrCat("output '", path, "' is no longer a float32 [", rows, ", ",
+                                                      width, "] .npy (changed while the job ran?)"));
+  }
+  const uint64_t offset = npy.data_offset + static_cast<uint64_t>(begin * width) * sizeof(float);
+  return FullPwrite(fd.get(), reinterpret_cast<const char*>(src), n * width * sizeof(float), offset, path);
+}
+
+}  // namespace lact

@@ -1,0 +1,58 @@
+// Token files named by reference (JobSpec.context_ref and output_ref): a
+// path resolved inside the cluster's data root, a shard's rows read from
+// an .npy or .safetensors file, and an output .npy created up front and
+// filled by each worker at its rows' offsets.
+//
+// Paths: an absolute path, a file:// URI, or a path relative to the root.
+// Symlinks are resolved and the result must stay inside the root; an
+// output's own name must not be a symlink (it is opened O_NOFOLLOW), so a
+// job never reads or writes outside the root. Errors name the path:
+// FAILED_PRECONDITION when the process has no data root, PERMISSION_DENIED
+// outside it, NOT_FOUND for a missing input, INVALID_ARGUMENT for a file
+// that is not a 2-D token tensor of a supported dtype or is too short for
+// its header. Stateless functions; safe from any thread.
+#ifndef LACT_COMMON_DATA_FILES_H_
+#define LACT_COMMON_DATA_FILES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/token_codec.h"
+
+namespace lact {
+
+// The absolute, symlink-free path `ref` names inside `root`. For an output
+// the file need not exist, but its folder must.
+absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref, bool for_output);
+
+// Where a [rows, width] token tensor lies in a file.
+struct TokenFileLayout {
+  std::string path;
+  WireType dtype = WireType::kF32;
+  int64_t rows = 0;
+  int64_t width = 0;
+  uint64_t data_offset = 0;  // byte offset of row 0
+};
+
+// Reads the header of an .npy (<f4, <f2, or bf16 as the 2-byte void dtype
+// |V2) or .safetensors file (F32, F16, BF16; `tensor` names it, or empty
+// for a file holding one tensor) and checks the file holds all its values.
+absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std::string& tensor);
+
+// Rows [begin, begin + n) decoded to float32 into dst (n * width floats);
+// INVALID_ARGUMENT naming the first non-finite value's token (global).
+absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n, float* dst);
+
+// Creates or replaces `path` as a float32 [rows, width] .npy of full size
+// (its header written, the data zero until WriteTokenRows fills it).
+absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width);
+
+// Writes rows [begin, begin + n) of a file CreateOutputFile made; its
+// header must still say float32 [rows, width].
+absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin, const float* src,
+                            int64_t n);
+
+}  // namespace lact
+
+#endif  // LACT_COMMON_DATA_FILES_H_

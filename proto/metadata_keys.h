@@ -1,0 +1,14 @@
+// gRPC metadata keys the lact processes agree on.
+#ifndef LACT_PROTO_METADATA_KEYS_H_
+#define LACT_PROTO_METADATA_KEYS_H_
+
+namespace lact {
+
+// Trailing metadata a worker puts on every RunShard status its handler
+// returns, so the coordinator can tell a worker's own failure from a broken
+// transport (the worker is gone) by type, not by reading the message.
+inline constexpr char kWorkerStatusKey[] = "lact-worker-status";
+
+}  // namespace lact
+
+#endif  // LACT_PROTO_METADATA_KEYS_H_

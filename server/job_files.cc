@@ -1,0 +1,56 @@
+#include "server/job_files.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/data_files.h"
+#include "common/status_macros.h"
+#include "proto/job_options.h"
+
+namespace lact::server {
+namespace {
+
+const char* DTypeWord(WireType t) {
+  switch (t) {
+    case WireType::kF32: return "F32";
+    case WireType::kBF16: return "BF16";
+    case WireType::kF16: return "F16";
+  }
+  return "?";
+}
+
+// Fills the spec's context fields from the file, or checks those given.
+absl::Status MatchSpec(const TokenFileLayout& file, v1::JobSpec* spec) {
+  if (spec->context_tokens() == 0) spec->set_context_tokens(file.rows);
+  if (spec->token_width() == 0) spec->set_token_width(static_cast<int32_t>(file.width));
+  if (spec->dtype() == v1::DTYPE_UNSPECIFIED) spec->set_dtype(ToProto(file.dtype));
+  if (spec->context_tokens() != file.rows || spec->token_width() != file.width) {
+    return absl::InvalidArgumentError(absl::StrCat("context '", file.path, "' holds ", file.rows, " x ", file.width,
+                                                   " tokens but the JobSpec says ", spec->context_tokens(), " x ",
+                                                   spec->token_width(), " (leave them 0 to take the file's)"));
+  }
+  if (spec->dtype() != ToProto(file.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("context '", file.path, "' is ", DTypeWord(file.dtype),
+                                                   " but the JobSpec says ", v1::DType_Name(spec->dtype()),
+                                                   " (leave it unspecified to take the file's)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobFiles> ResolveJobFiles(const std::string& data_root, v1::JobSpec* spec) {
+  JobFiles files;
+  if (spec->has_context_ref()) {
+    LACT_ASSIGN_OR_RETURN(files.context, ResolveDataPath(data_root, spec->context_ref().path(), false));
+    LACT_ASSIGN_OR_RETURN(TokenFileLayout layout, OpenTokenFile(files.context, spec->context_ref().tensor()));
+    LACT_RETURN_IF_ERROR(MatchSpec(layout, spec));
+  }
+  if (spec->has_output_ref()) {
+    LACT_ASSIGN_OR_RETURN(files.output, ResolveDataPath(data_root, spec->output_ref().path(), true));
+    if (files.output == files.context) {
+      return absl::InvalidArgumentError(absl::StrCat("output '", files.output, "' is the context file itself"));
+    }
+  }
+  return files;
+}
+
+}  // namespace lact::server

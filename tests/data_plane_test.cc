@@ -1,0 +1,383 @@
+// The data plane end to end, through real processes and real gRPC on
+// 127.0.0.1 with real files: a job by reference (the workers read the
+// context and write the output under the cluster's --data-root) gives the
+// same bytes as the same job in band, for every golden case over 1-3
+// workers, a model 768 features wide and bf16 files; bad references fail before
+// any worker computes and write nothing outside the root; a raw client's
+// bad chunks, wrong ticket, stall and disconnect on a ShardData.Transfer
+// stream each end the job with a status that names the problem; a client
+// with gRPC's default 4 MiB limit runs a preset:base job with queries and
+// its state.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/lact_client.h"
+#include "client/local_cluster.h"
+#include "common/model_config.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "common/token_codec.h"
+#include "lact/v1/coordinator.grpc.pb.h"
+#include "lact/v1/data.grpc.pb.h"
+#include "tests/golden_case.h"
+#include "tests/random_model.h"
+#include "tests/service_support.h"
+
+namespace lact::testing {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+// A model with 768 features in and out (small inside, so it builds and runs
+// fast), written into the test cluster's model folder as "wide768".
+void WriteWideModel() {
+  ModelConfig c;
+  c.d_model = 64;
+  c.d_input = 768;
+  c.d_output = 768;
+  c.ssm.head_dim = 32;
+  c.ssm.d_state = 16;
+  c.ttt.head_dim = 32;
+  c.mlp_hidden = 128;
+  const Model model = RandomTestModel(c, 17);
+  SafetensorsWriter writer;
+  for (const auto& [name, t] : model.tensors()) writer.Add(name, t);
+  writer.SetMetadata("lact.config", ModelConfigToJson(c));
+  ASSERT_TRUE(writer.Write(ModelDir() + "/wide768.safetensors").ok());
+}
+
+std::string DataRootDir() {
+  static const std::string dir = [] {
+    const std::string base = absl::StrCat(::testing::TempDir(), "/lact_data_plane_", getpid());
+    fs::remove_all(base);
+    fs::create_directories(base + "/root/jobs");
+    fs::create_directories(base + "/outside");
+    return base + "/root";
+  }();
+  return dir;
+}
+
+class DataPlaneTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    WriteWideModel();
+    cluster_ = StartTestCluster(3, {}, DataRootDir()).release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    fs::remove_all(fs::path(DataRootDir()).parent_path());
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+  LactClient Client() { return LactClient(cluster_->address()); }
+  static std::string Path(const std::string& name) { return DataRootDir() + "/jobs/" + name; }
+
+  // The job in band, then by reference (context from an .npy, output to
+  // one); both results must be equal bit for bit.
+  void ExpectSameBothWays(SubmitOptions o, const Tensor& context, const std::vector<Tensor>& queries,
+                          const std::string& name) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<JobResult> in_band = Client().Submit(o, context, queries);
+    ASSERT_TRUE(in_band.ok()) << in_band.status();
+    ASSERT_TRUE(WriteNpy(Path(name + ".npy"), context).ok());
+    o.context_ref = Path(name + ".npy");
+    o.output_ref = Path(name + ".out.npy");
+    absl::StatusOr<JobResult> by_ref = Client().Submit(o, Tensor(), queries);
+    ASSERT_TRUE(by_ref.ok()) << by_ref.status();
+    EXPECT_EQ(by_ref->stats.coordinator_payload_bytes(), 0);
+    EXPECT_EQ(by_ref->output.size(), 0) << "the output went to the file";
+    absl::StatusOr<Tensor> written = ReadNpy(Path(name + ".out.npy"));
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(written->shape, in_band->output.shape);
+    EXPECT_TRUE(written->data == in_band->output.data) << "by reference differs from in band";
+    ASSERT_EQ(by_ref->queries.size(), in_band->queries.size());
+    for (size_t k = 0; k < queries.size(); ++k) {
+      EXPECT_TRUE(by_ref->queries[k].data == in_band->queries[k].data);
+    }
+    ASSERT_EQ(by_ref->state.size(), in_band->state.size());
+    for (const auto& [tensor, t] : in_band->state) EXPECT_TRUE(by_ref->state.at(tensor).data == t.data) << tensor;
+  }
+
+  static LocalCluster* cluster_;
+};
+
+LocalCluster* DataPlaneTest::cluster_ = nullptr;
+
+TEST_F(DataPlaneTest, GoldenCasesByReferenceEqualInBandOverOneTwoAndThreeWorkers) {
+  for (const std::string& name : GoldenCaseNames()) {
+    absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    for (int workers = 1; workers <= 3; ++workers) {
+      SubmitOptions o = GoldenOptions(*golden);
+      o.workers = workers;
+      ExpectSameBothWays(o, golden->context, golden->queries, absl::StrCat(name, "_p", workers));
+    }
+  }
+}
+
+TEST_F(DataPlaneTest, Width768ByReferenceEqualsInBand) {
+  const Tensor context = RandomTokens(48, 768, 7);
+  for (int workers = 1; workers <= 3; ++workers) {
+    SubmitOptions o;
+    o.model = "wide768";
+    o.workers = workers;
+    o.timeout = std::chrono::seconds(120);
+    ExpectSameBothWays(o, context, {RandomTokens(5, 768, 8)}, absl::StrCat("base_p", workers));
+  }
+}
+
+TEST_F(DataPlaneTest, Bf16FileEqualsBf16OnTheWire) {
+  const Tensor context = RandomTokens(64, 32, 9);
+  SubmitOptions o;
+  o.model = "tiny";
+  o.workers = 2;
+  o.dtype = WireType::kBF16;
+  o.timeout = std::chrono::seconds(60);
+  absl::StatusOr<JobResult> wire = Client().Submit(o, context, {});
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  std::string header = NpyF32Header({64, 32});
+  header.replace(header.find("'<f4'"), 5, "'|V2'");
+  std::ofstream(Path("bf16.npy"), std::ios::binary) << header << EncodeTokens(context.ptr(), context.size(), WireType::kBF16);
+  o.context_ref = Path("bf16.npy");
+  absl::StatusOr<JobResult> file = Client().Submit(o, Tensor(), {});
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->output.data == wire->output.data);
+}
+
+TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
+  const Tensor context = RandomTokens(16, 32, 1);
+  ASSERT_TRUE(WriteNpy(Path("good.npy"), context).ok());
+  ASSERT_TRUE(WriteNpy(Path("wide.npy"), RandomTokens(16, 33, 1)).ok());
+  const std::string outside = fs::path(DataRootDir()).parent_path().string() + "/outside";
+  ASSERT_TRUE(WriteNpy(outside + "/secret.npy", context).ok());
+  {
+    std::ifstream in(Path("good.npy"), std::ios::binary);
+    const std::string bytes(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(Path("short.npy"), std::ios::binary) << bytes.substr(0, bytes.size() - 100);
+    std::string f64 = bytes;
+    f64.replace(f64.find("'<f4'"), 5, "'<f8'");
+    std::ofstream(Path("f64.npy"), std::ios::binary) << f64;
+  }
+  fs::create_directories(Path("a_folder.npy"));
+  struct Case {
+    std::string context, output;
+    absl::StatusCode code;
+    std::string message;
+  } cases[] = {
+      {outside + "/secret.npy", "", absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"../outside/secret.npy", "", absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {Path("missing.npy"), "", absl::StatusCode::kNotFound, "does not exist"},
+      {Path("short.npy"), "", absl::StatusCode::kInvalidArgument, "too short for its header's 16 x 32 tokens"},
+      {Path("f64.npy"), "", absl::StatusCode::kInvalidArgument, "dtype '<f8' is not a token dtype"},
+      {Path("wide.npy"), "", absl::StatusCode::kInvalidArgument, "token_width 33 does not match model 'tiny'"},
+      {Path("good.npy"), outside + "/out.npy", absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {Path("good.npy"), Path("no/such/folder/out.npy"), absl::StatusCode::kInvalidArgument, "its folder"},
+      {Path("good.npy"), Path("a_folder.npy"), absl::StatusCode::kPermissionDenied, "is not a regular file"},
+      {Path("good.npy"), Path("good.npy"), absl::StatusCode::kInvalidArgument, "is the context file itself"},
+  };
+  for (const Case& c : cases) {
+    SubmitOptions o;
+    o.model = "tiny";
+    o.timeout = std::chrono::seconds(30);
+    o.context_ref = c.context;
+    o.output_ref = c.output;
+    bool accepted = false;
+    absl::StatusOr<JobResult> got = Client().Submit(o, Tensor(), {}, nullptr, [&](const std::string&) { accepted = true; });
+    EXPECT_EQ(got.status().code(), c.code) << c.context << " -> " << c.output << ": " << got.status();
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.context;
+    EXPECT_FALSE(accepted) << "refused before a worker was given the job";
+  }
+  EXPECT_FALSE(fs::exists(outside + "/out.npy")) << "nothing written outside the root";
+  absl::StatusOr<Tensor> good = ReadNpy(Path("good.npy"));
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE(good->data == context.data) << "the context file untouched";
+}
+
+// A job whose client speaks the protocol by hand.
+class RawJob {
+ public:
+  RawJob(const std::string& address, v1::JobSpec spec)
+      : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    stream_ = stub_->Submit(&ctx_);
+    v1::SubmitRequest request;
+    *request.mutable_spec() = std::move(spec);
+    stream_->Write(request);
+    v1::SubmitResponse response;
+    while (stream_->Read(&response)) {
+      if (response.has_accepted()) {
+        accepted_ = response.accepted();
+        break;
+      }
+    }
+  }
+  const v1::JobAccepted& accepted() const { return accepted_; }
+  grpc::Status Finish() {
+    v1::SubmitResponse response;
+    while (stream_->Read(&response)) {
+    }
+    return stream_->Finish();
+  }
+
+  // A Transfer stream to rank `rank`'s worker, its ticket sent.
+  struct Transfer {
+    std::unique_ptr<v1::ShardData::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>> stream;
+    grpc::Status Close() {
+      stream->WritesDone();
+      v1::TransferResponse response;
+      while (stream->Read(&response)) {
+      }
+      return stream->Finish();
+    }
+  };
+  Transfer Open(int rank, const std::string& ticket) {
+    Transfer t;
+    t.stub = v1::ShardData::NewStub(
+        grpc::CreateChannel(accepted_.shards(rank).worker(), grpc::InsecureChannelCredentials()));
+    t.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    t.stream = t.stub->Transfer(t.ctx.get());
+    v1::TransferRequest first;
+    first.mutable_ticket()->set_job_id(accepted_.job_id());
+    first.mutable_ticket()->set_rank(rank);
+    first.mutable_ticket()->set_ticket(ticket);
+    t.stream->Write(first);
+    return t;
+  }
+
+ private:
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
+  v1::JobAccepted accepted_;
+};
+
+v1::JobSpec TinySpec(int64_t tokens) {
+  v1::JobSpec spec;
+  spec.set_model("tiny");
+  spec.set_context_tokens(tokens);
+  spec.set_token_width(32);
+  spec.set_dtype(v1::F32);
+  spec.set_workers(1);
+  return spec;
+}
+
+v1::TransferRequest Chunk(int set, int64_t offset, const std::vector<float>& values) {
+  v1::TransferRequest r;
+  r.mutable_chunk()->set_set(set);
+  r.mutable_chunk()->set_offset(offset);
+  r.mutable_chunk()->set_data(EncodeTokens(values.data(), static_cast<int64_t>(values.size()), WireType::kF32));
+  return r;
+}
+
+TEST_F(DataPlaneTest, BadChunksEndTheJobWithAMessage) {
+  std::vector<float> row(32, 0.5f), nan_row = row;
+  nan_row[7] = std::nanf("");
+  struct Case {
+    std::vector<v1::TransferRequest> chunks;
+    std::string message;
+  } cases[] = {
+      {{Chunk(0, 0, std::vector<float>(33))}, "is not a whole number of 32-wide tokens"},
+      {{Chunk(0, 5, row)}, "starts at token 5; expected token 0"},
+      {{Chunk(0, 0, row), Chunk(0, 0, row)}, "starts at token 0; expected token 1"},
+      {{Chunk(0, 0, nan_row)}, "token 0 feature 7 is nan; tokens must be finite"},
+      {{Chunk(0, 0, std::vector<float>(32 * 9))}, "runs to token 9, past the set's 8 tokens"},
+      {{Chunk(2, 0, row)}, "chunk for set 2; this shard takes set 0 (context) and 0 query sets"},
+      {{Chunk(0, 0, std::vector<float>(32 * 40000))}, "exceeds the 4 MiB limit"},
+      {{Chunk(0, 0, row)}, "the upload ended after 1 of the 8 tokens of the shard's context"},
+  };
+  for (const Case& c : cases) {
+    RawJob job(cluster_->address(), TinySpec(8));
+    ASSERT_FALSE(job.accepted().job_id().empty());
+    RawJob::Transfer t = job.Open(0, job.accepted().ticket());
+    for (const v1::TransferRequest& chunk : c.chunks) t.stream->Write(chunk);
+    const grpc::Status transfer = t.Close();
+    EXPECT_EQ(transfer.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message << ": " << transfer.error_message();
+    EXPECT_THAT(transfer.error_message(), HasSubstr(c.message));
+    const grpc::Status s = job.Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message));
+  }
+}
+
+TEST_F(DataPlaneTest, WrongTicketIsRefusedAndTheJobTimesOut) {
+  RawJob job(cluster_->address(), TinySpec(8));
+  RawJob::Transfer t = job.Open(0, "not-the-ticket");
+  const grpc::Status refused = t.Close();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << refused.error_message();
+  const grpc::Status s = job.Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("no Transfer stream from the client for 1000 ms"));
+}
+
+TEST_F(DataPlaneTest, StalledUploadEndsTheJob) {
+  RawJob job(cluster_->address(), TinySpec(100));
+  RawJob::Transfer t = job.Open(0, job.accepted().ticket());
+  t.stream->Write(Chunk(0, 0, std::vector<float>(32 * 10, 0.1f)));
+  const grpc::Status s = job.Finish();  // the coordinator allows 1 s between chunks
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("no token chunk for 1000 ms during the upload"));
+  EXPECT_FALSE(t.Close().ok()) << "the stalled stream was ended too";
+  absl::StatusOr<v1::JobInfo> info = Client().GetJob(job.accepted().job_id());
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->status(), v1::JobInfo::FAILED);
+}
+
+TEST_F(DataPlaneTest, ClientDisconnectsMidUpload) {
+  std::string job_id;
+  {
+    RawJob job(cluster_->address(), TinySpec(100));
+    job_id = job.accepted().job_id();
+    RawJob::Transfer t = job.Open(0, job.accepted().ticket());
+    t.stream->Write(Chunk(0, 0, std::vector<float>(32 * 10, 0.1f)));
+    t.ctx->TryCancel();
+    t.stream->Finish().IgnoreError();
+    job.Finish().IgnoreError();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  absl::StatusOr<v1::JobInfo> info;
+  do {
+    info = Client().GetJob(job_id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (info.ok() && info->status() == v1::JobInfo::RUNNING && std::chrono::steady_clock::now() < deadline);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_NE(info->status(), v1::JobInfo::SUCCEEDED);
+  EXPECT_THAT(info->error(), HasSubstr("went away"));
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
+  ASSERT_TRUE(golden.ok());
+  absl::StatusOr<JobResult> next = Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ExpectGolden(*golden, *next);
+}
+
+TEST_F(DataPlaneTest, DefaultMessageLimitsRunABaseJobWithQueriesAndState) {
+  // LactClient sets no channel options: gRPC's 4 MiB receive limit holds,
+  // and preset:base's fast weights (4.7 MB each) arrive in pieces.
+  SubmitOptions o;
+  o.model = "preset:base:4";
+  o.workers = 1;  // a fresh worker builds preset:base longer than the tests' 5 s rendezvous allows
+  o.timeout = std::chrono::seconds(120);
+  const Tensor context = RandomTokens(40, 768, 11);
+  const std::vector<Tensor> queries = {RandomTokens(3, 768, 12)};
+  absl::StatusOr<JobResult> got = Client().Submit(o, context, queries);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->output.shape, (std::vector<int64_t>{40, 768}));
+  ASSERT_EQ(got->queries.size(), 1u);
+  const Tensor& w0 = got->state.at("layers.0.ttt.w0");
+  EXPECT_GT(w0.size() * 4, int64_t{4} << 20) << "a state tensor larger than one message";
+  absl::StatusOr<std::vector<Tensor>> later = Client().Query(got->job_id, queries);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_TRUE((*later)[0].data == got->queries[0].data) << "the kept state answers as the job did";
+}
+
+}  // namespace
+}  // namespace lact::testing

@@ -1,0 +1,302 @@
+// The data plane's plain parts without a network, on real files: paths
+// resolved inside a data root (and every way out of it refused), token
+// files read by rows in every dtype, outputs created and filled at row
+// offsets, the chunk checks of TokenReceiver, and ShardTransfer's
+// hand-over between a client stream and RunShard (tickets, one stream per
+// shard, idle timeout, failures seen by both sides).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/data_files.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "worker/shard_transfer.h"
+#include "worker/token_receiver.h"
+
+namespace lact {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+class DataRoot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    base_ = absl::StrCat(::testing::TempDir(), "/lact_data_", getpid(), "_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(base_);
+    root_ = base_ + "/root";
+    fs::create_directories(root_ + "/sub");
+    fs::create_directories(base_ + "/outside");
+  }
+  void TearDown() override { fs::remove_all(base_); }
+
+  static Tensor Rows(int64_t n, int64_t width, float scale) {
+    Tensor t({n, width});
+    for (int64_t i = 0; i < t.size(); ++i) t.data[i] = scale * static_cast<float>(i % 97) - 3.0f;
+    return t;
+  }
+  static void WriteBytes(const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary) << bytes;
+  }
+  // An .npy of `descr` with 2-byte values `bits` per element.
+  static void WriteNpy16(const std::string& path, const std::string& descr, int64_t rows, int64_t width,
+                         const std::vector<uint16_t>& bits) {
+    std::string header = NpyF32Header({rows, width});
+    header.replace(header.find("'<f4'"), 5, "'" + descr + "'");
+    WriteBytes(path, header + std::string(reinterpret_cast<const char*>(bits.data()), bits.size() * 2));
+  }
+
+  std::string base_, root_;
+};
+
+TEST_F(DataRoot, PathsResolveInsideTheRootOnly) {
+  const Tensor t = Rows(4, 3, 1.0f);
+  ASSERT_TRUE(WriteNpy(root_ + "/sub/a.npy", t).ok());
+  ASSERT_TRUE(WriteNpy(base_ + "/outside/secret.npy", t).ok());
+  fs::create_symlink(base_ + "/outside/secret.npy", root_ + "/link.npy");
+  fs::create_symlink(base_ + "/outside", root_ + "/escape");
+  fs::create_symlink(root_ + "/sub/a.npy", root_ + "/inner_link.npy");
+
+  EXPECT_EQ(*ResolveDataPath(root_, root_ + "/sub/a.npy", false), fs::canonical(root_ + "/sub/a.npy").string());
+  EXPECT_EQ(*ResolveDataPath(root_, "sub/a.npy", false), fs::canonical(root_ + "/sub/a.npy").string());
+  EXPECT_EQ(*ResolveDataPath(root_, "file://" + root_ + "/sub/a.npy", false),
+            fs::canonical(root_ + "/sub/a.npy").string());
+  EXPECT_TRUE(ResolveDataPath(root_, "inner_link.npy", false).ok()) << "a link that stays inside is fine";
+
+  struct Case {
+    std::string ref;
+    bool output;
+    absl::StatusCode code;
+    std::string message;
+  } cases[] = {
+      {base_ + "/outside/secret.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"../outside/secret.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"link.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"escape/secret.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"escape/new.npy", true, absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"../outside/new.npy", true, absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"link.npy", true, absl::StatusCode::kPermissionDenied, "is not a regular file"},
+      {"sub", true, absl::StatusCode::kPermissionDenied, "is not a regular file"},
+      {"missing.npy", false, absl::StatusCode::kNotFound, "does not exist"},
+      {"nofolder/x.npy", true, absl::StatusCode::kInvalidArgument, "its folder"},
+      {"file://host/x.npy", false, absl::StatusCode::kInvalidArgument, "only file:///absolute/path"},
+      {"", false, absl::StatusCode::kInvalidArgument, "empty"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::string> got = ResolveDataPath(root_, c.ref, c.output);
+    EXPECT_EQ(got.status().code(), c.code) << c.ref << ": " << got.status();
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.ref;
+  }
+  absl::StatusOr<std::string> no_root = ResolveDataPath("", "a.npy", false);
+  EXPECT_EQ(no_root.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(no_root.status().message()), HasSubstr("--data-root"));
+}
+
+TEST_F(DataRoot, RowsReadInEveryDtypeEqualTheDecodedValues) {
+  const Tensor t = Rows(7, 5, 0.25f);
+  ASSERT_TRUE(WriteNpy(root_ + "/f32.npy", t).ok());
+  std::vector<uint16_t> bf16(t.size()), f16(t.size());
+  const std::string bf16_bytes = EncodeTokens(t.ptr(), t.size(), WireType::kBF16);
+  const std::string f16_bytes = EncodeTokens(t.ptr(), t.size(), WireType::kF16);
+  std::memcpy(bf16.data(), bf16_bytes.data(), bf16_bytes.size());
+  std::memcpy(f16.data(), f16_bytes.data(), f16_bytes.size());
+  WriteNpy16(root_ + "/bf16.npy", "|V2", 7, 5, bf16);
+  WriteNpy16(root_ + "/f16.npy", "<f2", 7, 5, f16);
+  SafetensorsWriter writer;  // holds the tensors by reference
+  const Tensor other = Rows(2, 2, 1.0f);
+  writer.Add("other", other);
+  writer.Add("tokens", t);
+  ASSERT_TRUE(writer.Write(root_ + "/tokens.safetensors").ok());
+
+  struct Case {
+    std::string file, tensor;
+    WireType dtype;
+  } cases[] = {{"f32.npy", "", WireType::kF32},
+               {"bf16.npy", "", WireType::kBF16},
+               {"f16.npy", "", WireType::kF16},
+               {"tokens.safetensors", "tokens", WireType::kF32}};
+  for (const Case& c : cases) {
+    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/" + c.file, c.tensor);
+    ASSERT_TRUE(file.ok()) << c.file << ": " << file.status();
+    EXPECT_EQ(file->dtype, c.dtype) << c.file;
+    EXPECT_EQ(file->rows, 7);
+    EXPECT_EQ(file->width, 5);
+    std::vector<float> want(3 * 5), got(3 * 5);
+    int64_t tokens = 0;
+    const std::string wire = EncodeTokens(t.ptr() + 2 * 5, 3 * 5, c.dtype);
+    ASSERT_TRUE(DecodeTokensInto(wire, c.dtype, 5, 2, want.data(), 15, &tokens).ok());
+    ASSERT_TRUE(ReadTokenRows(*file, 2, 3, got.data()).ok()) << c.file;
+    EXPECT_EQ(got, want) << c.file;
+    EXPECT_EQ(ReadTokenRows(*file, 5, 3, got.data()).code(), absl::StatusCode::kOutOfRange);
+  }
+  EXPECT_THAT(std::string(OpenTokenFile(root_ + "/tokens.safetensors", "").status().message()),
+              HasSubstr("holds several tensors; name one"));
+  EXPECT_THAT(std::string(OpenTokenFile(root_ + "/tokens.safetensors", "nope").status().message()),
+              HasSubstr("has no tensor 'nope'"));
+}
+
+TEST_F(DataRoot, BadTokenFilesAreRefusedWithAMessage) {
+  const Tensor t = Rows(8, 4, 1.0f);
+  ASSERT_TRUE(WriteNpy(root_ + "/good.npy", t).ok());
+  const std::string good = [&] {
+    std::ifstream in(root_ + "/good.npy", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  WriteBytes(root_ + "/short.npy", good.substr(0, good.size() - 5));
+  WriteBytes(root_ + "/header_only.npy", good.substr(0, 20));
+  WriteBytes(root_ + "/garbage.bin", "hello world");
+  ASSERT_TRUE(WriteNpy(root_ + "/three_d.npy", Tensor({2, 2, 2})).ok());
+  std::string f64 = good;
+  f64.replace(f64.find("'<f4'"), 5, "'<f8'");
+  WriteBytes(root_ + "/f64.npy", f64);
+  Tensor nan = t;
+  nan.data[4 * 6 + 1] = std::nanf("");
+  ASSERT_TRUE(WriteNpy(root_ + "/nan.npy", nan).ok());
+
+  struct Case {
+    std::string file, message;
+  } cases[] = {
+      {"short.npy", "too short for its header's 8 x 4 tokens"},
+      {"header_only.npy", "truncated header"},
+      {"garbage.bin", "neither an .npy file"},
+      {"three_d.npy", "is not [tokens, width]"},
+      {"f64.npy", "dtype '<f8' is not a token dtype (allowed: <f4, <f2, |V2 = bfloat16)"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/" + c.file, "");
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << c.file << ": " << file.status();
+    EXPECT_THAT(std::string(file.status().message()), HasSubstr(c.message)) << c.file;
+  }
+  absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/nan.npy", "");
+  ASSERT_TRUE(file.ok());
+  std::vector<float> rows(4 * 4);
+  EXPECT_THAT(std::string(ReadTokenRows(*file, 4, 4, rows.data()).message()),
+              HasSubstr("token 6 feature 1 is nan"));
+}
+
+TEST_F(DataRoot, OutputFilledAtRowOffsetsIsTheWholeTensor) {
+  const Tensor t = Rows(10, 3, 0.5f);
+  const std::string path = root_ + "/out.npy";
+  WriteBytes(path, "an old file of another shape");
+  ASSERT_TRUE(CreateOutputFile(path, 10, 3).ok());
+  ASSERT_TRUE(WriteTokenRows(path, 10, 3, 6, t.ptr() + 6 * 3, 4).ok());
+  ASSERT_TRUE(WriteTokenRows(path, 10, 3, 0, t.ptr(), 6).ok());
+  absl::StatusOr<Tensor> back = ReadNpy(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape, t.shape);
+  EXPECT_EQ(back->data, t.data);
+  EXPECT_EQ(WriteTokenRows(path, 10, 4, 0, t.ptr(), 1).code(), absl::StatusCode::kFailedPrecondition)
+      << "a shape that disagrees with the header";
+  fs::create_symlink(base_ + "/outside/target.npy", root_ + "/sym.npy");
+  EXPECT_FALSE(CreateOutputFile(root_ + "/sym.npy", 1, 1).ok()) << "never written through a symlink";
+  EXPECT_FALSE(fs::exists(base_ + "/outside/target.npy"));
+}
+
+v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v, WireType dtype = WireType::kF32) {
+  v1::TokenChunk c;
+  c.set_set(set);
+  c.set_offset(offset);
+  c.set_data(EncodeTokens(v.data(), static_cast<int64_t>(v.size()), dtype));
+  return c;
+}
+
+TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {
+  TokenReceiver receiver({3, 2}, 2, WireType::kBF16, 100);
+  ASSERT_TRUE(receiver.Accept(Chunk(0, 0, {1, 2, 3, 4}, WireType::kBF16)).ok());
+  ASSERT_TRUE(receiver.Accept(Chunk(1, 0, {9, 9, 8, 8}, WireType::kBF16)).ok());
+  EXPECT_THAT(std::string(receiver.CheckComplete().message()),
+              HasSubstr("after 2 of the 3 tokens of the shard's context"));
+  EXPECT_THAT(std::string(receiver.Accept(Chunk(0, 2, {5, std::nanf("")}, WireType::kBF16)).message()),
+              HasSubstr("token 102 feature 1 is nan"));
+  ASSERT_TRUE(receiver.Accept(Chunk(0, 2, {5, 6}, WireType::kBF16)).ok());
+  ASSERT_TRUE(receiver.CheckComplete().ok());
+  EXPECT_EQ(receiver.bytes_received(), 5 * 2 * 2);
+  EXPECT_EQ(receiver.TakeSet(0).data, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(receiver.TakeSet(1).data, (std::vector<float>{9, 9, 8, 8}));
+
+  TokenReceiver queries_only({0, 1}, 2, WireType::kF32, 0);
+  EXPECT_THAT(std::string(queries_only.Accept(Chunk(0, 0, {1, 2})).message()),
+              HasSubstr("chunk for set 0; this shard takes 1 query sets (sets 1..1)"));
+}
+
+TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
+  auto transfer = std::make_shared<ShardTransfer>("secret", TokenReceiver({2}, 1, WireType::kF32, 0));
+  TransferBoard board;
+  EXPECT_EQ(board.Find("job", 0, "secret", std::chrono::milliseconds(10)).status().code(), absl::StatusCode::kNotFound);
+  board.Register("job", 0, transfer);
+  EXPECT_EQ(board.Find("job", 0, "secreT", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(board.Find("job", 0, "secret", std::chrono::milliseconds(10)).ok());
+
+  std::vector<float> sent;
+  std::thread client([&] {
+    ASSERT_TRUE(transfer->Attach(nullptr).ok());
+    ASSERT_TRUE(transfer->Accept(Chunk(0, 0, {1.5f, 2.5f})).ok());
+    ASSERT_TRUE(transfer->EndUpload().ok());
+    while (true) {
+      absl::StatusOr<std::optional<ShardTransfer::Item>> item = transfer->NextItem();
+      ASSERT_TRUE(item.ok());
+      if (!item->has_value()) break;
+      sent.insert(sent.end(), (*item)->tensor->data.begin(), (*item)->tensor->data.end());
+    }
+    transfer->DownloadDone();
+  });
+  ASSERT_TRUE(transfer->AwaitUpload(std::chrono::seconds(5), [] { return false; }).ok());
+  EXPECT_EQ(transfer->receiver().TakeSet(0).data, (std::vector<float>{1.5f, 2.5f}));
+  EXPECT_EQ(transfer->Attach(nullptr).code(), absl::StatusCode::kFailedPrecondition) << "one stream per shard";
+  auto rows = std::make_shared<const Tensor>(Tensor({1, 2}));
+  transfer->Publish({0, 0, "", rows});
+  transfer->Publish({1, 0, "", rows});
+  transfer->EndPublishing();
+  EXPECT_TRUE(transfer->AwaitDownload([] { return false; }).ok());
+  client.join();
+  EXPECT_EQ(sent.size(), 4u);
+}
+
+TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
+  ShardTransfer never("t", TokenReceiver({2}, 1, WireType::kF32, 0));
+  absl::Status s = never.AwaitUpload(std::chrono::milliseconds(100), [] { return false; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no Transfer stream from the client for 100 ms"));
+
+  ShardTransfer stalled("t", TokenReceiver({2}, 1, WireType::kF32, 0));
+  bool stream_cancelled = false;
+  ASSERT_TRUE(stalled.Attach([&] { stream_cancelled = true; }).ok());
+  ASSERT_TRUE(stalled.Accept(Chunk(0, 0, {1})).ok());
+  s = stalled.AwaitUpload(std::chrono::milliseconds(100), [] { return false; });
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no token chunk for 100 ms during the upload"));
+  EXPECT_TRUE(stream_cancelled) << "the stalled stream is ended, not left blocked";
+  EXPECT_EQ(stalled.Accept(Chunk(0, 1, {2})).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(ShardTransfer, FailuresReachTheOtherSide) {
+  ShardTransfer bad("t", TokenReceiver({2}, 1, WireType::kF32, 0));
+  ASSERT_TRUE(bad.Attach(nullptr).ok());
+  EXPECT_FALSE(bad.Accept(Chunk(0, 1, {1})).ok());
+  absl::Status s = bad.AwaitUpload(std::chrono::seconds(5), [] { return false; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("starts at token 1; expected token 0"));
+
+  ShardTransfer aborted("t", TokenReceiver({1}, 1, WireType::kF32, 0));
+  ASSERT_TRUE(aborted.Attach(nullptr).ok());
+  ASSERT_TRUE(aborted.Accept(Chunk(0, 0, {1})).ok());
+  ASSERT_TRUE(aborted.EndUpload().ok());
+  std::thread runshard([&] { aborted.Abort(absl::UnavailableError("a peer died")); });
+  absl::StatusOr<std::optional<ShardTransfer::Item>> item = aborted.NextItem();
+  runshard.join();
+  EXPECT_EQ(item.status().code(), absl::StatusCode::kUnavailable) << "the waiting stream wakes with the cause";
+
+  ShardTransfer cancelled("t", TokenReceiver({1}, 1, WireType::kF32, 0));
+  s = cancelled.AwaitUpload(std::chrono::seconds(5), [] { return true; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace lact

@@ -1,0 +1,174 @@
+#include "worker/shard_transfer.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
+namespace lact {
+namespace {
+
+constexpr absl::Duration kPoll = absl::Milliseconds(50);
+
+}  // namespace
+
+bool ShardTransfer::TicketMatches(const std::string& ticket) const {
+  if (ticket.size() != ticket_.size()) return false;
+  unsigned char diff = 0;  // compares every byte, whatever the first mismatch
+  for (size_t i = 0; i < ticket.size(); ++i) diff |= static_cast<unsigned char>(ticket[i] ^ ticket_[i]);
+  return diff == 0;
+}
+
+absl::Status ShardTransfer::Attach(std::function<void()> cancel_stream) {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return failure_;
+  if (attached_) return absl::FailedPreconditionError("another Transfer stream already serves this shard");
+  attached_ = true;
+  cancel_stream_ = std::move(cancel_stream);
+  stage_ = Stage::kUploading;
+  last_activity_ = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+
+absl::Status ShardTransfer::Accept(const v1::TokenChunk& chunk) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return failure_;
+    last_activity_ = std::chrono::steady_clock::now();
+  }
+  absl::Status s = receiver_.Accept(chunk);
+  if (!s.ok()) Fail(s);
+  return s;
+}
+
+absl::Status ShardTransfer::EndUpload() {
+  absl::Status s = receiver_.CheckComplete();
+  if (!s.ok()) {
+    Fail(s);
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return failure_;
+  stage_ = Stage::kUploaded;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<ShardTransfer::Item>> ShardTransfer::NextItem() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](ShardTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+        return !t->failure_.ok() || !t->items_.empty() || t->publishing_done_;
+      },
+      this));
+  if (!failure_.ok()) return failure_;
+  if (items_.empty()) return std::optional<Item>();
+  Item item = std::move(items_.front());
+  items_.pop_front();
+  return std::optional<Item>(std::move(item));
+}
+
+void ShardTransfer::DownloadDone() {
+  absl::MutexLock lock(&mu_);
+  stage_ = Stage::kDownloaded;
+}
+
+absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled) {
+  absl::MutexLock lock(&mu_);
+  while (failure_.ok() && stage_ != Stage::kUploaded) {
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](ShardTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+                               return !t->failure_.ok() || t->stage_ == Stage::kUploaded;
+                             },
+                             this),
+                         kPoll);
+    if (!failure_.ok() || stage_ == Stage::kUploaded) break;
+    if (cancelled()) {
+      AbortLocked(absl::CancelledError("the job was cancelled during the upload"));
+    } else if (std::chrono::steady_clock::now() - last_activity_ > idle) {
+      AbortLocked(absl::DeadlineExceededError(
+          absl::StrCat(attached_ ? "no token chunk for " : "no Transfer stream from the client for ", idle.count(),
+                       " ms during the upload")));
+    }
+  }
+  return failure_;
+}
+
+void ShardTransfer::Publish(Item item) {
+  absl::MutexLock lock(&mu_);
+  items_.push_back(std::move(item));
+}
+
+void ShardTransfer::EndPublishing() {
+  absl::MutexLock lock(&mu_);
+  publishing_done_ = true;
+}
+
+absl::Status ShardTransfer::AwaitDownload(const std::function<bool()>& cancelled) {
+  absl::MutexLock lock(&mu_);
+  while (failure_.ok() && stage_ != Stage::kDownloaded) {
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](ShardTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+                               return !t->failure_.ok() || t->stage_ == Stage::kDownloaded;
+                             },
+                             this),
+                         kPoll);
+    if (failure_.ok() && stage_ != Stage::kDownloaded && cancelled()) {
+      AbortLocked(absl::CancelledError("the job was cancelled while its outputs were sent"));
+    }
+  }
+  return failure_;
+}
+
+void ShardTransfer::Detach() {
+  absl::MutexLock lock(&mu_);
+  cancel_stream_ = nullptr;
+}
+
+void ShardTransfer::Fail(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (failure_.ok()) failure_ = std::move(status);
+}
+
+void ShardTransfer::Abort(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  AbortLocked(std::move(status));
+}
+
+void ShardTransfer::AbortLocked(absl::Status status) {
+  if (!failure_.ok()) return;
+  failure_ = std::move(status);
+  if (cancel_stream_) cancel_stream_();
+}
+
+absl::Status ShardTransfer::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+void TransferBoard::Register(const std::string& job_id, int rank, std::shared_ptr<ShardTransfer> transfer) {
+  absl::MutexLock lock(&mu_);
+  transfers_[{job_id, rank}] = std::move(transfer);
+}
+
+void TransferBoard::Unregister(const std::string& job_id, int rank) {
+  absl::MutexLock lock(&mu_);
+  transfers_.erase({job_id, rank});
+}
+
+absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::string& job_id, int rank,
+                                                                   const std::string& ticket,
+                                                                   std::chrono::milliseconds wait) {
+  const auto key = std::make_pair(job_id, rank);
+  absl::MutexLock lock(&mu_);
+  auto registered = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return transfers_.count(key) > 0; };
+  mu_.AwaitWithTimeout(absl::Condition(&registered), absl::FromChrono(wait));
+  auto it = transfers_.find(key);
+  if (it == transfers_.end()) {
+    return absl::NotFoundError(absl::StrCat("this worker runs no shard ", rank, " of job '", job_id,
+                                            "' that waits for a Transfer stream"));
+  }
+  if (!it->second->TicketMatches(ticket)) {
+    return absl::PermissionDeniedError(absl::StrCat("wrong ticket for job '", job_id, "'"));
+  }
+  return it->second;
+}
+
+}  // namespace lact

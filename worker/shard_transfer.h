@@ -1,0 +1,121 @@
+// The meeting point, on a worker, of a shard's two calls: RunShard (the
+// coordinator's: it computes) and ShardData.Transfer (the client's: it
+// brings the shard's in-band tokens and takes its outputs, data.proto).
+// RunShard registers a ShardTransfer on the TransferBoard; the client's
+// stream finds it by job, rank and ticket. Tokens are decoded once, by the
+// Transfer thread, into the TokenReceiver; outputs are handed over as
+// tensors and chunked by the Transfer thread as it sends them.
+//
+// Either side may fail the transfer: the other side's waits return that
+// status. Thread-safe; the receiver belongs to the Transfer thread
+// until the upload ends, then to RunShard.
+#ifndef LACT_WORKER_SHARD_TRANSFER_H_
+#define LACT_WORKER_SHARD_TRANSFER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/tensor.h"
+#include "lact/v1/data.pb.h"
+#include "worker/token_receiver.h"
+
+namespace lact {
+
+class ShardTransfer {
+ public:
+  // Rows of an output set, or one fused-state tensor (name non-empty).
+  struct Item {
+    int set = 0;
+    int64_t offset = 0;  // first token, as the client numbers it
+    std::string state_name;
+    std::shared_ptr<const Tensor> tensor;
+  };
+
+  ShardTransfer(std::string ticket, TokenReceiver receiver)
+      : ticket_(std::move(ticket)), receiver_(std::move(receiver)) {}
+
+  // --- the Transfer side ---
+  bool TicketMatches(const std::string& ticket) const;
+  // Claims the shard for one stream; FAILED_PRECONDITION if another has it
+  // or the transfer already failed. `cancel_stream` (called under the
+  // transfer's lock, so it must not call back) ends the stream's blocking
+  // reads when the transfer fails; Detach() drops it before the stream ends.
+  absl::Status Attach(std::function<void()> cancel_stream);
+  void Detach();
+  // Decodes a chunk; a bad chunk fails the transfer.
+  absl::Status Accept(const v1::TokenChunk& chunk);
+  // The client closed its side: checks every set is complete.
+  absl::Status EndUpload();
+  // The next item to send; nullopt once RunShard has published everything
+  // and it was taken; the failure if the transfer failed.
+  absl::StatusOr<std::optional<Item>> NextItem();
+  // Everything was sent.
+  void DownloadDone();
+
+  // --- the RunShard side ---
+  // Blocks until the upload ended: OK, or why not. A stream that has not
+  // attached, or sent nothing, for `idle` fails it (DEADLINE_EXCEEDED);
+  // `cancelled` is polled.
+  absl::Status AwaitUpload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled);
+  TokenReceiver& receiver() { return receiver_; }  // after AwaitUpload OK
+  void Publish(Item item);
+  void EndPublishing();
+  // Blocks until the stream sent every item (OK), the transfer failed, or
+  // `cancelled`.
+  absl::Status AwaitDownload(const std::function<bool()>& cancelled);
+  int64_t context_bytes() const { return receiver_.bytes_received(); }
+
+  // Fails the transfer with `status` (the first failure wins): Fail from
+  // the Transfer side, Abort from RunShard (it also cancels the stream, so
+  // a client that stalls mid-upload does not hold the Transfer thread).
+  void Fail(absl::Status status);
+  void Abort(absl::Status status);
+  absl::Status failure() const;
+
+ private:
+  enum class Stage { kWaiting, kUploading, kUploaded, kDownloaded };
+  void AbortLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string ticket_;
+  TokenReceiver receiver_;
+  mutable absl::Mutex mu_;
+  Stage stage_ ABSL_GUARDED_BY(mu_) = Stage::kWaiting;
+  bool attached_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> cancel_stream_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_activity_ ABSL_GUARDED_BY(mu_) = std::chrono::steady_clock::now();
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
+  bool publishing_done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// The shards of this worker waiting for, or in, their Transfer streams, by
+// job and rank. Thread-safe.
+class TransferBoard {
+ public:
+  // Registers for the life of the returned handle's RunShard call.
+  void Register(const std::string& job_id, int rank, std::shared_ptr<ShardTransfer> transfer);
+  void Unregister(const std::string& job_id, int rank);
+  // The transfer of `job_id` rank `rank`, waiting up to `wait` for RunShard
+  // to register it (the client may be faster than the coordinator);
+  // NOT_FOUND, or PERMISSION_DENIED for a wrong ticket.
+  absl::StatusOr<std::shared_ptr<ShardTransfer>> Find(const std::string& job_id, int rank,
+                                                      const std::string& ticket, std::chrono::milliseconds wait);
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, int>, std::shared_ptr<ShardTransfer>> transfers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_SHARD_TRANSFER_H_

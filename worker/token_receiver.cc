@@ -1,0 +1,62 @@
+#include "worker/token_receiver.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/wire_limits.h"
+
+namespace lact {
+
+TokenReceiver::TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireType dtype, int64_t context_begin)
+    : lengths_(std::move(lengths)), width_(width), dtype_(dtype), context_begin_(context_begin) {
+  received_.assign(lengths_.size(), 0);
+  for (int64_t n : lengths_) sets_.emplace_back(std::vector<int64_t>{n, width});
+}
+
+absl::Status TokenReceiver::Accept(const v1::TokenChunk& chunk) {
+  const int64_t bytes = static_cast<int64_t>(chunk.data().size());
+  if (bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes exceeds the 4 MiB limit"));
+  }
+  const int set = chunk.set();
+  if (set < 0 || set >= static_cast<int>(lengths_.size()) || lengths_[set] == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, "; this shard takes ",
+                                                   lengths_[0] > 0 ? "set 0 (context) and " : "",
+                                                   lengths_.size() - 1, " query sets (sets 1..",
+                                                   lengths_.size() - 1, ")"));
+  }
+  if (chunk.offset() != received_[set]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk for set ", set, " starts at token ", chunk.offset(), "; expected token ", received_[set],
+        " (chunks of a set must arrive in order, without gaps or overlaps)"));
+  }
+  const int64_t row_bytes = WireBytes(dtype_) * width_;
+  if (bytes % row_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes is not a whole number of ", width_,
+                                                   "-wide tokens of ", WireBytes(dtype_), " bytes per value"));
+  }
+  const int64_t n = bytes / row_bytes;
+  if (received_[set] + n > lengths_[set]) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, " runs to token ", received_[set] + n,
+                                                   ", past the set's ", lengths_[set], " tokens"));
+  }
+  const int64_t first_token = (set == 0 ? context_begin_ : 0) + received_[set];
+  int64_t tokens = 0;
+  LACT_RETURN_IF_ERROR(DecodeTokensInto(chunk.data(), dtype_, width_, first_token,
+                                        sets_[set].ptr() + received_[set] * width_, n * width_, &tokens));
+  received_[set] += n;
+  bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+absl::Status TokenReceiver::CheckComplete() const {
+  for (size_t s = 0; s < lengths_.size(); ++s) {
+    if (received_[s] != lengths_[s]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the upload ended after ", received_[s], " of the ", lengths_[s], " tokens of ",
+                       s == 0 ? std::string("the shard's context") : absl::StrCat("query set ", s - 1)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lact

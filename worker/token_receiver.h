@@ -1,0 +1,47 @@
+// Checks and decodes the token chunks a client sends a worker for one
+// shard: each chunk names its set (0 = the shard's context rows, k + 1 =
+// query set k) and first token; chunks of a set must arrive in order
+// without gaps or overlaps, hold whole tokens of the job's width and dtype,
+// be at most 4 MiB and finite. Each chunk is decoded once, straight into
+// its set's float32 tensor. Errors are INVALID_ARGUMENT saying what was
+// wrong and what is allowed; context tokens are named by their index in
+// the whole context. Not thread-safe.
+#ifndef LACT_WORKER_TOKEN_RECEIVER_H_
+#define LACT_WORKER_TOKEN_RECEIVER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/tensor.h"
+#include "common/token_codec.h"
+#include "lact/v1/common.pb.h"
+
+namespace lact {
+
+class TokenReceiver {
+ public:
+  // `lengths[s]` tokens in set s (set 0 may be 0: a context that does not
+  // come in band); the context's first token is `context_begin` globally.
+  TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireType dtype, int64_t context_begin);
+
+  absl::Status Accept(const v1::TokenChunk& chunk);
+  // OK when every set is complete; otherwise INVALID_ARGUMENT saying what is missing.
+  absl::Status CheckComplete() const;
+
+  int64_t received(int set) const { return received_[set]; }
+  int64_t bytes_received() const { return bytes_; }
+  Tensor TakeSet(int set) { return std::move(sets_[set]); }
+
+ private:
+  std::vector<int64_t> lengths_, received_;
+  int64_t width_;
+  WireType dtype_;
+  int64_t context_begin_;
+  int64_t bytes_ = 0;
+  std::vector<Tensor> sets_;
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_TOKEN_RECEIVER_H_
