@@ -7,37 +7,54 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
+#include "proto/bulk_messages.h"
+#include "proto/bulk_transport.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
 
 namespace lact {
 namespace {
 
-using Stream = grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>;
+using Stream = grpc::ClientReaderWriter<BulkOut, TransferResponseIn>;
 
-// Sends rows [begin, begin + n) of `t` as set `set` (offsets from 0).
+// data.proto's field numbers.
+constexpr int kRequestChunk = 2;
+constexpr int kResponseOutput = 1, kResponseState = 2;
+
+// Sends rows [begin, begin + n) of `t` as set `set` (offsets from 0): float32
+// rows straight from the tensor, other dtypes encoded first.
 bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set, WireType dtype,
               std::atomic<int64_t>* sent) {
   const int64_t width = t.dim(1), rows = RowsPerMessage(WireBytes(dtype) * width);
   for (int64_t r = 0; r < n; r += rows) {
     const int64_t count = std::min(rows, n - r);
-    v1::TransferRequest request;
-    request.mutable_chunk()->set_set(set);
-    request.mutable_chunk()->set_offset(r);
-    request.mutable_chunk()->set_data(EncodeTokens(t.ptr() + (begin + r) * width, count * width, dtype));
-    if (!stream->Write(request)) return false;
+    const float* first = t.ptr() + (begin + r) * width;
+    v1::TokenChunk head;
+    head.set_set(set);
+    head.set_offset(r);
+    std::shared_ptr<const std::string> encoded;  // the tensor outlives the stream; encodings need an owner
+    absl::string_view data(reinterpret_cast<const char*>(first), count * width * 4);
+    if (dtype != WireType::kF32) {
+      encoded = std::make_shared<const std::string>(EncodeTokens(first, count * width, dtype));
+      data = *encoded;
+    }
+    if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, data, encoded))) return false;
     if (sent != nullptr) *sent += count;
   }
   return true;
 }
 
 // Copies rows of an output chunk into `t`; rows outside it are an error.
-absl::Status PlaceRows(const v1::TokenChunk& chunk, Tensor& t) {
-  const int64_t width = t.dim(1), values = static_cast<int64_t>(chunk.data().size()) / 4;
-  if (chunk.offset() < 0 || values % width != 0 || chunk.offset() * width + values > t.size()) {
-    return absl::InternalError(absl::StrCat("a worker sent output rows outside set ", chunk.set()));
+absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in, Tensor& t) {
+  const int64_t width = t.dim(1), values = in.data_size / 4;
+  if (head.offset() < 0 || in.data_size % (4 * width) != 0 || head.offset() * width + values > t.size()) {
+    return absl::InternalError(absl::StrCat("a worker sent output rows outside set ", head.set()));
   }
-  std::memcpy(t.ptr() + chunk.offset() * width, chunk.data().data(), values * 4);
+  char* out = reinterpret_cast<char*>(t.ptr() + head.offset() * width);
+  for (absl::string_view piece : in.data) {
+    std::memcpy(out, piece.data(), piece.size());
+    out += piece.size();
+  }
   return absl::OkStatus();
 }
 
@@ -75,13 +92,18 @@ absl::Status ShardTransfers::Join() {
 
 absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
   const std::string& address = accepted_.shards(rank).worker();
-  auto stub = v1::ShardData::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  std::unique_ptr<Stream> stream = stub->Transfer(ctx);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), BulkChannelArguments());
+  std::unique_ptr<Stream> stream(grpc::internal::ClientReaderWriterFactory<BulkOut, TransferResponseIn>::Create(
+      channel.get(), grpc::internal::RpcMethod(kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING), ctx));
   absl::Status uploaded = Upload(rank, stream.get());
   std::call_once(allocated_, [this] { AllocateOutputs(); });
-  v1::TransferResponse response;
+  TransferResponseIn response;
   absl::Status placed;
-  while (placed.ok() && stream->Read(&response)) placed = Place(rank, response);
+  while (placed.ok() && stream->Read(&response)) {
+    placed = Place(rank, response);
+    response = TransferResponseIn();
+  }
   if (!placed.ok()) ctx->TryCancel();
   grpc::Status finished = stream->Finish();
   LACT_RETURN_IF_ERROR(placed);
@@ -98,7 +120,7 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
   first.mutable_ticket()->set_rank(rank);
   first.mutable_ticket()->set_ticket(accepted_.ticket());
   LACT_ASSIGN_OR_RETURN(WireType dtype, FromProto(accepted_.dtype()));
-  bool ok = stream->Write(first);
+  bool ok = stream->Write(BulkOut::Whole(first));
   if (context_ != nullptr) {
     const v1::ShardRange& shard = accepted_.shards(rank);
     ok = ok && SendRows(stream, *context_, shard.begin(), shard.tokens(), 0, dtype, &tokens_sent_);
@@ -113,24 +135,29 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
   return absl::OkStatus();
 }
 
-absl::Status ShardTransfers::Place(int rank, v1::TransferResponse& response) {
-  if (response.has_output()) {
-    const v1::TokenChunk& chunk = response.output();
-    if (chunk.set() == 0 && output_in_band_) return PlaceRows(chunk, result_->output);
-    if (rank == 0 && chunk.set() >= 1 && chunk.set() <= static_cast<int>(result_->queries.size())) {
-      return PlaceRows(chunk, result_->queries[chunk.set() - 1]);
+absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response) {
+  if (response.outer_field == kResponseOutput) {
+    v1::TokenChunk head;
+    if (!head.ParseFromString(response.head)) return absl::InternalError("a worker sent a malformed output chunk");
+    if (head.set() == 0 && output_in_band_) return PlaceRows(head, response, result_->output);
+    if (rank == 0 && head.set() >= 1 && head.set() <= static_cast<int>(result_->queries.size())) {
+      return PlaceRows(head, response, result_->queries[head.set() - 1]);
     }
-    return absl::InternalError(absl::StrCat("worker of shard ", rank, " sent output for unexpected set ", chunk.set()));
+    return absl::InternalError(absl::StrCat("worker of shard ", rank, " sent output for unexpected set ", head.set()));
   }
-  if (response.has_state() && rank == 0) {
-    v1::Tensor& piece = *response.mutable_state();
+  v1::Tensor piece;
+  if (response.outer_field == kResponseState && rank == 0 && piece.ParseFromString(response.head)) {
     Tensor& t = result_->state[piece.name()];
     if (t.shape.empty()) t = Tensor(std::vector<int64_t>(piece.shape().begin(), piece.shape().end()));
-    const int64_t values = static_cast<int64_t>(piece.data().size()) / 4;
+    const int64_t values = response.data_size / 4;
     if (piece.offset() < 0 || piece.offset() + values > t.size()) {
       return absl::InternalError(absl::StrCat("state tensor '", piece.name(), "' piece outside its shape"));
     }
-    std::memcpy(t.ptr() + piece.offset(), piece.data().data(), values * 4);
+    char* out = reinterpret_cast<char*>(t.ptr() + piece.offset());
+    for (absl::string_view p : response.data) {
+      std::memcpy(out, p.data(), p.size());
+      out += p.size();
+    }
     return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat("worker of shard ", rank, " sent an unexpected message"));

@@ -1,5 +1,7 @@
 // The client's side of a job's data plane: one ShardData.Transfer stream
-// (data.proto) per shard that has bytes in band, each on its own thread.
+// (data.proto) per shard that has bytes in band, each on its own thread,
+// in the zero-copy message forms of proto/bulk_messages.h (float32 rows
+// are sent from the context tensor itself).
 // Each sends its ticket, its shard's context rows in the job's dtype (rank
 // 0: then the query sets), closes its side, and places what comes back,
 // outputs into `result->output` at their rows (disjoint per shard), query
@@ -17,9 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/status/status.h"
 #include "client/lact_client.h"
-#include "lact/v1/data.grpc.pb.h"
+#include "lact/v1/data.pb.h"
+#include "proto/bulk_messages.h"
 
 namespace lact {
 
@@ -40,8 +45,8 @@ class ShardTransfers {
 
  private:
   absl::Status RunShard(int rank, grpc::ClientContext* ctx);
-  absl::Status Upload(int rank, grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>* stream);
-  absl::Status Place(int rank, v1::TransferResponse& response);
+  absl::Status Upload(int rank, grpc::ClientReaderWriter<BulkOut, TransferResponseIn>* stream);
+  absl::Status Place(int rank, const TransferResponseIn& response);
   void AllocateOutputs();
 
   const v1::JobAccepted accepted_;

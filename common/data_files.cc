@@ -241,7 +241,9 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
 }
 
 absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width) {
-  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+  // Not O_TRUNC: a file of the same size (a job re-run) is overwritten in
+  // place, its pages reused; ftruncate sets the size either way.
+  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
     return absl::PermissionDeniedError(absl::StrCat("cannot create output '", path, "': ", std::strerror(errno)));
   }

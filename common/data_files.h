@@ -45,7 +45,8 @@ absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std
 absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n, float* dst);
 
 // Creates or replaces `path` as a float32 [rows, width] .npy of full size
-// (its header written, the data zero until WriteTokenRows fills it).
+// (its header written; the data zero in a new file, the old bytes in a
+// replaced one, until WriteTokenRows fills every row).
 absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width);
 
 // Writes rows [begin, begin + n) of a file CreateOutputFile made; its

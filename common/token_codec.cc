@@ -52,6 +52,34 @@ absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t wi
   return CheckFinite(dst, count, width, first_token);
 }
 
+absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces, WireType type, int64_t width,
+                                   int64_t first_token, float* dst, int64_t capacity, int64_t* tokens) {
+  if (pieces.size() == 1) return DecodeTokensInto(pieces[0], type, width, first_token, dst, capacity, tokens);
+  int64_t bytes = 0;
+  for (absl::string_view p : pieces) bytes += static_cast<int64_t>(p.size());
+  if (type != WireType::kF32) {
+    std::string joined;
+    joined.reserve(bytes);
+    for (absl::string_view p : pieces) joined.append(p.data(), p.size());
+    return DecodeTokensInto(joined, type, width, first_token, dst, capacity, tokens);
+  }
+  const int64_t row = 4 * width;
+  if (width < 1 || bytes % row != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes is not a whole number of ", width,
+                                                   "-wide tokens of 4 bytes per value"));
+  }
+  if (bytes / 4 > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk runs past token ", first_token + capacity / width));
+  }
+  char* out = reinterpret_cast<char*>(dst);
+  for (absl::string_view p : pieces) {
+    std::memcpy(out, p.data(), p.size());
+    out += p.size();
+  }
+  *tokens = bytes / row;
+  return CheckFinite(dst, bytes / 4, width, first_token);
+}
+
 absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
                           std::vector<float>* out) {
   const size_t start = out->size();

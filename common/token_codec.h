@@ -26,6 +26,11 @@ absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width
 absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width, int64_t first_token,
                               float* dst, int64_t capacity, int64_t* tokens);
 
+// As DecodeTokensInto, for bytes that arrive in pieces (gRPC's slices): the
+// pieces are read in order as one run of bytes.
+absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces, WireType type, int64_t width,
+                                   int64_t first_token, float* dst, int64_t capacity, int64_t* tokens);
+
 // INVALID_ARGUMENT naming the first NaN or Inf among count floats.
 absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int64_t first_token);
 

@@ -339,6 +339,7 @@ TEST_F(DataPlaneTest, ClientDisconnectsMidUpload) {
     job_id = job.accepted().job_id();
     RawJob::Transfer t = job.Open(0, job.accepted().ticket());
     t.stream->Write(Chunk(0, 0, std::vector<float>(32 * 10, 0.1f)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the chunk is in; the idle limit is 1 s
     t.ctx->TryCancel();
     t.stream->Finish().IgnoreError();
     job.Finish().IgnoreError();

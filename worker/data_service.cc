@@ -1,8 +1,12 @@
 #include "worker/data_service.h"
 
+#include <grpcpp/impl/codegen/method_handler.h>
+#include <grpcpp/impl/codegen/rpc_service_method.h>
+
 #include <algorithm>
 
 #include "common/wire_limits.h"
+#include "lact/v1/data.pb.h"
 #include "proto/status_conversion.h"
 
 namespace lact {
@@ -11,48 +15,53 @@ namespace {
 // How long a client's stream waits for its shard's RunShard to arrive.
 constexpr std::chrono::seconds kRegistrationWait(10);
 
-using Stream = grpc::ServerReaderWriter<v1::TransferResponse, v1::TransferRequest>;
+// data.proto's field numbers.
+constexpr int kRequestTicket = 1, kRequestChunk = 2;
+constexpr int kResponseOutput = 1, kResponseState = 2;
 
-// Sends one item in messages of at most 4 MiB; false if the client went away.
-bool SendItem(const ShardTransfer::Item& item, Stream* stream) {
+// Sends one item in messages of at most 4 MiB, each a slice of the item's
+// tensor; false if the client went away.
+bool SendItem(const ShardTransfer::Item& item, DataService::Stream* stream) {
   const Tensor& t = *item.tensor;
+  const char* bytes = reinterpret_cast<const char*>(t.ptr());
   if (!item.state_name.empty()) {
     const int64_t per_message = kMaxSendPayloadBytes / 4;
-    for (int64_t e = 0; e < std::max<int64_t>(t.size(), 1); e += per_message) {
-      v1::TransferResponse r;
-      v1::Tensor* out = r.mutable_state();
-      out->set_name(item.state_name);
-      for (int64_t d : t.shape) out->add_shape(d);
-      out->set_offset(e);
-      const int64_t n = std::min(per_message, t.size() - e);
-      out->set_data(reinterpret_cast<const char*>(t.ptr() + e), std::max<int64_t>(n, 0) * 4);
-      if (!stream->Write(r)) return false;
+    for (int64_t e = 0; e == 0 || e < t.size(); e += per_message) {
+      v1::Tensor head;
+      head.set_name(item.state_name);
+      for (int64_t d : t.shape) head.add_shape(d);
+      head.set_offset(e);
+      const int64_t n = std::max<int64_t>(0, std::min(per_message, t.size() - e));
+      if (!stream->Write(BulkOut::Chunk(kResponseState, head, {bytes + 4 * e, static_cast<size_t>(4 * n)}, item.tensor))) {
+        return false;
+      }
     }
     return true;
   }
   const int64_t width = t.dim(1), rows = RowsPerMessage(4 * width);
   for (int64_t r0 = 0; r0 < t.dim(0); r0 += rows) {
     const int64_t n = std::min(rows, t.dim(0) - r0);
-    v1::TransferResponse r;
-    v1::TokenChunk* c = r.mutable_output();
-    c->set_set(item.set);
-    c->set_offset(item.offset + r0);
-    c->set_data(reinterpret_cast<const char*>(t.ptr() + r0 * width), n * width * 4);
-    if (!stream->Write(r)) return false;
+    v1::TokenChunk head;
+    head.set_set(item.set);
+    head.set_offset(item.offset + r0);
+    const absl::string_view data(bytes + 4 * r0 * width, static_cast<size_t>(4 * n * width));
+    if (!stream->Write(BulkOut::Chunk(kResponseOutput, head, data, item.tensor))) return false;
   }
   return true;
 }
 
-grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context, Stream* stream) {
-  v1::TransferRequest request;
+grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context, DataService::Stream* stream) {
+  TransferRequestIn request;
   while (stream->Read(&request)) {
-    if (!request.has_chunk()) {
+    v1::TokenChunk head;
+    if (request.outer_field != kRequestChunk || !head.ParseFromString(request.head)) {
       const absl::Status bad = absl::InvalidArgumentError("after the TransferTicket, Transfer takes only token chunks");
       transfer.Fail(bad);
       return ToGrpcStatus(bad);
     }
-    absl::Status s = transfer.Accept(request.chunk());
+    absl::Status s = transfer.Accept(head.set(), head.offset(), request.data, request.data_size);
     if (!s.ok()) return ToGrpcStatus(s);
+    request = TransferRequestIn();  // drops the slices of the chunk just decoded
   }
   if (context->IsCancelled()) {
     absl::Status failure = transfer.failure();
@@ -79,12 +88,22 @@ grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context, Stream
 
 }  // namespace
 
+DataService::DataService(TransferBoard* board) : board_(board) {
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING,
+      new grpc::internal::BidiStreamingHandler<DataService, TransferRequestIn, BulkOut>(
+          [](DataService* service, grpc::ServerContext* context, Stream* stream) {
+            return service->Transfer(context, stream);
+          },
+          this)));
+}
+
 grpc::Status DataService::Transfer(grpc::ServerContext* context, Stream* stream) {
-  v1::TransferRequest request;
-  if (!stream->Read(&request) || !request.has_ticket()) {
+  TransferRequestIn request;
+  v1::TransferTicket ticket;
+  if (!stream->Read(&request) || request.outer_field != kRequestTicket || !ticket.ParseFromString(request.head)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first Transfer message must be a TransferTicket");
   }
-  const v1::TransferTicket& ticket = request.ticket();
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
       board_->Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());

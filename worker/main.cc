@@ -16,6 +16,7 @@
 #include "common/model_config.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "common/wire_limits.h"
+#include "proto/bulk_transport.h"
 #include "worker/data_service.h"
 #include "worker/model_cache.h"
 #include "worker/worker_service.h"
@@ -97,6 +98,7 @@ int Main(int argc, char** argv) {
   builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(), &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
+  TuneBulkServer(&builder);
   builder.RegisterService(&service);
   builder.RegisterService(&data);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -28,13 +28,14 @@ absl::Status ShardTransfer::Attach(std::function<void()> cancel_stream) {
   return absl::OkStatus();
 }
 
-absl::Status ShardTransfer::Accept(const v1::TokenChunk& chunk) {
+absl::Status ShardTransfer::Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
+                                   int64_t bytes) {
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
     last_activity_ = std::chrono::steady_clock::now();
   }
-  absl::Status s = receiver_.Accept(chunk);
+  absl::Status s = receiver_.Accept(set, offset, data, bytes);
   if (!s.ok()) Fail(s);
   return s;
 }

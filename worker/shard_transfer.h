@@ -53,7 +53,11 @@ class ShardTransfer {
   absl::Status Attach(std::function<void()> cancel_stream);
   void Detach();
   // Decodes a chunk; a bad chunk fails the transfer.
-  absl::Status Accept(const v1::TokenChunk& chunk);
+  absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data, int64_t bytes);
+  absl::Status Accept(const v1::TokenChunk& chunk) {
+    return Accept(chunk.set(), chunk.offset(), {absl::string_view(chunk.data())},
+                  static_cast<int64_t>(chunk.data().size()));
+  }
   // The client closed its side: checks every set is complete.
   absl::Status EndUpload();
   // The next item to send; nullopt once RunShard has published everything

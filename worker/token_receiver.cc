@@ -13,20 +13,24 @@ TokenReceiver::TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireTy
 }
 
 absl::Status TokenReceiver::Accept(const v1::TokenChunk& chunk) {
-  const int64_t bytes = static_cast<int64_t>(chunk.data().size());
+  return Accept(chunk.set(), chunk.offset(), {absl::string_view(chunk.data())},
+                static_cast<int64_t>(chunk.data().size()));
+}
+
+absl::Status TokenReceiver::Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
+                                   int64_t bytes) {
   if (bytes > kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes exceeds the 4 MiB limit"));
   }
-  const int set = chunk.set();
   if (set < 0 || set >= static_cast<int>(lengths_.size()) || lengths_[set] == 0) {
     return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, "; this shard takes ",
                                                    lengths_[0] > 0 ? "set 0 (context) and " : "",
                                                    lengths_.size() - 1, " query sets (sets 1..",
                                                    lengths_.size() - 1, ")"));
   }
-  if (chunk.offset() != received_[set]) {
+  if (offset != received_[set]) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk for set ", set, " starts at token ", chunk.offset(), "; expected token ", received_[set],
+        "chunk for set ", set, " starts at token ", offset, "; expected token ", received_[set],
         " (chunks of a set must arrive in order, without gaps or overlaps)"));
   }
   const int64_t row_bytes = WireBytes(dtype_) * width_;
@@ -41,8 +45,8 @@ absl::Status TokenReceiver::Accept(const v1::TokenChunk& chunk) {
   }
   const int64_t first_token = (set == 0 ? context_begin_ : 0) + received_[set];
   int64_t tokens = 0;
-  LACT_RETURN_IF_ERROR(DecodeTokensInto(chunk.data(), dtype_, width_, first_token,
-                                        sets_[set].ptr() + received_[set] * width_, n * width_, &tokens));
+  LACT_RETURN_IF_ERROR(DecodeTokenPiecesInto(data, dtype_, width_, first_token,
+                                             sets_[set].ptr() + received_[set] * width_, n * width_, &tokens));
   received_[set] += n;
   bytes_ += bytes;
   return absl::OkStatus();

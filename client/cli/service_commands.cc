@@ -13,6 +13,7 @@
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
 #include "common/flags.h"
+#include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
@@ -81,8 +82,9 @@ void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
                100 * s.allreduce_hidden_fraction());
   std::string rss;
   for (int64_t b : s.worker_peak_rss_bytes()) absl::StrAppend(&rss, rss.empty() ? "" : ", ", b >> 20, " MiB");
-  std::fprintf(stderr, "  peak RSS: coordinator %lld MiB; workers %s\n",
-               static_cast<long long>(s.coordinator_peak_rss_bytes() >> 20), rss.c_str());
+  std::fprintf(stderr, "  peak RSS: coordinator %lld MiB; workers %s; this client %lld MiB\n",
+               static_cast<long long>(s.coordinator_peak_rss_bytes() >> 20), rss.c_str(),
+               static_cast<long long>(PeakRssBytes() >> 20));
 }
 
 }  // namespace
