@@ -71,16 +71,18 @@ void ShardTransfer::DownloadDone() {
   stage_ = Stage::kDownloaded;
 }
 
+absl::Status ShardTransfer::AwaitStage(Stage stage, const std::function<void()>& on_poll) {
+  auto reached = [this, stage]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !failure_.ok() || stage_ == stage; };
+  while (!reached()) {
+    mu_.AwaitWithTimeout(absl::Condition(&reached), kPoll);
+    if (!reached()) on_poll();
+  }
+  return failure_;
+}
+
 absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&mu_);
-  while (failure_.ok() && stage_ != Stage::kUploaded) {
-    mu_.AwaitWithTimeout(absl::Condition(
-                             +[](ShardTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-                               return !t->failure_.ok() || t->stage_ == Stage::kUploaded;
-                             },
-                             this),
-                         kPoll);
-    if (!failure_.ok() || stage_ == Stage::kUploaded) break;
+  return AwaitStage(Stage::kUploaded, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (cancelled()) {
       AbortLocked(absl::CancelledError("the job was cancelled during the upload"));
     } else if (std::chrono::steady_clock::now() - last_activity_ > idle) {
@@ -88,8 +90,7 @@ absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle, const st
           absl::StrCat(attached_ ? "no token chunk for " : "no Transfer stream from the client for ", idle.count(),
                        " ms during the upload")));
     }
-  }
-  return failure_;
+  });
 }
 
 void ShardTransfer::Publish(Item item) {
@@ -104,18 +105,9 @@ void ShardTransfer::EndPublishing() {
 
 absl::Status ShardTransfer::AwaitDownload(const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&mu_);
-  while (failure_.ok() && stage_ != Stage::kDownloaded) {
-    mu_.AwaitWithTimeout(absl::Condition(
-                             +[](ShardTransfer* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
-                               return !t->failure_.ok() || t->stage_ == Stage::kDownloaded;
-                             },
-                             this),
-                         kPoll);
-    if (failure_.ok() && stage_ != Stage::kDownloaded && cancelled()) {
-      AbortLocked(absl::CancelledError("the job was cancelled while its outputs were sent"));
-    }
-  }
-  return failure_;
+  return AwaitStage(Stage::kDownloaded, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (cancelled()) AbortLocked(absl::CancelledError("the job was cancelled while its outputs were sent"));
+  });
 }
 
 void ShardTransfer::Detach() {

@@ -89,6 +89,8 @@ class ShardTransfer {
  private:
   enum class Stage { kWaiting, kUploading, kUploaded, kDownloaded };
   void AbortLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits, polling `on_poll` every 50 ms, until `stage` or a failure.
+  absl::Status AwaitStage(Stage stage, const std::function<void()>& on_poll) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string ticket_;
   TokenReceiver receiver_;
