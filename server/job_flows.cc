@@ -146,6 +146,7 @@ class SubmitFlow {
       s.set_rendezvous_prefix(job_id_ + "/");
       s.set_collective_timeout_ms(c_.options.collective_timeout_ms);
       s.set_dtype(spec_.dtype());
+      s.set_token_width(spec_.token_width());
       s.set_ticket(ticket);
       s.set_transfer(NeedsTransfer(r));
       if (spec_.has_context_ref()) s.mutable_context_ref()->set_path(files_.context);

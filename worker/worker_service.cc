@@ -164,6 +164,7 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
   if (spec.tokens() < 1 || spec.begin() < 0 || spec.begin() + spec.tokens() > spec.total_tokens()) {
     return absl::InvalidArgumentError("shard needs 1..total_tokens tokens inside the context");
   }
+  if (spec.token_width() < 1) return absl::InvalidArgumentError("ShardSpec.token_width must be >= 1");
   const bool needs_stream = !spec.has_context_ref() || !spec.has_output_ref() ||
                             (spec.rank() == 0 && (spec.query_tokens_size() > 0 || spec.return_state()));
   if (needs_stream != spec.transfer()) {
@@ -184,12 +185,19 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
   }
   const v1::ShardSpec spec = request.spec();
   if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<JobModel> job = ResolveJobModel(*w_.models, spec.model(), spec.options());
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeTransfer(spec, job->config.input_width());
+  // The transfer is met first: loading the model can take longer than a
+  // client waits for its stream to be taken.
+  absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeTransfer(spec, spec.token_width());
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
   if (*transfer != nullptr) w_.transfers->Register(spec.job_id(), spec.rank(), *transfer);
-  absl::StatusOr<v1::ShardDone> done = ShardJob(w_, spec, *std::move(job), context, stream, *transfer).Run();
+  absl::StatusOr<v1::ShardDone> done = [&]() -> absl::StatusOr<v1::ShardDone> {
+    LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w_.models, spec.model(), spec.options()));
+    if (job.config.input_width() != spec.token_width()) {
+      return absl::InvalidArgumentError(absl::StrCat("ShardSpec.token_width ", spec.token_width(), " but model '",
+                                                     spec.model(), "' takes ", job.config.input_width()));
+    }
+    return ShardJob(w_, spec, std::move(job), context, stream, *transfer).Run();
+  }();
   if (*transfer != nullptr) {
     if (!done.ok()) (*transfer)->Abort(done.status());
     w_.transfers->Unregister(spec.job_id(), spec.rank());
