@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "common/model.h"
@@ -84,6 +86,71 @@ TEST(WorkerRegistry, LeasesAreExclusiveAndWaitForRelease) {
   EXPECT_TRUE(second.ok()) << second.status();
   EXPECT_THAT(std::string(registry.FindModel("other").status().message()),
               HasSubstr("unknown model 'other' (available: preset:small"));
+}
+
+TEST(WorkerRegistry, WaitersAreServedFirstComeFirstServed) {
+  WorkerRegistry registry(milliseconds(10000));
+  registry.Register("a:1", "cpu", Presets());
+  registry.Register("b:2", "cpu", Presets());
+  absl::StatusOr<std::vector<std::string>> held = registry.Acquire("preset:small", 2, milliseconds(0));
+  ASSERT_TRUE(held.ok());
+  // A job for both workers waits first; a later one-worker job must not
+  // overtake it when one worker frees up.
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::vector<int> big_positions, small_positions;
+  std::atomic<int> waiting{0};
+  auto waiter = [&](const std::string& name, int count, std::vector<int>* positions) {
+    WorkerRegistry::Wait wait{milliseconds(10000), 64, nullptr, [&, positions](int p) {
+                                std::lock_guard<std::mutex> lock(mu);
+                                if (positions->empty()) ++waiting;
+                                positions->push_back(p);
+                              }};
+    absl::StatusOr<std::vector<std::string>> got = registry.Acquire("preset:small", count, wait);
+    ASSERT_TRUE(got.ok()) << got.status();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(name);
+    }
+    registry.Release(*got);
+  };
+  std::thread big(waiter, "big", 2, &big_positions);
+  while (waiting < 1) std::this_thread::sleep_for(milliseconds(1));
+  std::thread small(waiter, "small", 1, &small_positions);
+  while (waiting < 2) std::this_thread::sleep_for(milliseconds(1));
+  registry.Release({held->at(0)});
+  std::this_thread::sleep_for(milliseconds(50));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_TRUE(order.empty()) << "the one-worker job overtook the job in front of it";
+  }
+  registry.Release({held->at(1)});
+  big.join();
+  small.join();
+  EXPECT_EQ(order, (std::vector<std::string>{"big", "small"}));
+  EXPECT_EQ(big_positions, (std::vector<int>{1}));
+  EXPECT_EQ(small_positions.front(), 2) << "it waited behind the first";
+}
+
+TEST(WorkerRegistry, FullQueueAndCancelledWaiters) {
+  WorkerRegistry registry(milliseconds(10000));
+  registry.Register("a:1", "cpu", Presets());
+  absl::StatusOr<std::vector<std::string>> held = registry.Acquire("preset:small", 1, milliseconds(0));
+  ASSERT_TRUE(held.ok());
+  std::atomic<bool> leave{false}, in_line{false};
+  std::thread waiter([&] {
+    WorkerRegistry::Wait wait{milliseconds(10000), 1, [&] { return leave.load(); }, [&](int) { in_line = true; }};
+    absl::StatusOr<std::vector<std::string>> got = registry.Acquire("preset:small", 1, wait);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
+  });
+  while (!in_line) std::this_thread::sleep_for(milliseconds(1));
+  absl::StatusOr<std::vector<std::string>> refused = registry.Acquire("preset:small", 1, {milliseconds(10000), 1});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("the queue is full: 1 jobs already wait"));
+  leave = true;
+  waiter.join();
+  registry.Release(*held);
+  EXPECT_TRUE(registry.Acquire("preset:small", 1, {milliseconds(1000), 1}).ok()) << "the cancelled one left the line";
 }
 
 TEST(KvStore, GetWaitsForKeysAndTimesOut) {

@@ -99,8 +99,15 @@ class SubmitFlow {
     absl::StatusOr<JobPlan> plan = PlanJob(spec_, *c_.registry, c_.options.limits);
     if (!plan.ok()) return ToGrpcStatus(plan.status());
     plan_ = *std::move(plan);
-    absl::StatusOr<std::vector<std::string>> leased =
-        c_.registry->Acquire(spec_.model(), plan_.workers, c_.options.acquire_wait);
+    WorkerRegistry::Wait wait{c_.options.acquire_wait, c_.options.max_queued_jobs,
+                              [this] { return context_->IsCancelled(); }, [this](int position) {
+                                v1::SubmitResponse p;
+                                p.mutable_progress()->set_stage(v1::Progress::QUEUED);
+                                p.mutable_progress()->set_queue_position(position);
+                                p.mutable_progress()->set_elapsed_seconds(Since(start_));
+                                stream_->Write(p);
+                              }};
+    absl::StatusOr<std::vector<std::string>> leased = c_.registry->Acquire(spec_.model(), plan_.workers, wait);
     if (!leased.ok()) return ToGrpcStatus(leased.status());
     WorkerLease lease(c_.registry, *leased);
     job_id_ = c_.jobs->Create(spec_, plan_.workers);

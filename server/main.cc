@@ -3,7 +3,8 @@
 // ready; stops cleanly on SIGINT/SIGTERM (in-flight calls get 10 s).
 //   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]
 //                    [--retain-seconds 3600] [--max-context-tokens N]
-//                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 30000]
+//                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 0 (= the call's deadline)]
+//                    [--max-queued-jobs 64]
 //                    [--upload-idle-timeout-ms 60000] [--data-root DIR]
 #include <grpcpp/grpcpp.h>
 
@@ -27,12 +28,14 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   LACT_ASSIGN_OR_RETURN(o->limits.max_context_tokens,
                         flags.Int("max-context-tokens", o->limits.max_context_tokens, 1, int64_t{1} << 34));
   LACT_ASSIGN_OR_RETURN(int64_t collective, flags.Int("collective-timeout-ms", 60000, 100, 3600000));
-  LACT_ASSIGN_OR_RETURN(int64_t acquire, flags.Int("acquire-timeout-ms", 30000, 0, 3600000));
+  LACT_ASSIGN_OR_RETURN(int64_t acquire, flags.Int("acquire-timeout-ms", 0, 0, int64_t{1} << 40));
+  LACT_ASSIGN_OR_RETURN(int64_t queued, flags.Int("max-queued-jobs", 64, 0, 1 << 20));
+  o->max_queued_jobs = static_cast<int>(queued);
   LACT_ASSIGN_OR_RETURN(int64_t idle, flags.Int("upload-idle-timeout-ms", 60000, 100, 3600000));
   o->upload_idle_timeout = std::chrono::milliseconds(idle);
   o->default_retain = std::chrono::seconds(retain);
   o->collective_timeout_ms = static_cast<int>(collective);
-  o->acquire_wait = std::chrono::milliseconds(acquire);
+  if (acquire > 0) o->acquire_wait = std::chrono::milliseconds(acquire);  // 0: until the call's deadline
   o->data_root = flags.Get("data-root").value_or("");
   return absl::OkStatus();
 }
@@ -41,7 +44,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags =
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                    {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens", "collective-timeout-ms",
-                    "acquire-timeout-ms", "upload-idle-timeout-ms", "data-root"});
+                    "acquire-timeout-ms", "upload-idle-timeout-ms", "data-root", "max-queued-jobs"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed = flags.ok() ? ParseOptions(*flags, &options, &port, &heartbeat_ms) : flags.status();

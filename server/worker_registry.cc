@@ -1,5 +1,7 @@
 #include "server/worker_registry.h"
 
+#include <algorithm>
+#include <iterator>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -85,9 +87,16 @@ int WorkerRegistry::CountHolding(const std::string& model) const {
 }
 
 absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::string& model, int count,
-                                                                 std::chrono::milliseconds wait) {
+                                                                 const Wait& wait) {
   const std::string key = ModelKey(model);
   std::unique_lock<std::mutex> lock(mu_);
+  if (static_cast<int>(line_.size()) >= wait.max_waiting) {
+    return absl::ResourceExhaustedError(absl::StrCat("the queue is full: ", line_.size(),
+                                                     " jobs already wait for workers (at most ", wait.max_waiting,
+                                                     "); retry later"));
+  }
+  const uint64_t ticket = next_ticket_++;
+  line_.push_back(ticket);
   std::vector<std::string> picked;
   const auto idle = [&] {
     picked.clear();
@@ -96,12 +105,39 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
     }
     return static_cast<int>(picked.size()) >= count;
   };
-  if (!released_.wait_for(lock, wait, idle)) {
-    return absl::ResourceExhaustedError(absl::StrCat("needs ", count, " idle workers holding '", model, "', ",
-                                                     picked.size(), " are idle; retry later or ask for fewer"));
+  const auto leave = [&] {
+    line_.remove(ticket);
+    released_.notify_all();  // the ones behind move up
+  };
+  const auto deadline = std::chrono::steady_clock::now() + wait.limit;
+  int reported = 0;
+  while (true) {
+    const int position = 1 + static_cast<int>(std::distance(line_.begin(), std::find(line_.begin(), line_.end(), ticket)));
+    if (position == 1 && idle()) break;
+    if (position != reported && wait.on_position) {
+      reported = position;
+      lock.unlock();
+      wait.on_position(position);
+      lock.lock();
+      continue;
+    }
+    if (wait.cancelled && wait.cancelled()) {
+      leave();
+      return absl::CancelledError("the job left the queue: its call was cancelled while it waited for workers");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      idle();
+      leave();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "waited ", wait.limit.count(), " ms in line for ", count, " idle workers holding '", model, "'; ",
+          picked.size(), " are idle now; retry later or ask for fewer"));
+    }
+    released_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(100)));
   }
   picked.resize(count);
   for (const std::string& a : picked) workers_[a].busy = true;
+  leave();
   return picked;
 }
 

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
+#include <list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -52,10 +54,24 @@ class WorkerRegistry {
   // Healthy workers holding `model` (busy or not).
   int CountHolding(const std::string& model) const;
 
-  // Leases `count` idle healthy workers holding `model`, waiting up to
-  // `wait` for busy ones to free up; RESOURCE_EXHAUSTED when they don't.
+  // How a caller of Acquire waits in line.
+  struct Wait {
+    std::chrono::milliseconds limit{0};        // longest time in line
+    int max_waiting = 64;                      // callers in line beyond which one is refused at once
+    std::function<bool()> cancelled;           // polled; true leaves the line (CANCELLED)
+    std::function<void(int)> on_position;      // the caller's place in line (1 = next) when it changes
+  };
+
+  // Leases `count` idle healthy workers holding `model`, first come first
+  // served: a caller waits behind every earlier one (so a job asking for
+  // many workers is not overtaken by later small ones) until the workers
+  // are free. RESOURCE_EXHAUSTED at once when `max_waiting` callers already
+  // wait (naming the line's size), or after `limit` in line.
+  absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count, const Wait& wait);
   absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
-                                                   std::chrono::milliseconds wait);
+                                                   std::chrono::milliseconds limit) {
+    return Acquire(model, count, Wait{limit});
+  }
   void Release(const std::vector<std::string>& addresses);
 
   std::chrono::milliseconds heartbeat_interval() const { return interval_; }
@@ -68,6 +84,8 @@ class WorkerRegistry {
   std::condition_variable released_;
   std::map<std::string, WorkerEntry> workers_;  // by address
   int next_id_ = 1;
+  std::list<uint64_t> line_;  // tickets of the Acquire callers waiting, first come first
+  uint64_t next_ticket_ = 1;
 };
 
 }  // namespace lact::server

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -199,6 +200,33 @@ TEST_F(ServiceTest, BadJobSpecsAreRejectedWithAMessage) {
   grpc::Status no_root = by_ref.Close();
   EXPECT_EQ(no_root.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << no_root.error_message();
   EXPECT_THAT(no_root.error_message(), HasSubstr("this cluster has no data root"));
+}
+
+TEST_F(ServiceTest, JobsBeyondTheFreeWorkersQueueAndAllComplete) {
+  // Six jobs at once, each for all three workers: five wait in line (their
+  // Progress says where) and every one completes, equal to its run alone.
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
+  ASSERT_TRUE(golden.ok());
+  SubmitOptions o = GoldenOptions(*golden);
+  o.workers = 3;
+  absl::StatusOr<JobResult> alone = Client().Submit(o, golden->context, golden->queries);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  std::vector<absl::StatusOr<JobResult>> got(6, absl::UnknownError("not run"));
+  std::atomic<int> queued{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&, i] {
+      got[i] = Client().Submit(o, golden->context, golden->queries, [&](const v1::Progress& p) {
+        if (p.stage() == v1::Progress::QUEUED && p.queue_position() >= 1) ++queued;
+      });
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(got[i].ok()) << i << ": " << got[i].status();
+    EXPECT_TRUE(got[i]->output.data == alone->output.data) << i;
+  }
+  EXPECT_GT(queued.load(), 0) << "no job reported waiting in line";
 }
 
 // A job long enough to be interrupted (a few seconds on two cores).

@@ -34,7 +34,10 @@ class ProgressLine {
   ProgressLine() : tty_(isatty(STDERR_FILENO)) {}
   void Update(const v1::Progress& p) {
     const auto now = std::chrono::steady_clock::now();
-    if (!tty_ && now - last_ < std::chrono::seconds(5) && p.stage() != v1::Progress::QUERIES) return;
+    if (!tty_ && now - last_ < std::chrono::seconds(5) && p.stage() != v1::Progress::QUERIES &&
+        p.stage() != v1::Progress::QUEUED) {
+      return;
+    }
     last_ = now;
     std::string text;
     if (p.stage() == v1::Progress::UPLOAD) {
@@ -47,6 +50,10 @@ class ProgressLine {
                              rate, eta);
     } else if (p.stage() == v1::Progress::QUERIES) {
       text = "running query sets";
+    } else if (p.stage() == v1::Progress::QUEUED) {
+      text = absl::StrFormat("queued for workers: %s", p.queue_position() == 1
+                                                           ? std::string("next in line")
+                                                           : absl::StrCat(p.queue_position() - 1, " jobs ahead"));
     }
     if (p.stage() == v1::Progress::UPLOAD) upload_end_ = p.elapsed_seconds();
     std::fprintf(stderr, tty_ ? "\r\033[K[%6.1f s] %s" : "[%6.1f s] %s\n", p.elapsed_seconds(), text.c_str());
