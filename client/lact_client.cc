@@ -94,6 +94,7 @@ v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t wi
     spec.mutable_context_ref()->set_tensor(options.context_ref_tensor);
   }
   if (!options.output_ref.empty()) spec.mutable_output_ref()->set_path(options.output_ref);
+  spec.set_cancel_on_disconnect(options.cancel_on_disconnect);
   return spec;
 }
 
@@ -105,6 +106,11 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
                                              std::function<void(const std::string&)> on_accepted) {
   LACT_RETURN_IF_ERROR(CheckShapes(options, context, queries));
   const bool by_ref = !options.context_ref.empty();
+  if (options.detach && (!by_ref || options.output_ref.empty() || !queries.empty() || options.return_state)) {
+    return absl::InvalidArgumentError(
+        "detach needs a job whose bytes all go by reference (context_ref and output_ref, no query sets, "
+        "return_state off): outputs sent in band cannot be fetched later yet");
+  }
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout);
   auto stream = stub_->Submit(&ctx);
@@ -124,6 +130,11 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
       result.job_id = a.job_id();
       result.shards.assign(a.shards().begin(), a.shards().end());
       if (on_accepted) on_accepted(a.job_id());
+      if (options.detach) {
+        ctx.TryCancel();  // the job runs on without this call
+        stream->Finish().IgnoreError();
+        return result;
+      }
       transfers = std::make_unique<ShardTransfers>(a, by_ref ? nullptr : &context, queries,
                                                    options.output_ref.empty(), &result);
       transfers->Start();
@@ -238,6 +249,25 @@ absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
   return Unary<v1::JobInfo>(ForJob<v1::GetJobRequest>(job_id), [&](auto* c, const auto& q, auto* r) {
     return stub_->GetJob(c, q, r);
   });
+}
+
+absl::StatusOr<v1::JobInfo> LactClient::WatchJob(const std::string& job_id,
+                                                  const std::function<void(const v1::JobInfo&)>& on_change) {
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(true);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReader<v1::JobInfo>> reader = stub_->WatchJob(&ctx, request);
+  v1::JobInfo info, last;
+  bool any = false;
+  while (reader->Read(&info)) {
+    if (on_change) on_change(info);
+    last = info;
+    any = true;
+  }
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  if (!any) return absl::UnavailableError(absl::StrCat("WatchJob sent nothing for job '", job_id, "'"));
+  return last;
 }
 
 absl::StatusOr<std::vector<v1::JobInfo>> LactClient::ListJobs() {

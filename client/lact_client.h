@@ -41,6 +41,10 @@ struct SubmitOptions {
   std::string context_ref;
   std::string context_ref_tensor;  // a .safetensors file's tensor
   std::string output_ref;
+  // Return once the job is accepted, leaving it to run (WatchJob follows
+  // it). Only for jobs whose bytes all go by reference.
+  bool detach = false;
+  bool cancel_on_disconnect = false;  // JobSpec.cancel_on_disconnect
 };
 
 struct JobResult {
@@ -67,6 +71,10 @@ class LactClient {
                                             WireType dtype = WireType::kF32,
                                             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id);
+  // Follows a job until it ends (`on_change` sees every JobInfo the server
+  // sends); returns the last, whose status is final.
+  absl::StatusOr<v1::JobInfo> WatchJob(const std::string& job_id,
+                                       const std::function<void(const v1::JobInfo&)>& on_change = nullptr);
   absl::StatusOr<std::vector<v1::JobInfo>> ListJobs();
   absl::StatusOr<v1::JobInfo> CancelJob(const std::string& job_id);
   absl::Status DeleteJob(const std::string& job_id);

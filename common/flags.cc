@@ -8,7 +8,7 @@
 namespace lact {
 
 absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const std::set<std::string>& allowed,
-                                   const std::set<std::string>& repeatable) {
+                                   const std::set<std::string>& repeatable, const std::set<std::string>& switches) {
   Flags flags;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
@@ -16,7 +16,9 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const s
       return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "' (flags are --name VALUE)"));
     }
     std::string name = arg.substr(2), value;
-    if (const size_t eq = name.find('='); eq != std::string::npos) {
+    if (switches.count(name)) {
+      value = "true";
+    } else if (const size_t eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     } else if (i + 1 < args.size()) {
@@ -24,8 +26,9 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const s
     } else {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
     }
-    if (!allowed.count(name)) {
+    if (!allowed.count(name) && !switches.count(name)) {
       std::vector<std::string> names(allowed.begin(), allowed.end());
+      names.insert(names.end(), switches.begin(), switches.end());
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag --", name, " (allowed: --", absl::StrJoin(names, ", --"), ")"));
     }

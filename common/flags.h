@@ -1,6 +1,7 @@
 // Minimal "--name value" command-line parsing for the lact subcommands:
-// every flag takes one value; unknown flags, missing values and repeats of a
-// non-repeatable flag are INVALID_ARGUMENT naming the flag.
+// every flag takes one value except the named switches, which take none;
+// unknown flags, missing values and repeats of a non-repeatable flag are
+// INVALID_ARGUMENT naming the flag.
 #ifndef LACT_COMMON_FLAGS_H_
 #define LACT_COMMON_FLAGS_H_
 
@@ -18,7 +19,10 @@ class Flags {
  public:
   // `allowed`: flag names without dashes; `repeatable`: those that may repeat.
   static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args, const std::set<std::string>& allowed,
-                                     const std::set<std::string>& repeatable = {});
+                                     const std::set<std::string>& repeatable = {},
+                                     const std::set<std::string>& switches = {});
+
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
 
   std::optional<std::string> Get(const std::string& name) const;
   std::vector<std::string> GetAll(const std::string& name) const;

@@ -13,6 +13,18 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRe
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                                          grpc::ServerWriter<v1::JobInfo>* writer) {
+  uint64_t seen = 0;
+  while (!context->IsCancelled()) {
+    absl::StatusOr<v1::JobInfo> info = c_.jobs->WaitForChange(request->job_id(), &seen, std::chrono::seconds(1));
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    if (!writer->Write(*info)) break;
+    if (info->status() != v1::JobInfo::RUNNING) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+}
+
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                                           v1::ListJobsResponse* response) {
   c_.jobs->Expire();

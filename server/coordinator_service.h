@@ -21,6 +21,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
     return RunQuery(c_, context, stream);
   }
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::JobInfo*) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                        grpc::ServerWriter<v1::JobInfo>* writer) override;
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::JobInfo*) override;
   grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest*, v1::DeleteJobResponse*) override;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -100,7 +101,7 @@ class SubmitFlow {
     if (!plan.ok()) return ToGrpcStatus(plan.status());
     plan_ = *std::move(plan);
     WorkerRegistry::Wait wait{c_.options.acquire_wait, c_.options.max_queued_jobs,
-                              [this] { return context_->IsCancelled(); }, [this](int position) {
+                              [this] { return CallGone(); }, [this](int position) {
                                 v1::SubmitResponse p;
                                 p.mutable_progress()->set_stage(v1::Progress::QUEUED);
                                 p.mutable_progress()->set_queue_position(position);
@@ -132,6 +133,21 @@ class SubmitFlow {
   }
 
  private:
+  // Whether the job runs on when its Submit call ends early: all its bytes
+  // go by reference, and the client did not ask otherwise.
+  bool OutlivesCall() const {
+    for (int r = 0; r < plan_.workers; ++r) {
+      if (NeedsTransfer(r)) return false;
+    }
+    return !spec_.cancel_on_disconnect();
+  }
+
+  bool CallGone() const { return !OutlivesCall() && context_->IsCancelled(); }
+
+  std::chrono::system_clock::time_point JobDeadline() const {
+    return OutlivesCall() ? std::chrono::system_clock::now() + std::chrono::hours(24 * 7) : CallDeadline(context_);
+  }
+
   // Whether rank r's client opens a Transfer stream (the rule ShardSpec.transfer states).
   bool NeedsTransfer(int rank) const {
     return !spec_.has_context_ref() || !spec_.has_output_ref() ||
@@ -183,13 +199,14 @@ class SubmitFlow {
     streams_ = std::make_shared<WorkerStreams>(lease.addresses());
     std::shared_ptr<WorkerStreams> streams = streams_;
     c_.jobs->SetCanceller(job_id_, [streams] { streams->Cancel(); });
-    CancelWatcher watcher(context_, [streams] { streams->Cancel(); });
-    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(context_)); !opened.ok()) {
+    std::optional<CancelWatcher> watcher;
+    if (!OutlivesCall()) watcher.emplace(context_, [streams] { streams->Cancel(); });
+    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), JobDeadline()); !opened.ok()) {
       c_.registry->MarkFailed(streams_->address(streams_->broken_rank()));
       streams_->Cancel();
       return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", opened.message()));
     }
-    if (!stream_->Write(Accepted(ticket))) {
+    if (!stream_->Write(Accepted(ticket)) && !OutlivesCall()) {
       streams_->Cancel();
       return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: the client went away"));
     }
@@ -230,6 +247,7 @@ class SubmitFlow {
         p.mutable_progress()->set_layers_done(response.layers_done());
         p.mutable_progress()->set_layers_total(plan_.config.n_layers);
         p.mutable_progress()->set_tokens_total(spec_.context_tokens());
+        c_.jobs->SetProgress(job_id_, p.progress());
         stream_->Write(p);
       } else if (response.has_done()) {
         outcome.done = response.done();
@@ -315,7 +333,7 @@ class SubmitFlow {
     if (info.ok() && info->status() == v1::JobInfo::CANCELLED) {
       return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by CancelJob"));
     }
-    if (context_->IsCancelled()) {
+    if (CallGone()) {
       const bool expired = std::chrono::system_clock::now() >= context_->deadline();
       return expired ? absl::DeadlineExceededError(absl::StrCat("job ", job_id_, ": the call's deadline expired"))
                      : absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: the client went away"));

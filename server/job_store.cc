@@ -52,6 +52,7 @@ void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const s
   *r.info.mutable_stats() = stats;
   r.cancel = nullptr;
   r.forget_after = std::max(r.forget_after, std::chrono::system_clock::now() + record_ttl_);
+  ChangedLocked(r);
 }
 
 void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state, std::chrono::seconds ttl) {
@@ -64,6 +65,33 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   it->second.info.set_state_retained(true);
   it->second.info.set_expires_unix_seconds(
       std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch()).count());
+  ChangedLocked(it->second);
+}
+
+void JobStore::ChangedLocked(Record& r) {
+  ++r.version;
+  changed_.notify_all();
+}
+
+void JobStore::SetProgress(const std::string& id, const v1::Progress& progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  *it->second.info.mutable_progress() = progress;
+  ChangedLocked(it->second);
+}
+
+absl::StatusOr<v1::JobInfo> JobStore::WaitForChange(const std::string& id, uint64_t* seen,
+                                                    std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_for(lock, wait, [&] {
+    auto it = jobs_.find(id);
+    return it == jobs_.end() || it->second.version != *seen;
+  });
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Unknown(id);
+  *seen = it->second.version;
+  return it->second.info;
 }
 
 absl::StatusOr<v1::JobInfo> JobStore::Get(const std::string& id) const {
@@ -94,6 +122,7 @@ absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {
     }
     r.info.set_status(v1::JobInfo::CANCELLED);
     r.info.set_error("cancelled by CancelJob");
+    ChangedLocked(r);
     cancel = std::move(r.cancel);
     r.cancel = nullptr;
     info = r.info;
@@ -110,6 +139,7 @@ absl::Status JobStore::Delete(const std::string& id) {
     if (it == jobs_.end()) return Unknown(id);
     cancel = std::move(it->second.cancel);
     jobs_.erase(it);
+    changed_.notify_all();
   }
   if (cancel) cancel();
   return absl::OkStatus();

@@ -7,6 +7,7 @@
 #define LACT_SERVER_JOB_STORE_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,8 +39,13 @@ class JobStore {
   void Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
               const v1::JobStats& stats);
   void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, std::chrono::seconds ttl);
+  void SetProgress(const std::string& id, const v1::Progress& progress);
 
   absl::StatusOr<v1::JobInfo> Get(const std::string& id) const;
+  // The job's info once it changed after version `*seen` (0: at once),
+  // waiting up to `wait`; *seen becomes the version returned. NOT_FOUND if
+  // the job is unknown or was deleted.
+  absl::StatusOr<v1::JobInfo> WaitForChange(const std::string& id, uint64_t* seen, std::chrono::milliseconds wait);
   std::vector<v1::JobInfo> List() const;
   // NOT_FOUND, or FAILED_PRECONDITION if the job is not running.
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& id);
@@ -58,11 +64,14 @@ class JobStore {
     std::shared_ptr<const RetainedState> state;
     std::chrono::system_clock::time_point expires;     // of the retained state
     std::chrono::system_clock::time_point forget_after;  // of the record, once finished
+    uint64_t version = 1;                                 // bumped at every change
   };
+  void ChangedLocked(Record& r);
   void ExpireLocked();
 
   const std::chrono::seconds record_ttl_;
   mutable std::mutex mu_;
+  std::condition_variable changed_;
   std::map<std::string, Record> jobs_;
   uint64_t next_ = 1;
 };

@@ -201,6 +201,45 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
   EXPECT_TRUE(good->data == context.data) << "the context file untouched";
 }
 
+TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
+  const Tensor context = RandomTokens(16384, 256, 13);
+  SubmitOptions o;
+  o.model = "preset:small:2";
+  o.workers = 2;
+  o.return_state = false;
+  o.timeout = std::chrono::seconds(120);
+  absl::StatusOr<JobResult> in_band = Client().Submit(o, context, {});
+  ASSERT_TRUE(in_band.ok()) << in_band.status();
+  ASSERT_TRUE(WriteNpy(Path("detached.npy"), context).ok());
+  o.context_ref = Path("detached.npy");
+  o.output_ref = Path("detached.out.npy");
+  o.detach = true;
+  absl::StatusOr<JobResult> detached = Client().Submit(o, Tensor(), {});
+  ASSERT_TRUE(detached.ok()) << detached.status();
+  int changes = 0;
+  absl::StatusOr<v1::JobInfo> end = Client().WatchJob(detached->job_id, [&](const v1::JobInfo&) { ++changes; });
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << end->error();
+  EXPECT_GE(changes, 2) << "progress while it ran, then its end";
+  absl::StatusOr<Tensor> written = ReadNpy(Path("detached.out.npy"));
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_TRUE(written->data == in_band->output.data) << "the detached job's output differs";
+
+  o.cancel_on_disconnect = true;
+  absl::StatusOr<JobResult> asked = Client().Submit(o, Tensor(), {});
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  end = Client().WatchJob(asked->job_id);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->status(), v1::JobInfo::CANCELLED);
+  EXPECT_THAT(end->error(), HasSubstr("the client went away"));
+  EXPECT_FALSE(fs::exists(Path("detached.out.npy"))) << "a cancelled job's output file is removed";
+
+  o = SubmitOptions{.model = "tiny", .detach = true};
+  EXPECT_EQ(Client().Submit(o, RandomTokens(4, 32, 1), {}).status().code(), absl::StatusCode::kInvalidArgument)
+      << "in-band outputs cannot be fetched later, so such a job cannot detach";
+  EXPECT_EQ(Client().WatchJob("job-0-none").status().code(), absl::StatusCode::kNotFound);
+}
+
 // A job whose client speaks the protocol by hand.
 class RawJob {
  public:

@@ -28,11 +28,15 @@ constexpr char kUsage[] =
     "                    [--query FILE.npy]... [--workers P] [--shards N]... [--muon-steps N]\n"
     "                    [--chunk-tokens N] [--dtype f32|bf16|f16] [--timeout S]\n"
     "                    [--out FILE.safetensors] [--out-ref PATH.npy]\n"
+    "                    [--detach] [--cancel-on-disconnect]\n"
     "        --context-ref/--out-ref name files inside the cluster's --data-root that the\n"
-    "        workers read and write themselves (the context never passes through here)\n"
+    "        workers read and write themselves (the context never passes through here);\n"
+    "        such a job runs on if this command ends early (--detach returns at once)\n"
     "  query   query sets against a finished job's retained state:\n"
     "        lact query --server ADDR --job ID --query FILE.npy... --out FILE.safetensors\n"
     "  status  lact status --server ADDR [--job ID]\n"
+    "  watch   a job's progress until it ends (exit 0 if it succeeded):\n"
+    "        lact watch --server ADDR --job ID\n"
     "  cancel  lact cancel --server ADDR --job ID\n"
     "  models  lact models --server ADDR\n";
 
@@ -51,6 +55,7 @@ int main(int argc, char** argv) {
       {"run", lact::cli::RunCommand},       {"local", lact::cli::LocalCommand},
       {"submit", lact::cli::SubmitCommand}, {"query", lact::cli::QueryCommand},
       {"status", lact::cli::StatusCommand}, {"cancel", lact::cli::CancelCommand},
+      {"watch", lact::cli::WatchCommand},
       {"models", lact::cli::ModelsCommand}};
   Command run = nullptr;
   for (const auto& [name, fn] : commands) {

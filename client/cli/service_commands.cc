@@ -101,13 +101,15 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
                                                   {"server", "model", "context", "query", "workers", "muon-steps",
                                                    "chunk-tokens", "dtype", "timeout", "out", "shards",
                                                    "context-ref", "context-tensor", "out-ref"},
-                                                  {"query", "shards"}));
+                                                  {"query", "shards"}, {"detach", "cancel-on-disconnect"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
   LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
   options.context_ref = flags.Get("context-ref").value_or("");
   options.context_ref_tensor = flags.Get("context-tensor").value_or("");
   options.output_ref = flags.Get("out-ref").value_or("");
+  options.detach = flags.Has("detach");
+  options.cancel_on_disconnect = flags.Has("cancel-on-disconnect");
   const std::string context_spec = flags.Get("context").value_or("");
   if (context_spec.empty() == options.context_ref.empty()) {
     return absl::InvalidArgumentError("give the context as --context FILE.npy|random:L[:SEED] or --context-ref PATH");
@@ -147,6 +149,12 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
       [](const std::string& id) { std::fprintf(stderr, "lact submit: job %s accepted\n", id.c_str()); });
   line.Finish();
   LACT_RETURN_IF_ERROR(result.status());
+  if (options.detach) {
+    std::printf("%s\n", result->job_id.c_str());
+    std::fprintf(stderr, "lact submit: job %s runs on; follow it with lact watch --server %s --job %s\n",
+                 result->job_id.c_str(), server.c_str(), result->job_id.c_str());
+    return absl::OkStatus();
+  }
   if (!out_path.empty()) LACT_RETURN_IF_ERROR(WriteResult(out_path, result->output, result->queries, result->state));
   std::printf("%s\n", result->job_id.c_str());
   std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n", result->job_id.c_str(),
@@ -203,6 +211,26 @@ absl::Status StatusCommand(const std::vector<std::string>& args) {
                 static_cast<long long>(j.context_tokens()), j.workers(), j.stats().seconds(),
                 j.state_retained() ? "retained" : "none", j.error().empty() ? "" : "  error: ", j.error().c_str());
   }
+  return absl::OkStatus();
+}
+
+absl::Status WatchCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
+  ProgressLine line;
+  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, LactClient(server).WatchJob(job, [&](const v1::JobInfo& j) {
+    if (j.status() == v1::JobInfo::RUNNING && j.progress().stage() != v1::Progress::STAGE_UNSPECIFIED) {
+      line.Update(j.progress());
+    }
+  }));
+  line.Finish();
+  std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
+  if (info.status() != v1::JobInfo::SUCCEEDED) {
+    return absl::AbortedError(absl::StrCat("job ", job, " ended ", v1::JobInfo::Status_Name(info.status()), ": ",
+                                           info.error()));
+  }
+  PrintStats(info.stats(), info.context_tokens());
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@ namespace lact::cli {
 absl::Status SubmitCommand(const std::vector<std::string>& args);
 absl::Status QueryCommand(const std::vector<std::string>& args);
 absl::Status StatusCommand(const std::vector<std::string>& args);
+absl::Status WatchCommand(const std::vector<std::string>& args);
 absl::Status CancelCommand(const std::vector<std::string>& args);
 absl::Status ModelsCommand(const std::vector<std::string>& args);
 absl::Status LocalCommand(const std::vector<std::string>& args);
