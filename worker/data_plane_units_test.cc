@@ -16,6 +16,8 @@
 #include "common/data_files.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
+#include "common/model.h"
+#include "worker/retained_states.h"
 #include "worker/shard_transfer.h"
 #include "worker/token_receiver.h"
 
@@ -296,6 +298,28 @@ TEST(ShardTransfer, FailuresReachTheOtherSide) {
   ShardTransfer cancelled("t", TokenReceiver({1}, 1, WireType::kF32, 0));
   s = cancelled.AwaitUpload(std::chrono::seconds(5), [] { return true; });
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+TEST(RetainedStates, ByteCapEvictsTheOldestAndSaysSo) {
+  const ModelConfig config = *PresetConfig("small");
+  auto state = std::make_shared<const FusedState>(ZeroFusedState(config));
+  int64_t one = 0;
+  for (const LayerState& l : state->layers) {
+    one += (l.w0.size() + l.w1.size() + l.w2.size()) * 4;
+    for (const MambaState& m : l.mamba) one += (m.ssm.size() + m.conv.size()) * 4;
+  }
+  ASSERT_GT(one, 0);
+  RetainedStates states(one * 5 / 2);  // room for two
+  for (const char* job : {"a", "b", "c"}) states.Put(job, {"preset:small", {}, state}, std::chrono::seconds(60));
+  EXPECT_EQ(states.bytes(), 2 * one);
+  absl::StatusOr<RetainedState> evicted = states.Get("a");
+  EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr("evicted: the worker's states reached its --retain-bytes"));
+  EXPECT_TRUE(states.Get("b").ok());
+  EXPECT_TRUE(states.Get("c").ok());
+  EXPECT_THAT(std::string(states.Get("zz").status().message()), HasSubstr("never computed here"));
+  states.Put("d", {"preset:small", {}, state}, std::chrono::seconds(0));
+  EXPECT_THAT(std::string(states.Get("d").status().message()), HasSubstr("expired"));
 }
 
 }  // namespace

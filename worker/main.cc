@@ -4,6 +4,7 @@
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
 //               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
 //               [--collective gloo|nccl] [--data-root DIR]
+//               [--retain-bytes N (fused states kept for Query, default 8 GiB)]
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -53,13 +54,16 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                                              {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
-                                              "device", "precision", "collective", "data-root"});
+                                              "device", "precision", "collective", "data-root", "retain-bytes"});
   absl::StatusOr<std::string> coordinator = flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
   absl::StatusOr<int64_t> threads = flags.ok() ? flags->Int("threads", 0, 0, 1024) : flags.status();
   absl::StatusOr<int64_t> tile = flags.ok() ? flags->Int("tile-tokens", 0, 0, 1 << 24) : flags.status();
   absl::StatusOr<int64_t> device = flags.ok() ? flags->Int("device", 0, 0, 1024) : flags.status();
-  for (const absl::Status& s : {coordinator.status(), port.status(), threads.status(), tile.status(), device.status()}) {
+  absl::StatusOr<int64_t> retain_bytes =
+      flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50) : flags.status();
+  for (const absl::Status& s :
+       {coordinator.status(), port.status(), threads.status(), tile.status(), device.status(), retain_bytes.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -89,7 +93,7 @@ int Main(int argc, char** argv) {
       v1::Control::NewStub(grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
 
   TransferBoard transfers;
-  RetainedStates states;
+  RetainedStates states(*retain_bytes);
   WorkerService service(
       {models->get(), control, backend, flags->Get("data-root").value_or(""), &transfers, &states});
   DataService data(&transfers);
