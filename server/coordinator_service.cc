@@ -17,8 +17,10 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
                                           grpc::ServerWriter<v1::JobInfo>* writer) {
   uint64_t seen = 0;
   while (!context->IsCancelled()) {
+    const uint64_t before = seen;  // the 1 s wake-up only looks for a watcher that went away
     absl::StatusOr<v1::JobInfo> info = c_.jobs->WaitForChange(request->job_id(), &seen, std::chrono::seconds(1));
     if (!info.ok()) return ToGrpcStatus(info.status());
+    if (seen == before) continue;
     if (!writer->Write(*info)) break;
     if (info->status() != v1::JobInfo::RUNNING) return grpc::Status::OK;
   }

@@ -8,15 +8,6 @@
 namespace lact::server {
 namespace {
 
-const char* DTypeWord(WireType t) {
-  switch (t) {
-    case WireType::kF32: return "F32";
-    case WireType::kBF16: return "BF16";
-    case WireType::kF16: return "F16";
-  }
-  return "?";
-}
-
 // Fills the spec's context fields from the file, or checks those given.
 absl::Status MatchSpec(const TokenFileLayout& file, v1::JobSpec* spec) {
   if (spec->context_tokens() == 0) spec->set_context_tokens(file.rows);
@@ -28,7 +19,7 @@ absl::Status MatchSpec(const TokenFileLayout& file, v1::JobSpec* spec) {
                                                    spec->token_width(), " (leave them 0 to take the file's)"));
   }
   if (spec->dtype() != ToProto(file.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("context '", file.path, "' is ", DTypeWord(file.dtype),
+    return absl::InvalidArgumentError(absl::StrCat("context '", file.path, "' is ", v1::DType_Name(ToProto(file.dtype)),
                                                    " but the JobSpec says ", v1::DType_Name(spec->dtype()),
                                                    " (leave it unspecified to take the file's)"));
   }

@@ -12,6 +12,7 @@
 #include "common/data_files.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
+#include "proto/in_band.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
 #include "server/job_files.h"
@@ -150,8 +151,8 @@ class SubmitFlow {
 
   // Whether rank r's client opens a Transfer stream (the rule ShardSpec.transfer states).
   bool NeedsTransfer(int rank) const {
-    return !spec_.has_context_ref() || !spec_.has_output_ref() ||
-           (rank == 0 && (spec_.query_tokens_size() > 0 || spec_.return_state()));
+    return ShardHasBytesInBand(spec_.has_context_ref(), spec_.has_output_ref(), rank, spec_.query_tokens_size() > 0,
+                               spec_.return_state());
   }
 
   std::vector<v1::ShardSpec> ShardSpecs(const std::string& ticket) const {
@@ -172,8 +173,10 @@ class SubmitFlow {
       s.set_token_width(spec_.token_width());
       s.set_ticket(ticket);
       s.set_transfer(NeedsTransfer(r));
-      if (spec_.has_context_ref()) s.mutable_context_ref()->set_path(files_.context);
-      if (spec_.has_context_ref()) s.mutable_context_ref()->set_tensor(spec_.context_ref().tensor());
+      if (spec_.has_context_ref()) {
+        s.mutable_context_ref()->set_path(files_.context);
+        s.mutable_context_ref()->set_tensor(spec_.context_ref().tensor());
+      }
       if (spec_.has_output_ref()) s.mutable_output_ref()->set_path(files_.output);
       if (r == 0) {
         *s.mutable_query_tokens() = spec_.query_tokens();

@@ -52,9 +52,4 @@ void WorkerStreams::Cancel() {
   for (auto& c : contexts_) c->TryCancel();
 }
 
-bool WorkerStreams::cancelled() {
-  absl::MutexLock lock(&mu_);
-  return cancelled_;
-}
-
 }  // namespace lact::server

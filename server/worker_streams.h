@@ -41,7 +41,6 @@ class WorkerStreams {
   grpc::Status Finish(int rank, bool* from_worker);
   // The rank whose stream broke in Open, or -1.
   int broken_rank() const { return broken_rank_; }
-  bool cancelled();
 
  private:
   std::vector<std::string> addresses_;

@@ -31,7 +31,6 @@ class TokenReceiver {
   // OK when every set is complete; otherwise INVALID_ARGUMENT saying what is missing.
   absl::Status CheckComplete() const;
 
-  int64_t received(int set) const { return received_[set]; }
   int64_t bytes_received() const { return bytes_; }
   Tensor TakeSet(int set) { return std::move(sets_[set]); }
 

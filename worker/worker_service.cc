@@ -8,6 +8,7 @@
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
+#include "proto/in_band.h"
 #include "proto/job_options.h"
 #include "proto/metadata_keys.h"
 #include "proto/status_conversion.h"
@@ -165,8 +166,8 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
     return absl::InvalidArgumentError("shard needs 1..total_tokens tokens inside the context");
   }
   if (spec.token_width() < 1) return absl::InvalidArgumentError("ShardSpec.token_width must be >= 1");
-  const bool needs_stream = !spec.has_context_ref() || !spec.has_output_ref() ||
-                            (spec.rank() == 0 && (spec.query_tokens_size() > 0 || spec.return_state()));
+  const bool needs_stream = ShardHasBytesInBand(spec.has_context_ref(), spec.has_output_ref(), spec.rank(),
+                                                spec.query_tokens_size() > 0, spec.return_state());
   if (needs_stream != spec.transfer()) {
     return absl::InvalidArgumentError(absl::StrCat("ShardSpec.transfer is ", spec.transfer(), " but the shard ",
                                                    needs_stream ? "has" : "has no", " bytes in band"));
