@@ -109,7 +109,8 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   if (options.detach && (!by_ref || options.output_ref.empty() || !queries.empty() || options.return_state)) {
     return absl::InvalidArgumentError(
         "detach needs a job whose bytes all go by reference (context_ref and output_ref, no query sets, "
-        "return_state off): outputs sent in band cannot be fetched later yet");
+        "return_state off); a job with bytes in band runs on anyway if its client goes away after the "
+        "upload, and FetchResult collects its results");
   }
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout);
@@ -125,16 +126,19 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   std::thread reporter;
   v1::SubmitResponse response;
   while (stream->Read(&response)) {
-    if (response.has_accepted()) {
-      const v1::JobAccepted& a = response.accepted();
-      result.job_id = a.job_id();
-      result.shards.assign(a.shards().begin(), a.shards().end());
-      if (on_accepted) on_accepted(a.job_id());
+    const std::string& id = response.has_accepted() ? response.accepted().job_id() : response.progress().job_id();
+    if (result.job_id.empty() && !id.empty()) {
+      result.job_id = id;
+      if (on_accepted) on_accepted(id);
       if (options.detach) {
         ctx.TryCancel();  // the job runs on without this call
         stream->Finish().IgnoreError();
         return result;
       }
+    }
+    if (response.has_accepted()) {
+      const v1::JobAccepted& a = response.accepted();
+      result.shards.assign(a.shards().begin(), a.shards().end());
       transfers = std::make_unique<ShardTransfers>(a, by_ref ? nullptr : &context, queries,
                                                    options.output_ref.empty(), &result);
       transfers->Start();
@@ -171,6 +175,26 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   if (reporter.joinable()) reporter.join();
   LACT_RETURN_IF_ERROR(FromGrpcStatus(status));  // the job's own status says more than a broken transfer
   LACT_RETURN_IF_ERROR(moved);
+  return result;
+}
+
+absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {
+  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, GetJob(job_id));
+  if (info.status() != v1::JobInfo::SUCCEEDED) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", v1::JobInfo::Status_Name(info.status()),
+                                                      info.error().empty() ? "" : ": ", info.error(),
+                                                      "; only a succeeded job has results"));
+  }
+  if (!info.state_retained()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, "'s results are no longer retained"));
+  }
+  JobResult result;
+  result.job_id = job_id;
+  result.shards.assign(info.accepted().shards().begin(), info.accepted().shards().end());
+  result.stats = info.stats();
+  std::unique_ptr<ShardTransfers> fetch = ShardTransfers::Fetch(info.accepted(), &result);
+  fetch->Start();
+  LACT_RETURN_IF_ERROR(fetch->Join());
   return result;
 }
 

@@ -41,8 +41,9 @@ struct SubmitOptions {
   std::string context_ref;
   std::string context_ref_tensor;  // a .safetensors file's tensor
   std::string output_ref;
-  // Return once the job is accepted, leaving it to run (WatchJob follows
-  // it). Only for jobs whose bytes all go by reference.
+  // Return once the job is admitted (its id known), leaving it to run:
+  // WatchJob follows it, FetchResult collects its results. Only for jobs
+  // whose bytes all go by reference.
   bool detach = false;
   bool cancel_on_disconnect = false;  // JobSpec.cancel_on_disconnect
 };
@@ -63,7 +64,7 @@ class LactClient {
   explicit LactClient(const std::string& address);
 
   // `progress` and `on_accepted` are called from Submit's threads, one at a
-  // time.
+  // time; `on_accepted` gets the job's id as soon as the job is admitted.
   absl::StatusOr<JobResult> Submit(const SubmitOptions& options, const Tensor& context,
                                    const std::vector<Tensor>& queries, const ProgressFn& progress = nullptr,
                                    std::function<void(const std::string&)> on_accepted = nullptr);
@@ -71,6 +72,11 @@ class LactClient {
                                             WireType dtype = WireType::kF32,
                                             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id);
+  // A finished job's results as its workers retained them (outputs sent in
+  // band, query outputs, the fused state), fetched straight from them in
+  // parallel. FAILED_PRECONDITION if the job did not succeed or its results
+  // are gone (NOT_FOUND from a worker says why: expired, evicted, deleted).
+  absl::StatusOr<JobResult> FetchResult(const std::string& job_id);
   // Follows a job until it ends (`on_change` sees every JobInfo the server
   // sends); returns the last, whose status is final.
   absl::StatusOr<v1::JobInfo> WatchJob(const std::string& job_id,

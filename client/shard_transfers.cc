@@ -69,13 +69,24 @@ ShardTransfers::~ShardTransfers() {
   Join().IgnoreError();
 }
 
+std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(const v1::JobAccepted& accepted, JobResult* result) {
+  static const std::vector<Tensor> kNoQueries;
+  auto fetch = std::make_unique<ShardTransfers>(accepted, nullptr, kNoQueries, accepted.output_in_band(), result);
+  fetch->fetch_ = true;
+  return fetch;
+}
+
 void ShardTransfers::Start() {
   const int ranks = accepted_.shards_size();
   statuses_.assign(ranks, absl::OkStatus());
   for (int r = 0; r < ranks; ++r) contexts_.push_back(std::make_unique<grpc::ClientContext>());
+  if (fetch_) AllocateOutputs();
   for (int r = 0; r < ranks; ++r) {
-    if (!accepted_.shards(r).transfer()) continue;
-    threads_.emplace_back([this, r] { statuses_[r] = RunShard(r, contexts_[r].get()); });
+    // Rank 0 keeps the fused state whether or not it had bytes in band.
+    if (!accepted_.shards(r).transfer() && !(fetch_ && r == 0)) continue;
+    threads_.emplace_back([this, r] {
+      statuses_[r] = fetch_ ? FetchShard(r, contexts_[r].get()) : RunShard(r, contexts_[r].get());
+    });
   }
 }
 
@@ -98,6 +109,26 @@ absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
       channel.get(), grpc::internal::RpcMethod(kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING), ctx));
   absl::Status uploaded = Upload(rank, stream.get());
   std::call_once(allocated_, [this] { AllocateOutputs(); });
+  LACT_RETURN_IF_ERROR(Receive(rank, stream.get(), ctx));
+  return uploaded;
+}
+
+absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      accepted_.shards(rank).worker(), grpc::InsecureChannelCredentials(), BulkChannelArguments());
+  v1::FetchRequest request;
+  request.set_job_id(accepted_.job_id());
+  request.set_rank(rank);
+  request.set_ticket(accepted_.ticket());
+  std::unique_ptr<grpc::ClientReader<TransferResponseIn>> stream(
+      grpc::internal::ClientReaderFactory<TransferResponseIn>::Create(
+          channel.get(), grpc::internal::RpcMethod(kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING),
+          ctx, BulkOut::Whole(request)));
+  return Receive(rank, stream.get(), ctx);
+}
+
+template <typename Stream>
+absl::Status ShardTransfers::Receive(int rank, Stream* stream, grpc::ClientContext* ctx) {
   TransferResponseIn response;
   absl::Status placed;
   while (placed.ok() && stream->Read(&response)) {
@@ -109,9 +140,10 @@ absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
   LACT_RETURN_IF_ERROR(placed);
   if (!finished.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
-                        absl::StrCat("shard ", rank, " on worker ", address, ": ", finished.error_message()));
+                        absl::StrCat("shard ", rank, " on worker ", accepted_.shards(rank).worker(), ": ",
+                                     finished.error_message()));
   }
-  return uploaded;
+  return absl::OkStatus();
 }
 
 absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
@@ -166,7 +198,7 @@ absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response)
 void ShardTransfers::AllocateOutputs() {
   const int64_t width = accepted_.output_width();
   if (output_in_band_) result_->output = Tensor({accepted_.context_tokens(), width});
-  for (const Tensor& q : queries_) result_->queries.emplace_back(std::vector<int64_t>{q.dim(0), width});
+  for (int64_t tokens : accepted_.query_tokens()) result_->queries.emplace_back(std::vector<int64_t>{tokens, width});
 }
 
 }  // namespace lact

@@ -9,6 +9,8 @@
 // (rank 0 only). The output tensors are allocated, once, when the first
 // stream has finished uploading (while the workers compute). Cancel() ends
 // every stream; Join() returns the first failure.
+// Fetch() instead reads a finished job's retained results back, the same
+// way, with ShardData.FetchResult (nothing is uploaded).
 #ifndef LACT_CLIENT_SHARD_TRANSFERS_H_
 #define LACT_CLIENT_SHARD_TRANSFERS_H_
 
@@ -35,6 +37,8 @@ class ShardTransfers {
   // outlive Join().
   ShardTransfers(const v1::JobAccepted& accepted, const Tensor* context, const std::vector<Tensor>& queries,
                  bool output_in_band, JobResult* result);
+  // For a finished job's results (JobInfo.accepted).
+  static std::unique_ptr<ShardTransfers> Fetch(const v1::JobAccepted& accepted, JobResult* result);
   ~ShardTransfers();
 
   void Start();
@@ -45,6 +49,10 @@ class ShardTransfers {
 
  private:
   absl::Status RunShard(int rank, grpc::ClientContext* ctx);
+  absl::Status FetchShard(int rank, grpc::ClientContext* ctx);
+  // Reads a stream's results into `result_`; then ends the stream.
+  template <typename Stream>
+  absl::Status Receive(int rank, Stream* stream, grpc::ClientContext* ctx);
   absl::Status Upload(int rank, grpc::ClientReaderWriter<BulkOut, TransferResponseIn>* stream);
   absl::Status Place(int rank, const TransferResponseIn& response);
   void AllocateOutputs();
@@ -53,6 +61,7 @@ class ShardTransfers {
   const Tensor* context_;
   const std::vector<Tensor>& queries_;
   const bool output_in_band_;
+  bool fetch_ = false;
   JobResult* result_;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
   std::vector<std::thread> threads_;

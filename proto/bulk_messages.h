@@ -28,6 +28,7 @@
 namespace lact {
 
 inline constexpr char kShardDataTransfer[] = "/lact.v1.ShardData/Transfer";
+inline constexpr char kShardDataFetchResult[] = "/lact.v1.ShardData/FetchResult";
 
 // A message to send. Either `whole` (any small message, serialized), or
 // the oneof field `outer_field` of the outer message holding an inner

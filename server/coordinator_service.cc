@@ -1,6 +1,7 @@
 #include "server/coordinator_service.h"
 
 #include "proto/status_conversion.h"
+#include "server/worker_streams.h"
 
 namespace lact::server {
 
@@ -22,7 +23,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
     if (!info.ok()) return ToGrpcStatus(info.status());
     if (seen == before) continue;
     if (!writer->Write(*info)) break;
-    if (info->status() != v1::JobInfo::RUNNING) return grpc::Status::OK;
+    if (info->status() != v1::JobInfo::RUNNING && info->status() != v1::JobInfo::QUEUED) return grpc::Status::OK;
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
 }
@@ -30,7 +31,10 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                                           v1::ListJobsResponse* response) {
   c_.jobs->Expire();
-  for (v1::JobInfo& info : c_.jobs->List()) *response->add_jobs() = std::move(info);
+  for (v1::JobInfo& info : c_.jobs->List()) {
+    info.mutable_accepted()->clear_ticket();  // only GetJob and WatchJob, for one job, show it
+    *response->add_jobs() = std::move(info);
+  }
   return grpc::Status::OK;
 }
 
@@ -44,7 +48,19 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::Cance
 
 grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
                                            v1::DeleteJobResponse*) {
-  return ToGrpcStatus(c_.jobs->Delete(request->job_id()));
+  absl::StatusOr<std::vector<std::string>> workers = c_.jobs->Delete(request->job_id());
+  if (!workers.ok()) return ToGrpcStatus(workers.status());
+  // What the workers kept goes too; a worker that does not answer drops it
+  // at its TTL anyway.
+  for (const std::string& address : *workers) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ForgetRequest forget;
+    forget.set_job_id(request->job_id());
+    v1::ForgetResponse answer;
+    v1::Worker::NewStub(WorkerChannel(address))->Forget(&ctx, forget, &answer).IgnoreError();
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorService::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,

@@ -10,6 +10,7 @@
 
 #include "common/model.h"
 #include "server/job_admission.h"
+#include "server/job_machine.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
 #include "server/worker_registry.h"
@@ -169,43 +170,76 @@ TEST(KvStore, GetWaitsForKeysAndTimesOut) {
   EXPECT_EQ(kv.size(), 1u);
 }
 
-TEST(JobStore, CancelRetainExpireDelete) {
+TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   JobStore jobs;
   v1::JobSpec spec;
   spec.set_model("m");
-  const std::string id = jobs.Create(spec, 2);
-  bool cancelled = false;
-  jobs.SetCanceller(id, [&] { cancelled = true; });
+  const std::string id = jobs.Create(spec);
+  EXPECT_EQ(jobs.Get(id)->status(), v1::JobInfo::QUEUED);
+  EXPECT_GT(jobs.Get(id)->submitted_unix_seconds(), 1.7e9);
+  EXPECT_EQ(jobs.Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "a job without a canceller cannot be stopped yet";
+  JobMachine machine(id);
+  jobs.SetCanceller(id, [&](CancelCause cause) { return machine.Cancel(cause); });
+  v1::JobAccepted accepted;
+  accepted.add_shards()->set_worker("a:1");
+  accepted.add_shards()->set_worker("b:2");
+  accepted.set_ticket("secret");
+  jobs.Start(id, accepted);
+  EXPECT_EQ(jobs.Get(id)->status(), v1::JobInfo::RUNNING);
+  EXPECT_EQ(jobs.Get(id)->workers(), 2);
+  EXPECT_EQ(jobs.Get(id)->accepted().ticket(), "secret");
   ASSERT_TRUE(jobs.Cancel(id).ok());
-  EXPECT_TRUE(cancelled);
+  EXPECT_TRUE(machine.cancel_requested());
   EXPECT_EQ(jobs.Get(id)->status(), v1::JobInfo::CANCELLED);
   EXPECT_EQ(jobs.Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition);
   jobs.Finish(id, v1::JobInfo::FAILED, "later error", {});
   EXPECT_EQ(jobs.Get(id)->status(), v1::JobInfo::CANCELLED) << "the first ending wins";
+  EXPECT_GT(jobs.Get(id)->finished_unix_seconds(), 0);
 
-  const std::string done = jobs.Create(spec, 1);
+  // A job whose machine ended before CancelJob arrived is not reported cancelled.
+  const std::string ended = jobs.Create(spec);
+  JobMachine finished(ended);
+  finished.QueueFailed(absl::ResourceExhaustedError("full"));
+  jobs.SetCanceller(ended, [&](CancelCause cause) { return finished.Cancel(cause); });
+  EXPECT_EQ(jobs.Cancel(ended).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(jobs.Get(ended)->status(), v1::JobInfo::QUEUED) << "its flow reports how it ended";
+
+  const std::string done = jobs.Create(spec);
+  jobs.Start(done, accepted);
   jobs.Finish(done, v1::JobInfo::SUCCEEDED, "", {});
   EXPECT_EQ(jobs.State(done).status().code(), absl::StatusCode::kFailedPrecondition);
-  jobs.Retain(done, std::make_shared<RetainedState>(), std::chrono::seconds(0));
+  jobs.Retain(done, std::make_shared<RetainedState>(), true, std::chrono::seconds(0));
   jobs.Expire();
   EXPECT_FALSE(jobs.Get(done)->state_retained());
-  jobs.Retain(done, std::make_shared<RetainedState>(), std::chrono::seconds(60));
+  EXPECT_FALSE(jobs.Get(done)->results_retained());
+  jobs.Retain(done, std::make_shared<RetainedState>(), true, std::chrono::seconds(60));
   EXPECT_TRUE(jobs.State(done).ok());
-  ASSERT_TRUE(jobs.Delete(done).ok());
+  EXPECT_TRUE(jobs.Get(done)->results_retained());
+  absl::StatusOr<std::vector<std::string>> holders = jobs.Delete(done);
+  ASSERT_TRUE(holders.ok());
+  EXPECT_EQ(*holders, (std::vector<std::string>{"a:1", "b:2"})) << "the workers told to forget it";
   EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
+
+  // Deleting a queued job cancels it.
+  const std::string queued = jobs.Create(spec);
+  JobMachine waiting(queued);
+  jobs.SetCanceller(queued, [&](CancelCause cause) { return waiting.Cancel(cause); });
+  ASSERT_TRUE(jobs.Delete(queued).ok());
+  EXPECT_EQ(waiting.outcome(), absl::CancelledError(absl::StrCat("job ", queued, " cancelled: deleted by DeleteJob")));
 }
 
 TEST(JobStore, ForgetsFinishedRecordsAfterTheirTtl) {
   JobStore jobs(std::chrono::seconds(0));
   v1::JobSpec spec;
-  const std::string done = jobs.Create(spec, 1), running = jobs.Create(spec, 1);
+  const std::string done = jobs.Create(spec), running = jobs.Create(spec);
   jobs.Finish(done, v1::JobInfo::FAILED, "boom", {});
   jobs.Expire();
   EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(jobs.Get(running).ok()) << "a running job is never forgotten";
-  const std::string kept = jobs.Create(spec, 1);
+  EXPECT_TRUE(jobs.Get(running).ok()) << "a queued job is never forgotten";
+  const std::string kept = jobs.Create(spec);
   jobs.Finish(kept, v1::JobInfo::SUCCEEDED, "", {});
-  jobs.Retain(kept, std::make_shared<RetainedState>(), std::chrono::seconds(60));
+  jobs.Retain(kept, std::make_shared<RetainedState>(), false, std::chrono::seconds(60));
   jobs.Expire();
   EXPECT_TRUE(jobs.Get(kept).ok()) << "kept while its state is retained";
 }

@@ -1,12 +1,14 @@
 // The two streaming flows of the coordinator, as plain functions over a
-// stream: Submit (admit, resolve files by reference, lease workers, start
-// the shards, relay progress, record where the state is kept) and Query
-// (query sets passed on to the worker that keeps the job's state). Submit
-// touches no bulk bytes: clients move them straight to and from the
-// workers (data.proto) or name files. Every failure ends the call with a
-// status naming the problem and, for worker failures, the worker; the job
-// record, the rendezvous keys and a partly written output file are cleaned
-// up on every path.
+// stream: Submit (submit_flow.cc: admit, resolve files by reference, queue
+// for workers, start the shards, relay progress, record where results are
+// kept; the job's stages and failure causes are its JobMachine's) and
+// Query (query_flow.cc: query sets passed on to the worker that keeps the
+// job's state). Submit touches no bulk bytes: clients move them straight
+// to and from the workers (data.proto) or name files. A job outlives its
+// Submit call unless JobSpec.cancel_on_disconnect says otherwise. Every
+// failure ends the call with a status naming the problem and, for worker
+// failures, the worker; the job record, the rendezvous keys and a partly
+// written output file are cleaned up on every path.
 #ifndef LACT_SERVER_JOB_FLOWS_H_
 #define LACT_SERVER_JOB_FLOWS_H_
 

@@ -13,9 +13,17 @@ absl::Status Unknown(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("no job '", id, "' (ListJobs shows the known ones)"));
 }
 
+double UnixSeconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
 }  // namespace
 
-std::string JobStore::Create(const v1::JobSpec& spec, int workers) {
+bool JobStore::Ended(const v1::JobInfo& info) {
+  return info.status() != v1::JobInfo::QUEUED && info.status() != v1::JobInfo::RUNNING;
+}
+
+std::string JobStore::Create(const v1::JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   ExpireLocked();
   static thread_local std::mt19937_64 rng(std::random_device{}());
@@ -23,22 +31,35 @@ std::string JobStore::Create(const v1::JobSpec& spec, int workers) {
   Record& r = jobs_[id];
   r.info.set_job_id(id);
   r.info.set_model(spec.model());
-  r.info.set_status(v1::JobInfo::RUNNING);
+  r.info.set_status(v1::JobInfo::QUEUED);
   r.info.set_context_tokens(spec.context_tokens());
-  r.info.set_workers(workers);
+  r.info.set_submitted_unix_seconds(UnixSeconds(std::chrono::system_clock::now()));
   return id;
 }
 
-void JobStore::SetCanceller(const std::string& id, std::function<void()> cancel) {
+void JobStore::SetCanceller(const std::string& id, std::function<bool(CancelCause)> cancel) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second.info.status() == v1::JobInfo::RUNNING) {
-      if (it != jobs_.end()) it->second.cancel = std::move(cancel);
+    if (it != jobs_.end()) {
+      it->second.cancel = std::move(cancel);
       return;
     }
   }
-  cancel();  // cancelled (or deleted) before the job could register its canceller
+  cancel(CancelCause::kDeleted);  // deleted before the job could register its canceller
+}
+
+void JobStore::Start(const std::string& id, const v1::JobAccepted& accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  Record& r = it->second;
+  if (r.info.status() == v1::JobInfo::QUEUED) r.info.set_status(v1::JobInfo::RUNNING);
+  r.info.set_context_tokens(accepted.context_tokens());
+  r.info.set_workers(accepted.shards_size());
+  *r.info.mutable_accepted() = accepted;
+  r.info.set_started_unix_seconds(UnixSeconds(std::chrono::system_clock::now()));
+  ChangedLocked(r);
 }
 
 void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
@@ -47,15 +68,18 @@ void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const s
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Record& r = it->second;
-  if (r.info.status() == v1::JobInfo::RUNNING) r.info.set_status(status);
+  if (!Ended(r.info)) r.info.set_status(status);
   if (r.info.error().empty()) r.info.set_error(error);
   *r.info.mutable_stats() = stats;
+  r.info.clear_progress();
+  r.info.set_finished_unix_seconds(UnixSeconds(std::chrono::system_clock::now()));
   r.cancel = nullptr;
   r.forget_after = std::max(r.forget_after, std::chrono::system_clock::now() + record_ttl_);
   ChangedLocked(r);
 }
 
-void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state, std::chrono::seconds ttl) {
+void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
+                      std::chrono::seconds ttl) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
@@ -63,6 +87,7 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   it->second.expires = std::chrono::system_clock::now() + ttl;
   it->second.forget_after = std::max(it->second.forget_after, it->second.expires);
   it->second.info.set_state_retained(true);
+  it->second.info.set_results_retained(results);
   it->second.info.set_expires_unix_seconds(
       std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch()).count());
   ChangedLocked(it->second);
@@ -109,40 +134,47 @@ std::vector<v1::JobInfo> JobStore::List() const {
 }
 
 absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {
-  std::function<void()> cancel;
-  v1::JobInfo info;
+  std::function<bool(CancelCause)> cancel;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Unknown(id);
-    Record& r = it->second;
-    if (r.info.status() != v1::JobInfo::RUNNING) {
-      return absl::FailedPreconditionError(absl::StrCat("job '", id, "' is not running (status ",
-                                                        v1::JobInfo::Status_Name(r.info.status()), ")"));
-    }
-    r.info.set_status(v1::JobInfo::CANCELLED);
-    r.info.set_error("cancelled by CancelJob");
-    ChangedLocked(r);
-    cancel = std::move(r.cancel);
-    r.cancel = nullptr;
-    info = r.info;
+    if (!Ended(it->second.info)) cancel = it->second.cancel;
   }
-  if (cancel) cancel();
-  return info;
+  // The job decides: it may have ended since.
+  if (!cancel || !cancel(CancelCause::kCancelJob)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return Unknown(id);
+    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' has ended or is being cancelled (status ",
+                                                      v1::JobInfo::Status_Name(it->second.info.status()), ")"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Unknown(id);
+  Record& r = it->second;
+  if (!Ended(r.info)) {
+    r.info.set_status(v1::JobInfo::CANCELLED);
+    r.info.set_error(absl::StrCat("job ", id, " cancelled by CancelJob"));
+    ChangedLocked(r);
+  }
+  return r.info;
 }
 
-absl::Status JobStore::Delete(const std::string& id) {
-  std::function<void()> cancel;
+absl::StatusOr<std::vector<std::string>> JobStore::Delete(const std::string& id) {
+  std::function<bool(CancelCause)> cancel;
+  std::vector<std::string> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Unknown(id);
-    cancel = std::move(it->second.cancel);
+    if (!Ended(it->second.info)) cancel = std::move(it->second.cancel);
+    for (const v1::ShardRange& shard : it->second.info.accepted().shards()) workers.push_back(shard.worker());
     jobs_.erase(it);
     changed_.notify_all();
   }
-  if (cancel) cancel();
-  return absl::OkStatus();
+  if (cancel) cancel(CancelCause::kDeleted);
+  return workers;
 }
 
 absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::string& id) const {
@@ -170,8 +202,9 @@ void JobStore::ExpireLocked() {
     if (r.state && now >= r.expires) {
       r.state.reset();
       r.info.set_state_retained(false);
+      r.info.set_results_retained(false);
     }
-    const bool finished = r.info.status() != v1::JobInfo::RUNNING && !r.cancel;
+    const bool finished = Ended(r.info) && !r.cancel;
     if (finished && r.forget_after.time_since_epoch().count() != 0 && now >= r.forget_after && !r.state) {
       it = jobs_.erase(it);
     } else {

@@ -1,8 +1,9 @@
-// Jobs the coordinator has accepted: their status and statistics, a way to
-// cancel the running ones, and the retained fused state of finished ones
-// (dropped after its TTL, or by Delete). A finished job's record is kept
-// for `record_ttl` after it ended (or until its state expires, if later),
-// so the store does not grow without bound. Thread-safe.
+// Jobs the coordinator has admitted: their status (QUEUED, RUNNING, then
+// how they ended), where their shards run, statistics, a way to cancel the
+// ones that have not ended, and where the retained fused state of finished
+// ones is (dropped after its TTL, or by Delete). A finished job's record is
+// kept for `record_ttl` after it ended (or until its state expires, if
+// later), so the store does not grow without bound. Thread-safe.
 #ifndef LACT_SERVER_JOB_STORE_H_
 #define LACT_SERVER_JOB_STORE_H_
 
@@ -17,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "lact/v1/coordinator.pb.h"
+#include "server/job_machine.h"
 
 namespace lact::server {
 
@@ -31,14 +33,19 @@ class JobStore {
  public:
   explicit JobStore(std::chrono::seconds record_ttl = std::chrono::hours(1)) : record_ttl_(record_ttl) {}
 
-  // A new RUNNING job; returns its id.
-  std::string Create(const v1::JobSpec& spec, int workers);
-  // `cancel` is called (once) by Cancel() while the job runs; at once if the
-  // job was cancelled before this call.
-  void SetCanceller(const std::string& id, std::function<void()> cancel);
+  // A new QUEUED job; returns its id.
+  std::string Create(const v1::JobSpec& spec);
+  // How Cancel (CancelJob) and Delete stop the job: false if it had already
+  // ended. Called at once if the job was deleted before this call.
+  void SetCanceller(const std::string& id, std::function<bool(CancelCause)> cancel);
+  // The job has workers: RUNNING, and where its shards run.
+  void Start(const std::string& id, const v1::JobAccepted& accepted);
   void Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
               const v1::JobStats& stats);
-  void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, std::chrono::seconds ttl);
+  // The finished job's fused state is kept (and, if `results`, its in-band
+  // results) on its workers until `ttl` from now.
+  void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
+              std::chrono::seconds ttl);
   void SetProgress(const std::string& id, const v1::Progress& progress);
 
   absl::StatusOr<v1::JobInfo> Get(const std::string& id) const;
@@ -47,9 +54,11 @@ class JobStore {
   // the job is unknown or was deleted.
   absl::StatusOr<v1::JobInfo> WaitForChange(const std::string& id, uint64_t* seen, std::chrono::milliseconds wait);
   std::vector<v1::JobInfo> List() const;
-  // NOT_FOUND, or FAILED_PRECONDITION if the job is not running.
+  // NOT_FOUND, or FAILED_PRECONDITION if the job has ended.
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& id);
-  absl::Status Delete(const std::string& id);
+  // Forgets the job (cancelling it if it has not ended); returns the
+  // workers that may keep something of it.
+  absl::StatusOr<std::vector<std::string>> Delete(const std::string& id);
   // NOT_FOUND if unknown, FAILED_PRECONDITION if not retained (running,
   // failed, expired).
   absl::StatusOr<std::shared_ptr<const RetainedState>> State(const std::string& id) const;
@@ -60,13 +69,14 @@ class JobStore {
  private:
   struct Record {
     v1::JobInfo info;
-    std::function<void()> cancel;
+    std::function<bool(CancelCause)> cancel;
     std::shared_ptr<const RetainedState> state;
     std::chrono::system_clock::time_point expires;     // of the retained state
     std::chrono::system_clock::time_point forget_after;  // of the record, once finished
     uint64_t version = 1;                                 // bumped at every change
   };
   void ChangedLocked(Record& r);
+  static bool Ended(const v1::JobInfo& info);
   void ExpireLocked();
 
   const std::chrono::seconds record_ttl_;

@@ -28,6 +28,7 @@
 #include "lact/v1/data.grpc.pb.h"
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
+#include "tests/raw_job.h"
 #include "tests/service_support.h"
 
 namespace lact::testing {
@@ -236,69 +237,9 @@ TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
 
   o = SubmitOptions{.model = "tiny", .detach = true};
   EXPECT_EQ(Client().Submit(o, RandomTokens(4, 32, 1), {}).status().code(), absl::StatusCode::kInvalidArgument)
-      << "in-band outputs cannot be fetched later, so such a job cannot detach";
+      << "a job with tokens in band cannot detach before its upload";
   EXPECT_EQ(Client().WatchJob("job-0-none").status().code(), absl::StatusCode::kNotFound);
 }
-
-// A job whose client speaks the protocol by hand.
-class RawJob {
- public:
-  RawJob(const std::string& address, v1::JobSpec spec)
-      : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
-    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    stream_ = stub_->Submit(&ctx_);
-    v1::SubmitRequest request;
-    *request.mutable_spec() = std::move(spec);
-    stream_->Write(request);
-    v1::SubmitResponse response;
-    while (stream_->Read(&response)) {
-      if (response.has_accepted()) {
-        accepted_ = response.accepted();
-        break;
-      }
-    }
-  }
-  const v1::JobAccepted& accepted() const { return accepted_; }
-  grpc::Status Finish() {
-    v1::SubmitResponse response;
-    while (stream_->Read(&response)) {
-    }
-    return stream_->Finish();
-  }
-
-  // A Transfer stream to rank `rank`'s worker, its ticket sent.
-  struct Transfer {
-    std::unique_ptr<v1::ShardData::Stub> stub;
-    std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
-    std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>> stream;
-    grpc::Status Close() {
-      stream->WritesDone();
-      v1::TransferResponse response;
-      while (stream->Read(&response)) {
-      }
-      return stream->Finish();
-    }
-  };
-  Transfer Open(int rank, const std::string& ticket) {
-    Transfer t;
-    t.stub = v1::ShardData::NewStub(
-        grpc::CreateChannel(accepted_.shards(rank).worker(), grpc::InsecureChannelCredentials()));
-    t.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    t.stream = t.stub->Transfer(t.ctx.get());
-    v1::TransferRequest first;
-    first.mutable_ticket()->set_job_id(accepted_.job_id());
-    first.mutable_ticket()->set_rank(rank);
-    first.mutable_ticket()->set_ticket(ticket);
-    t.stream->Write(first);
-    return t;
-  }
-
- private:
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
-  grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
-  v1::JobAccepted accepted_;
-};
 
 v1::JobSpec TinySpec(int64_t tokens) {
   v1::JobSpec spec;

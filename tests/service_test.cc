@@ -289,12 +289,9 @@ TEST_P(CancelTest, CancelJobMidRun) {
   absl::StatusOr<JobResult> got = Client().Submit(
       LongJob(3), context, {},
       [&](const v1::Progress& p) {
-        if (during_compute && p.stage() == v1::Progress::LAYERS) trigger = true;
+        if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD)) trigger = true;
       },
-      [&](const std::string& id) {
-        job_id = id;
-        if (!during_compute) trigger = true;
-      });
+      [&](const std::string& id) { job_id = id; });
   done = true;
   canceller.join();
   EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
@@ -334,10 +331,7 @@ TEST_P(ServiceFaultTest, WorkerKilledMidJob) {
   absl::StatusOr<JobResult> got = client.Submit(
       LongJob(2), RandomTokens(65536, 256, 11), {},
       [&](const v1::Progress& p) {
-        if (during_compute && p.stage() == v1::Progress::LAYERS) trigger = true;
-      },
-      [&](const std::string&) {
-        if (!during_compute) trigger = true;
+        if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD)) trigger = true;
       });
   trigger = true;  // in case the job ended before the trigger
   killer.join();

@@ -17,7 +17,7 @@
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "common/model.h"
-#include "worker/retained_states.h"
+#include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
 #include "worker/token_receiver.h"
 
@@ -300,26 +300,37 @@ TEST(ShardTransfer, FailuresReachTheOtherSide) {
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
 }
 
-TEST(RetainedStates, ByteCapEvictsTheOldestAndSaysSo) {
+TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   const ModelConfig config = *PresetConfig("small");
   auto state = std::make_shared<const FusedState>(ZeroFusedState(config));
-  int64_t one = 0;
+  int64_t state_bytes = 0;
   for (const LayerState& l : state->layers) {
-    one += (l.w0.size() + l.w1.size() + l.w2.size()) * 4;
-    for (const MambaState& m : l.mamba) one += (m.ssm.size() + m.conv.size()) * 4;
+    state_bytes += (l.w0.size() + l.w1.size() + l.w2.size()) * 4;
+    for (const MambaState& m : l.mamba) state_bytes += (m.ssm.size() + m.conv.size()) * 4;
   }
-  ASSERT_GT(one, 0);
-  RetainedStates states(one * 5 / 2);  // room for two
-  for (const char* job : {"a", "b", "c"}) states.Put(job, {"preset:small", {}, state}, std::chrono::seconds(60));
-  EXPECT_EQ(states.bytes(), 2 * one);
-  absl::StatusOr<RetainedState> evicted = states.Get("a");
+  ASSERT_GT(state_bytes, 0);
+  auto rows = std::make_shared<const Tensor>(std::vector<int64_t>{100, 64});
+  const int64_t one = state_bytes + rows->size() * 4;  // a rank 0 job: state and outputs
+  RetainedResults results(one * 5 / 2);  // room for two
+  const auto rank0 = [&] { return RetainedResult{"preset:small", {}, "t", 0, state, {{0, 0, "", rows}}}; };
+  for (const char* job : {"a", "b", "c"}) results.Put(job, rank0(), std::chrono::seconds(60));
+  EXPECT_EQ(results.bytes(), 2 * one);
+  absl::StatusOr<RetainedResult> evicted = results.Get("a");
   EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr("evicted: the worker's states reached its --retain-bytes"));
-  EXPECT_TRUE(states.Get("b").ok());
-  EXPECT_TRUE(states.Get("c").ok());
-  EXPECT_THAT(std::string(states.Get("zz").status().message()), HasSubstr("never computed here"));
-  states.Put("d", {"preset:small", {}, state}, std::chrono::seconds(0));
-  EXPECT_THAT(std::string(states.Get("d").status().message()), HasSubstr("expired"));
+  EXPECT_THAT(std::string(evicted.status().message()),
+              HasSubstr("evicted: the worker's retained results reached its --retain-bytes"));
+  ASSERT_TRUE(results.Get("b").ok());
+  EXPECT_EQ(results.Get("b")->outputs.at(0).tensor, rows) << "retained, not copied";
+  EXPECT_TRUE(results.Get("c").ok());
+  EXPECT_THAT(std::string(results.Get("zz").status().message()), HasSubstr("never computed here"));
+  EXPECT_TRUE(results.Forget("c"));
+  EXPECT_FALSE(results.Forget("c"));
+  EXPECT_THAT(std::string(results.Get("c").status().message()), HasSubstr("deleted by DeleteJob"));
+  EXPECT_EQ(results.bytes(), one) << "b is left";
+  results.Put("d", rank0(), std::chrono::seconds(0));
+  EXPECT_THAT(std::string(results.Get("d").status().message()), HasSubstr("expired"));
+  results.Put("e", {"preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}}, std::chrono::seconds(60));
+  EXPECT_EQ(results.bytes(), one + rows->size() * 4) << "a rank > 0 keeps only its outputs";
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "worker/data_service.h"
 
 #include <grpcpp/impl/codegen/method_handler.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/codegen/rpc_service_method.h>
 
 #include <algorithm>
+
+#include "absl/strings/str_cat.h"
 
 #include "common/wire_limits.h"
 #include "lact/v1/data.pb.h"
@@ -21,7 +24,8 @@ constexpr int kResponseOutput = 1, kResponseState = 2;
 
 // Sends one item in messages of at most 4 MiB, each a slice of the item's
 // tensor; false if the client went away.
-bool SendItem(const ShardTransfer::Item& item, DataService::Stream* stream) {
+template <typename Writer>
+bool SendItem(const ResultItem& item, Writer* stream) {
   const Tensor& t = *item.tensor;
   const char* bytes = reinterpret_cast<const char*>(t.ptr());
   if (!item.state_name.empty()) {
@@ -88,13 +92,19 @@ grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context, DataSe
 
 }  // namespace
 
-DataService::DataService(TransferBoard* board) : board_(board) {
+DataService::DataService(TransferBoard* board, RetainedResults* results) : board_(board), results_(results) {
   AddMethod(new grpc::internal::RpcServiceMethod(
       kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING,
       new grpc::internal::BidiStreamingHandler<DataService, TransferRequestIn, BulkOut>(
           [](DataService* service, grpc::ServerContext* context, Stream* stream) {
             return service->Transfer(context, stream);
           },
+          this)));
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING,
+      new grpc::internal::ServerStreamingHandler<DataService, v1::FetchRequest, BulkOut>(
+          [](DataService* service, grpc::ServerContext* context, const v1::FetchRequest* request,
+             grpc::ServerWriter<BulkOut>* writer) { return service->FetchResult(context, request, writer); },
           this)));
 }
 
@@ -111,6 +121,31 @@ grpc::Status DataService::Transfer(grpc::ServerContext* context, Stream* stream)
   grpc::Status status = Serve(**transfer, context, stream);
   (*transfer)->Detach();
   return status;
+}
+
+grpc::Status DataService::FetchResult(grpc::ServerContext*, const v1::FetchRequest* request,
+                                      grpc::ServerWriter<BulkOut>* writer) {
+  absl::StatusOr<RetainedResult> kept = results_->Get(request->job_id());
+  if (!kept.ok()) return ToGrpcStatus(kept.status());
+  if (!TicketsEqual(kept->ticket, request->ticket())) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat("wrong ticket for job '", request->job_id(), "'"));
+  }
+  if (kept->rank != request->rank()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("this worker ran rank ", kept->rank, " of job '",
+                                                                  request->job_id(), "', not rank ", request->rank()));
+  }
+  for (const ResultItem& item : kept->outputs) {
+    if (!SendItem(item, writer)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  }
+  if (kept->state != nullptr) {
+    for (const auto& [name, tensor] : FusedStateTensors(*kept->state)) {
+      if (!SendItem({0, 0, name, std::shared_ptr<const Tensor>(kept->state, tensor)}, writer)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      }
+    }
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace lact

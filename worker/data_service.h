@@ -2,6 +2,8 @@
 // client's Transfer stream finds its shard on the TransferBoard by job,
 // rank and ticket, sends the shard's tokens into it and takes back its
 // outputs, query outputs and fused state, in messages of at most 4 MiB.
+// FetchResult sends the same results again from RetainedResults, to a
+// client that presents the job's ticket.
 // Registered by hand rather than through the generated base class so that
 // its messages are the zero-copy forms of proto/bulk_messages.h: received
 // chunks are decoded straight from gRPC's slices, and sent rows are slices
@@ -14,6 +16,8 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include "proto/bulk_messages.h"
+#include "lact/v1/data.pb.h"
+#include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
 
 namespace lact {
@@ -22,12 +26,15 @@ class DataService final : public grpc::Service {
  public:
   using Stream = grpc::ServerReaderWriter<BulkOut, TransferRequestIn>;
 
-  explicit DataService(TransferBoard* board);
+  DataService(TransferBoard* board, RetainedResults* results);
 
   grpc::Status Transfer(grpc::ServerContext* context, Stream* stream);
+  grpc::Status FetchResult(grpc::ServerContext* context, const v1::FetchRequest* request,
+                           grpc::ServerWriter<BulkOut>* writer);
 
  private:
   TransferBoard* board_;
+  RetainedResults* results_;
 };
 
 }  // namespace lact

@@ -4,7 +4,7 @@
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
 //               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
 //               [--collective gloo|nccl] [--data-root DIR]
-//               [--retain-bytes N (fused states kept for Query, default 8 GiB)]
+//               [--retain-bytes N (results and fused states kept for FetchResult and Query, default 8 GiB)]
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -93,10 +93,10 @@ int Main(int argc, char** argv) {
       v1::Control::NewStub(grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
 
   TransferBoard transfers;
-  RetainedStates states(*retain_bytes);
+  RetainedResults results(*retain_bytes);
   WorkerService service(
-      {models->get(), control, backend, flags->Get("data-root").value_or(""), &transfers, &states});
-  DataService data(&transfers);
+      {models->get(), control, backend, flags->Get("data-root").value_or(""), &transfers, &results});
+  DataService data(&transfers, &results);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(), &bound_port);

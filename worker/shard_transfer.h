@@ -26,20 +26,18 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/tensor.h"
+#include "worker/result_item.h"
 #include "lact/v1/data.pb.h"
 #include "worker/token_receiver.h"
 
 namespace lact {
 
+// Compares two job tickets in time independent of where they differ.
+bool TicketsEqual(const std::string& a, const std::string& b);
+
 class ShardTransfer {
  public:
-  // Rows of an output set, or one fused-state tensor (name non-empty).
-  struct Item {
-    int set = 0;
-    int64_t offset = 0;  // first token, as the client numbers it
-    std::string state_name;
-    std::shared_ptr<const Tensor> tensor;
-  };
+  using Item = ResultItem;
 
   ShardTransfer(std::string ticket, TokenReceiver receiver)
       : ticket_(std::move(ticket)), receiver_(std::move(receiver)) {}

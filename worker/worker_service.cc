@@ -124,31 +124,42 @@ class ShardJob {
   }
 
   // Outputs to the file or the stream; on rank 0 the query sets and the
-  // fused state too. Returns once all of it is delivered.
+  // fused state too. Everything sent in band is retained first, so a
+  // client that goes away can fetch it: its shard still succeeds, with
+  // ShardDone.results_delivered false. Returns once all of it is delivered.
   absl::Status Deliver(ShardRunner& runner, Tensor output, FusedState state) {
     done_.set_output_bytes(output.size() * 4);
+    RetainedResult kept{spec_.model(), spec_.options(), spec_.ticket(), spec_.rank(), nullptr, {}};
+    const auto keep = [&](ResultItem item) {
+      kept.outputs.push_back(item);
+      if (transfer_ != nullptr) transfer_->Publish(std::move(item));
+    };
     if (spec_.has_output_ref()) {
       LACT_RETURN_IF_ERROR(WriteOutputRows(w_.data_root, spec_, output));
     } else {
-      transfer_->Publish({0, spec_.begin(), "", std::make_shared<const Tensor>(std::move(output))});
+      keep({0, spec_.begin(), "", std::make_shared<const Tensor>(std::move(output))});
     }
     if (spec_.rank() == 0) {
-      auto kept = std::make_shared<const FusedState>(std::move(state));
+      kept.state = std::make_shared<const FusedState>(std::move(state));
       for (int k = 0; k < spec_.query_tokens_size(); ++k) {
-        LACT_ASSIGN_OR_RETURN(Tensor out, runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept));
-        transfer_->Publish({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
+        LACT_ASSIGN_OR_RETURN(Tensor out, runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept.state));
+        keep({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
       }
-      const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
-      w_.states->Put(spec_.job_id(), {spec_.model(), spec_.options(), kept}, ttl);
       if (spec_.return_state()) {
-        for (const auto& [name, tensor] : FusedStateTensors(*kept)) {
-          transfer_->Publish({0, 0, name, std::shared_ptr<const Tensor>(kept, tensor)});
+        for (const auto& [name, tensor] : FusedStateTensors(*kept.state)) {
+          transfer_->Publish({0, 0, name, std::shared_ptr<const Tensor>(kept.state, tensor)});
         }
       }
     }
+    const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
+    if (kept.state != nullptr || !kept.outputs.empty()) w_.results->Put(spec_.job_id(), std::move(kept), ttl);
+    done_.set_results_delivered(true);
     if (transfer_ == nullptr) return absl::OkStatus();
     transfer_->EndPublishing();
-    return transfer_->AwaitDownload(cancelled_);
+    absl::Status sent = transfer_->AwaitDownload(cancelled_);
+    if (cancelled_()) return sent.ok() ? absl::CancelledError("cancelled by the coordinator") : sent;
+    done_.set_results_delivered(sent.ok());
+    return absl::OkStatus();
   }
 
   const WorkerContext& w_;
@@ -199,6 +210,7 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
     }
     return ShardJob(w_, spec, std::move(job), context, stream, *transfer).Run();
   }();
+  if (!done.ok()) w_.results->Forget(spec.job_id());  // a failed job's pieces are of no use
   if (*transfer != nullptr) {
     if (!done.ok()) (*transfer)->Abort(done.status());
     w_.transfers->Unregister(spec.job_id(), spec.rank());
@@ -221,8 +233,13 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first RunQuery message must be a header");
   }
   const v1::WorkerQueryHeader header = request.header();
-  absl::StatusOr<RetainedState> kept = w_.states->Get(header.job_id());
+  absl::StatusOr<RetainedResult> kept = w_.results->Get(header.job_id());
   if (!kept.ok()) return ToGrpcStatus(kept.status());
+  if (kept->state == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("this worker ran rank ", kept->rank, " of job '", header.job_id(),
+                                     "'; its fused state is on rank 0's worker"));
+  }
   absl::StatusOr<JobModel> job = ResolveJobModel(*w_.models, kept->model, kept->options);
   if (!job.ok()) return ToGrpcStatus(job.status());
   absl::StatusOr<WireType> dtype = FromProto(header.dtype());
@@ -256,6 +273,12 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
   v1::ShardResponse done;
   done.mutable_done()->set_peak_rss_bytes(PeakRssBytes());
   stream->Write(done);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Forget(grpc::ServerContext*, const v1::ForgetRequest* request,
+                                   v1::ForgetResponse* response) {
+  response->set_had_results(w_.results->Forget(request->job_id()));
   return grpc::Status::OK;
 }
 

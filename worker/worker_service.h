@@ -2,8 +2,10 @@
 // job's context with its group (on the CPU or a GPU, shard_runner.h), its
 // bytes moving over the shard's ShardTransfer (in band, the client's
 // stream) or through files under the data root (by reference); rank 0
-// runs the job's query sets and keeps the fused state. RunQuery runs query
-// sets against a kept state. One shard at a time per worker is the
+// runs the job's query sets and keeps the fused state. Results sent in
+// band are retained too (retained_results.h), so a client that went away
+// can fetch them, and a shard whose client went away still succeeds.
+// RunQuery runs query sets against a kept state; Forget drops a job's. One shard at a time per worker is the
 // coordinator's policy; the service itself is re-entrant.
 #ifndef LACT_WORKER_WORKER_SERVICE_H_
 #define LACT_WORKER_WORKER_SERVICE_H_
@@ -14,7 +16,7 @@
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "worker/model_cache.h"
-#include "worker/retained_states.h"
+#include "worker/retained_results.h"
 #include "worker/shard_runner.h"
 #include "worker/shard_transfer.h"
 
@@ -26,7 +28,7 @@ struct WorkerContext {
   BackendOptions backend;
   std::string data_root;  // empty: no files by reference
   TransferBoard* transfers;
-  RetainedStates* states;
+  RetainedResults* results;
 };
 
 class WorkerService final : public v1::Worker::Service {
@@ -37,6 +39,8 @@ class WorkerService final : public v1::Worker::Service {
                         grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream) override;
   grpc::Status RunQuery(grpc::ServerContext* context,
                         grpc::ServerReaderWriter<v1::ShardResponse, v1::WorkerQueryRequest>* stream) override;
+  grpc::Status Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
+                      v1::ForgetResponse* response) override;
 
  private:
   WorkerContext w_;

@@ -30,14 +30,20 @@ constexpr char kUsage[] =
     "                    [--out FILE.safetensors] [--out-ref PATH.npy]\n"
     "                    [--detach] [--cancel-on-disconnect]\n"
     "        --context-ref/--out-ref name files inside the cluster's --data-root that the\n"
-    "        workers read and write themselves (the context never passes through here);\n"
-    "        such a job runs on if this command ends early (--detach returns at once)\n"
+    "        workers read and write themselves (the context never passes through here;\n"
+    "        --detach, for such jobs, returns once the job is admitted). A job runs on\n"
+    "        if this command ends early, unless --cancel-on-disconnect; lact fetch\n"
+    "        collects what it sent in band\n"
     "  query   query sets against a finished job's retained state:\n"
     "        lact query --server ADDR --job ID --query FILE.npy... --out FILE.safetensors\n"
     "  status  lact status --server ADDR [--job ID]\n"
     "  watch   a job's progress until it ends (exit 0 if it succeeded):\n"
     "        lact watch --server ADDR --job ID\n"
+    "  fetch   a finished job's retained results (outputs sent in band, query outputs,\n"
+    "          fused state) from its workers:\n"
+    "        lact fetch --server ADDR --job ID --out FILE.safetensors\n"
     "  cancel  lact cancel --server ADDR --job ID\n"
+    "  delete  a job and what its workers retained: lact delete --server ADDR --job ID\n"
     "  models  lact models --server ADDR\n";
 
 }  // namespace
@@ -55,7 +61,8 @@ int main(int argc, char** argv) {
       {"run", lact::cli::RunCommand},       {"local", lact::cli::LocalCommand},
       {"submit", lact::cli::SubmitCommand}, {"query", lact::cli::QueryCommand},
       {"status", lact::cli::StatusCommand}, {"cancel", lact::cli::CancelCommand},
-      {"watch", lact::cli::WatchCommand},
+      {"watch", lact::cli::WatchCommand},   {"fetch", lact::cli::FetchCommand},
+      {"delete", lact::cli::DeleteCommand},
       {"models", lact::cli::ModelsCommand}};
   Command run = nullptr;
   for (const auto& [name, fn] : commands) {

@@ -206,10 +206,13 @@ absl::Status StatusCommand(const std::vector<std::string>& args) {
     LACT_ASSIGN_OR_RETURN(jobs, client.ListJobs());
   }
   for (const v1::JobInfo& j : jobs) {
-    std::printf("%s  %-9s  %-20s  %lld tokens on %d workers  %.1f s  state %s%s%s\n", j.job_id().c_str(),
+    std::printf("%s  %-9s  %-20s  %lld tokens on %d workers  %.1f s  %s%s%s\n", j.job_id().c_str(),
                 v1::JobInfo::Status_Name(j.status()).c_str(), j.model().c_str(),
                 static_cast<long long>(j.context_tokens()), j.workers(), j.stats().seconds(),
-                j.state_retained() ? "retained" : "none", j.error().empty() ? "" : "  error: ", j.error().c_str());
+                j.results_retained() ? "results retained"
+                : j.state_retained() ? "state retained"
+                                     : "nothing retained",
+                j.error().empty() ? "" : "  error: ", j.error().c_str());
   }
   return absl::OkStatus();
 }
@@ -220,7 +223,8 @@ absl::Status WatchCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   ProgressLine line;
   LACT_ASSIGN_OR_RETURN(v1::JobInfo info, LactClient(server).WatchJob(job, [&](const v1::JobInfo& j) {
-    if (j.status() == v1::JobInfo::RUNNING && j.progress().stage() != v1::Progress::STAGE_UNSPECIFIED) {
+    const bool live = j.status() == v1::JobInfo::RUNNING || j.status() == v1::JobInfo::QUEUED;
+    if (live && j.progress().stage() != v1::Progress::STAGE_UNSPECIFIED) {
       line.Update(j.progress());
     }
   }));
@@ -231,6 +235,32 @@ absl::Status WatchCommand(const std::vector<std::string>& args) {
                                            info.error()));
   }
   PrintStats(info.stats(), info.context_tokens());
+  if (info.results_retained()) {
+    std::fprintf(stderr, "  results retained: lact fetch --server %s --job %s --out FILE.safetensors\n",
+                 server.c_str(), job.c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FetchCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job", "out"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
+  LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  LACT_ASSIGN_OR_RETURN(JobResult result, LactClient(server).FetchResult(job));
+  LACT_RETURN_IF_ERROR(WriteResult(out_path, result.output, result.queries, result.state));
+  std::fprintf(stderr, "lact fetch: job %s: %s%zu query sets, %zu state tensors from %zu workers; wrote %s\n",
+               job.c_str(), result.output.size() > 0 ? "outputs, " : "", result.queries.size(), result.state.size(),
+               result.shards.size(), out_path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status DeleteCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
+  LACT_RETURN_IF_ERROR(LactClient(server).DeleteJob(job));
+  std::fprintf(stderr, "lact delete: job %s and its retained results deleted\n", job.c_str());
   return absl::OkStatus();
 }
 

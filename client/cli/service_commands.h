@@ -1,5 +1,5 @@
 // The `lact` subcommands that talk to a cluster (submit, query, status,
-// cancel, models) or run one (local). Each parses its own flags; errors
+// watch, fetch, cancel, delete, models) or run one (local). Each parses its own flags; errors
 // return a status whose message names the problem.
 #ifndef LACT_CLIENT_CLI_SERVICE_COMMANDS_H_
 #define LACT_CLIENT_CLI_SERVICE_COMMANDS_H_
@@ -15,7 +15,9 @@ absl::Status SubmitCommand(const std::vector<std::string>& args);
 absl::Status QueryCommand(const std::vector<std::string>& args);
 absl::Status StatusCommand(const std::vector<std::string>& args);
 absl::Status WatchCommand(const std::vector<std::string>& args);
+absl::Status FetchCommand(const std::vector<std::string>& args);
 absl::Status CancelCommand(const std::vector<std::string>& args);
+absl::Status DeleteCommand(const std::vector<std::string>& args);
 absl::Status ModelsCommand(const std::vector<std::string>& args);
 absl::Status LocalCommand(const std::vector<std::string>& args);
 

@@ -1,0 +1,340 @@
+// The Submit flow: a thin gRPC adapter around the job's state machine
+// (job_machine.h). It admits the job, queues it for workers, starts the
+// shards, relays their progress, and reports what the machine decided.
+#include <unistd.h>
+
+#include <atomic>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/data_files.h"
+#include "common/peak_rss.h"
+#include "common/status_macros.h"
+#include "proto/in_band.h"
+#include "proto/job_options.h"
+#include "proto/status_conversion.h"
+#include "server/call_watcher.h"
+#include "server/job_files.h"
+#include "server/job_flows.h"
+#include "server/job_machine.h"
+#include "server/worker_streams.h"
+
+namespace lact::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Returns leased workers to the registry at scope exit.
+class WorkerLease {
+ public:
+  WorkerLease(WorkerRegistry* registry, std::vector<std::string> addresses)
+      : registry_(registry), addresses_(std::move(addresses)) {}
+  ~WorkerLease() { registry_->Release(addresses_); }
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+ private:
+  WorkerRegistry* registry_;
+  std::vector<std::string> addresses_;
+};
+
+std::chrono::system_clock::time_point CallDeadline(grpc::ServerContext* context) {
+  const auto cap = std::chrono::system_clock::now() + std::chrono::hours(24 * 7);
+  return std::min(context->deadline(), cap);
+}
+
+// 128 random bits as hex: the secret a client's Transfer and FetchResult
+// streams present.
+std::string NewTicket() {
+  std::random_device random;
+  std::string ticket;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&ticket, "%08x", random());
+  return ticket;
+}
+
+v1::JobInfo::Status InfoStatus(JobStage stage) {
+  switch (stage) {
+    case JobStage::kSucceeded: return v1::JobInfo::SUCCEEDED;
+    case JobStage::kCancelled: return v1::JobInfo::CANCELLED;
+    default: return v1::JobInfo::FAILED;
+  }
+}
+
+// One Submit call from spec to done.
+class SubmitFlow {
+ public:
+  SubmitFlow(const Coordinator& c, grpc::ServerContext* context,
+             grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream)
+      : c_(c), context_(context), stream_(stream) {}
+
+  grpc::Status Run() {
+    v1::SubmitRequest request;
+    if (!stream_->Read(&request) || !request.has_spec()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first Submit message must be a JobSpec");
+    }
+    spec_ = request.spec();
+    absl::StatusOr<JobFiles> files = ResolveJobFiles(c_.options.data_root, &spec_);
+    if (!files.ok()) return ToGrpcStatus(files.status());
+    files_ = *std::move(files);
+    absl::StatusOr<JobPlan> plan = PlanJob(spec_, *c_.registry, c_.options.limits);
+    if (!plan.ok()) return ToGrpcStatus(plan.status());
+    plan_ = *std::move(plan);
+
+    job_id_ = c_.jobs->Create(spec_);
+    machine_ = std::make_shared<JobMachine>(job_id_);
+    c_.jobs->SetCanceller(job_id_, [machine = machine_](CancelCause cause) { return machine->Cancel(cause); });
+    CallWatcher watcher(context_, [this] { OnCallEnded(); });
+    absl::Status status = Execute();
+    c_.kv->ErasePrefix(job_id_ + "/");
+    if (std::optional<int> gone = machine_->gone_rank(); gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
+      c_.registry->MarkFailed(lease_addresses_[*gone]);
+    }
+    stats_.set_seconds(Since(start_));
+    stats_.set_coordinator_peak_rss_bytes(PeakRssBytes());
+    if (!status.ok()) {
+      if (output_created_) unlink(files_.output.c_str());
+      c_.jobs->Finish(job_id_, InfoStatus(machine_->stage()), std::string(status.message()), stats_);
+      return ToGrpcStatus(status);
+    }
+    c_.jobs->Retain(job_id_, std::make_shared<RetainedState>(RetainedState{spec_.model(), lease_addresses_[0]}),
+                    HasInBandResults(), RetainFor());
+    c_.jobs->Finish(job_id_, v1::JobInfo::SUCCEEDED, "", stats_);
+    v1::SubmitResponse done;
+    done.mutable_done()->set_job_id(job_id_);
+    *done.mutable_done()->mutable_stats() = stats_;
+    stream_->Write(done);
+    return grpc::Status::OK;
+  }
+
+ private:
+  // The call ended before the job did: its deadline bounds the job; the
+  // client going away ends it only if the job is bound to its call.
+  void OnCallEnded() {
+    if (std::chrono::system_clock::now() >= context_->deadline()) {
+      machine_->Cancel(CancelCause::kDeadline);
+    } else if (spec_.cancel_on_disconnect() || (HasInBandInput() && !accepted_sent_)) {
+      machine_->Cancel(CancelCause::kClientGone);
+    }
+  }
+
+  // Whether any token (context or query sets) comes in band: the client
+  // that sends them must be there to see JobAccepted.
+  bool HasInBandInput() const { return !spec_.has_context_ref() || spec_.query_tokens_size() > 0; }
+  bool HasInBandResults() const { return !spec_.has_output_ref() || spec_.query_tokens_size() > 0; }
+
+  // Whether rank r's client opens a Transfer stream (the rule ShardSpec.transfer states).
+  bool NeedsTransfer(int rank) const {
+    return ShardHasBytesInBand(spec_.has_context_ref(), spec_.has_output_ref(), rank, spec_.query_tokens_size() > 0,
+                               spec_.return_state());
+  }
+
+  v1::Progress QueuedProgress(int position) const {
+    v1::Progress p;
+    p.set_stage(v1::Progress::QUEUED);
+    p.set_queue_position(position);
+    return p;
+  }
+
+  // To the client (if it is still there) and the job's record.
+  void WriteProgress(v1::Progress progress) {
+    progress.set_job_id(job_id_);
+    progress.set_elapsed_seconds(Since(start_));
+    c_.jobs->SetProgress(job_id_, progress);
+    v1::SubmitResponse r;
+    *r.mutable_progress() = std::move(progress);
+    stream_->Write(r);
+  }
+
+  // Queue, lease, start, collect: the job's outcome as its machine decided.
+  absl::Status Execute() {
+    WorkerRegistry::Wait wait{c_.options.acquire_wait, c_.options.max_queued_jobs,
+                              [this] { return machine_->cancel_requested(); },
+                              [this](int position) { WriteProgress(QueuedProgress(position)); }};
+    absl::StatusOr<std::vector<std::string>> leased = c_.registry->Acquire(spec_.model(), plan_.workers, wait);
+    if (!leased.ok()) {
+      machine_->QueueFailed(leased.status());
+      return machine_->outcome();
+    }
+    WorkerLease lease(c_.registry, *leased);
+    if (!machine_->Leased(lease.addresses())) return machine_->outcome();
+    lease_addresses_ = lease.addresses();
+    const std::string ticket = NewTicket();
+    if (!files_.output.empty()) {
+      LACT_RETURN_IF_ERROR(CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
+      output_created_ = true;
+    }
+    streams_ = std::make_shared<WorkerStreams>(lease.addresses());
+    machine_->SetCancelAction([streams = streams_] { streams->Cancel(); });
+    const v1::SubmitResponse accepted = Accepted(ticket);
+    c_.jobs->Start(job_id_, accepted.accepted());
+    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(context_)); !opened.ok()) {
+      machine_->StartFailed(streams_->broken_rank(), opened);
+      streams_->Cancel();
+      return machine_->outcome();
+    }
+    if (machine_->Started()) accepted_sent_ = stream_->Write(accepted);
+    if (!accepted_sent_) OnCallEnded();
+    CollectShards();
+    return machine_->outcome();
+  }
+
+  std::vector<v1::ShardSpec> ShardSpecs(const std::string& ticket) const {
+    std::vector<v1::ShardSpec> specs;
+    for (int r = 0; r < plan_.workers; ++r) {
+      v1::ShardSpec s;
+      s.set_job_id(job_id_);
+      s.set_model(spec_.model());
+      *s.mutable_options() = spec_.options();
+      s.set_rank(r);
+      s.set_world_size(plan_.workers);
+      s.set_begin(plan_.shards[r].first);
+      s.set_tokens(plan_.shards[r].second);
+      s.set_total_tokens(spec_.context_tokens());
+      s.set_rendezvous_prefix(job_id_ + "/");
+      s.set_collective_timeout_ms(c_.options.collective_timeout_ms);
+      s.set_dtype(spec_.dtype());
+      s.set_token_width(spec_.token_width());
+      s.set_ticket(ticket);
+      s.set_transfer(NeedsTransfer(r));
+      if (spec_.has_context_ref()) {
+        s.mutable_context_ref()->set_path(files_.context);
+        s.mutable_context_ref()->set_tensor(spec_.context_ref().tensor());
+      }
+      if (spec_.has_output_ref()) s.mutable_output_ref()->set_path(files_.output);
+      if (r == 0) {
+        *s.mutable_query_tokens() = spec_.query_tokens();
+        s.set_return_state(spec_.return_state());
+      }
+      s.set_retain_seconds(RetainFor().count());
+      s.set_upload_idle_timeout_ms(static_cast<int32_t>(c_.options.upload_idle_timeout.count()));
+      specs.push_back(std::move(s));
+    }
+    return specs;
+  }
+
+  std::chrono::seconds RetainFor() const {
+    return spec_.retain_seconds() > 0 ? std::chrono::seconds(spec_.retain_seconds()) : c_.options.default_retain;
+  }
+
+  v1::SubmitResponse Accepted(const std::string& ticket) const {
+    v1::SubmitResponse r;
+    v1::JobAccepted* a = r.mutable_accepted();
+    a->set_job_id(job_id_);
+    a->set_output_width(plan_.config.output_width());
+    a->set_ticket(ticket);
+    a->set_context_tokens(spec_.context_tokens());
+    a->set_token_width(spec_.token_width());
+    a->set_dtype(spec_.dtype());
+    *a->mutable_query_tokens() = spec_.query_tokens();
+    a->set_output_in_band(!spec_.has_output_ref());
+    for (int rank = 0; rank < streams_->size(); ++rank) {
+      v1::ShardRange* range = a->add_shards();
+      range->set_worker(streams_->address(rank));
+      range->set_begin(plan_.shards[rank].first);
+      range->set_tokens(plan_.shards[rank].second);
+      range->set_transfer(NeedsTransfer(rank));
+    }
+    return r;
+  }
+
+  // Reads one rank's stream to its end (rank 0's progress goes to the
+  // client) and tells the machine how it ended.
+  v1::ShardDone ReadRank(int rank) {
+    v1::ShardDone done;
+    v1::ShardResponse response;
+    while (streams_->stream(rank)->Read(&response)) {
+      if (response.has_layers_done()) {
+        v1::Progress p;
+        p.set_stage(v1::Progress::LAYERS);
+        p.set_layers_done(response.layers_done());
+        p.set_layers_total(plan_.config.n_layers);
+        p.set_tokens_total(spec_.context_tokens());
+        WriteProgress(std::move(p));
+      } else if (response.has_done()) {
+        done = response.done();
+      }
+    }
+    bool from_worker = true;
+    const grpc::Status status = streams_->Finish(rank, &from_worker);
+    ++ranks_ended_;
+    // A client that vanished from its Submit call and its Transfer streams
+    // at once fails its shards too: when the job is bound to the call, that
+    // is the cause, whichever the coordinator heard of first.
+    if (!status.ok() && context_->IsCancelled()) OnCallEnded();
+    if (!machine_->RankEnded(rank, {FromGrpcStatus(status), from_worker})) return done;
+    if (from_worker && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // Its group broke: if a peer died, that peer's own stream is about to
+      // say so; give it a moment, so the dead worker is the one blamed.
+      const auto grace = Clock::now() + std::chrono::seconds(1);
+      while (ranks_ended_ < streams_->size() && Clock::now() < grace) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    streams_->Cancel();  // the others cannot finish without this rank
+    return done;
+  }
+
+  // Waits for every rank (each read on its own thread, so one that fails
+  // at once cancels peers still waiting for it); the job's statistics.
+  void CollectShards() {
+    std::vector<v1::ShardDone> dones(streams_->size());
+    {
+      std::vector<std::thread> readers;
+      for (int r = 1; r < streams_->size(); ++r) readers.emplace_back([this, r, &dones] { dones[r] = ReadRank(r); });
+      dones[0] = ReadRank(0);
+      for (std::thread& t : readers) t.join();
+    }
+    double allreduce = 0, waited = 0, upload = 0, download = 0, in_bytes = 0, out_bytes = 0;
+    bool delivered = true;
+    for (const v1::ShardDone& d : dones) {
+      stats_.set_compute_seconds(std::max(stats_.compute_seconds(), d.compute_seconds()));
+      stats_.add_worker_peak_rss_bytes(d.peak_rss_bytes());
+      allreduce += d.allreduce_seconds();
+      waited += d.allreduce_waited_seconds();
+      upload = std::max(upload, d.upload_seconds());
+      download = std::max(download, d.download_seconds());
+      in_bytes += static_cast<double>(d.context_bytes());
+      out_bytes += static_cast<double>(d.output_bytes());
+      delivered = delivered && d.results_delivered();
+    }
+    stats_.set_layers(plan_.config.n_layers);
+    stats_.set_upload_seconds(upload);
+    stats_.set_upload_mb_per_second(in_bytes / 1e6 / std::max(1e-9, upload));
+    stats_.set_download_seconds(download);
+    stats_.set_download_mb_per_second(out_bytes / 1e6 / std::max(1e-9, download));
+    stats_.set_allreduce_seconds(allreduce);
+    stats_.set_allreduce_hidden_fraction(allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
+    stats_.set_tokens_per_second(spec_.context_tokens() / std::max(1e-9, Since(start_)));
+    stats_.set_coordinator_payload_bytes(0);
+    stats_.set_results_delivered(delivered);
+  }
+
+  const Coordinator& c_;
+  grpc::ServerContext* context_;
+  grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream_;
+  const Clock::time_point start_ = Clock::now();
+  v1::JobSpec spec_;
+  JobFiles files_;
+  bool output_created_ = false;
+  JobPlan plan_;
+  std::string job_id_;
+  std::shared_ptr<JobMachine> machine_;
+  std::vector<std::string> lease_addresses_;
+  std::shared_ptr<WorkerStreams> streams_;
+  std::atomic<bool> accepted_sent_{false};
+  std::atomic<int> ranks_ended_{0};
+  v1::JobStats stats_;
+};
+
+}  // namespace
+
+grpc::Status RunSubmit(const Coordinator& coordinator, grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream) {
+  return SubmitFlow(coordinator, context, stream).Run();
+}
+
+}  // namespace lact::server

@@ -1,0 +1,319 @@
+// Jobs outlive their clients, end to end through real processes and real
+// gRPC on 127.0.0.1: a client that vanishes mid-compute or mid-download
+// (a raw client cutting its calls, and a `lact submit` process killed with
+// SIGKILL) loses nothing: the job completes and FetchResult (`lact fetch`)
+// returns outputs, query outputs and state equal bit for bit to an
+// uninterrupted run. A client that vanishes mid-upload with
+// cancel_on_disconnect cancels its job. Retained results are evicted by
+// TTL, by the workers' byte cap and by DeleteJob, and each is reported.
+// Twenty detached jobs submitted to two workers run in order, each equal to
+// its run alone.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/lact_client.h"
+#include "client/local_cluster.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "lact/v1/data.grpc.pb.h"
+#include "tests/random_model.h"
+#include "tests/raw_job.h"
+#include "tests/service_support.h"
+
+extern char** environ;
+
+namespace lact::testing {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string DataRootDir() {
+  static const std::string dir = [] {
+    const std::string base = absl::StrCat(::testing::TempDir(), "/lact_job_lifetime_", getpid());
+    fs::remove_all(base);
+    fs::create_directories(base + "/jobs");
+    return base;
+  }();
+  return dir;
+}
+
+void ExpectSameResults(const JobResult& got, const JobResult& want) {
+  EXPECT_EQ(got.output.shape, want.output.shape);
+  EXPECT_TRUE(got.output.data == want.output.data) << "outputs differ";
+  ASSERT_EQ(got.queries.size(), want.queries.size());
+  for (size_t k = 0; k < want.queries.size(); ++k) EXPECT_TRUE(got.queries[k].data == want.queries[k].data) << k;
+  ASSERT_EQ(got.state.size(), want.state.size());
+  for (const auto& [name, t] : want.state) EXPECT_TRUE(got.state.at(name).data == t.data) << name;
+}
+
+// Status and message of a raw FetchResult from rank `rank`'s worker.
+grpc::Status RawFetch(const v1::JobAccepted& accepted, int rank) {
+  auto stub = v1::ShardData::NewStub(
+      grpc::CreateChannel(accepted.shards(rank).worker(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::FetchRequest request;
+  request.set_job_id(accepted.job_id());
+  request.set_rank(rank);
+  request.set_ticket(accepted.ticket());
+  auto reader = stub->FetchResult(&ctx, request);
+  v1::TransferResponse response;
+  while (reader->Read(&response)) {
+  }
+  return reader->Finish();
+}
+
+class JobLifetimeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = StartTestCluster(2, {}, DataRootDir()).release(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    fs::remove_all(DataRootDir());
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+  static LactClient Client() { return LactClient(cluster_->address()); }
+
+  // A job of a few seconds on two one-thread workers, with a query set
+  // and its state: what an uninterrupted client gets.
+  static v1::JobSpec Spec(const Tensor& context, const std::vector<Tensor>& queries) {
+    v1::JobSpec spec = MakeJobSpec(Options(), context.dim(0), context.dim(1), queries);
+    return spec;
+  }
+  static SubmitOptions Options() {
+    SubmitOptions o;
+    o.model = "preset:small:2";
+    o.workers = 2;
+    o.return_state = true;
+    o.timeout = std::chrono::seconds(120);
+    return o;
+  }
+
+  static LocalCluster* cluster_;
+};
+
+LocalCluster* JobLifetimeTest::cluster_ = nullptr;
+
+enum class CutAt { kCompute, kDownload };
+
+class ClientVanishesTest : public JobLifetimeTest, public ::testing::WithParamInterface<CutAt> {};
+
+TEST_P(ClientVanishesTest, JobCompletesAndFetchReturnsWhatTheClientMissed) {
+  const Tensor context = RandomTokens(8192, 256, 31);
+  const std::vector<Tensor> queries = {RandomTokens(40, 256, 32)};
+  absl::StatusOr<JobResult> uninterrupted = Client().Submit(Options(), context, queries);
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+
+  std::string job_id;
+  {
+    RawJob job(cluster_->address(), Spec(context, queries));
+    ASSERT_EQ(job.accepted().shards_size(), 2);
+    job_id = job.accepted().job_id();
+    std::vector<RawJob::Transfer> transfers;
+    for (int rank = 0; rank < 2; ++rank) transfers.push_back(job.Upload(rank, context, queries));
+    if (GetParam() == CutAt::kCompute) {
+      ASSERT_TRUE(job.AwaitProgress(v1::Progress::LAYERS)) << "the job ended before its first layer";
+    } else {
+      v1::TransferResponse first;
+      ASSERT_TRUE(transfers[0].stream->Read(&first)) << "no output reached the client";
+      ASSERT_TRUE(first.has_output());
+    }
+    job.Cut();
+    for (RawJob::Transfer& t : transfers) t.Cut();
+    for (RawJob::Transfer& t : transfers) t.stream->Finish().IgnoreError();
+    job.Finish().IgnoreError();
+  }
+  absl::StatusOr<v1::JobInfo> end = Client().WatchJob(job_id);
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << end->error();
+  EXPECT_TRUE(end->results_retained());
+  if (GetParam() == CutAt::kCompute) {
+    EXPECT_FALSE(end->stats().results_delivered()) << "the client was gone before any result";
+  }
+  absl::StatusOr<JobResult> fetched = Client().FetchResult(job_id);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ExpectSameResults(*fetched, *uninterrupted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ClientVanishesTest, ::testing::Values(CutAt::kCompute, CutAt::kDownload),
+                         [](const auto& info) { return info.param == CutAt::kCompute ? "MidCompute" : "MidDownload"; });
+
+TEST_F(JobLifetimeTest, KilledSubmitProcessLosesNothing) {
+  const Tensor context = RandomTokens(8192, 256, 41);
+  const std::string input = DataRootDir() + "/killed_context.npy";
+  ASSERT_TRUE(WriteNpy(input, context).ok());
+  SubmitOptions o = Options();
+  o.return_state = false;
+  absl::StatusOr<JobResult> uninterrupted = Client().Submit(o, context, {});
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+
+  const std::string address = cluster_->address(), out = DataRootDir() + "/killed.safetensors";
+  std::vector<std::string> args = {LACT_CLI_PATH, "submit", "--server", address, "--model", o.model,
+                                   "--workers", "2", "--context", input, "--out", out};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  std::string job_id;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (job_id.empty() && std::chrono::steady_clock::now() < give_up) {
+    absl::StatusOr<std::vector<v1::JobInfo>> jobs = Client().ListJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    for (const v1::JobInfo& j : *jobs) {
+      if (j.status() == v1::JobInfo::RUNNING && j.progress().stage() == v1::Progress::LAYERS) job_id = j.job_id();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(job_id.empty()) << "the submitted job never reached its layers";
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(pid, &wait_status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(wait_status)) << "the client finished before it was killed";
+  EXPECT_FALSE(fs::exists(out)) << "the killed client wrote nothing";
+
+  absl::StatusOr<v1::JobInfo> end = Client().WatchJob(job_id);
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << end->error();
+  const std::string fetched = DataRootDir() + "/fetched.safetensors";
+  const std::string command =
+      absl::StrCat(LACT_CLI_PATH, " fetch --server ", address, " --job ", job_id, " --out ", fetched, " 2>&1");
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(fetched);
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::StatusOr<Tensor> output = file->ReadFloat("output");
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_EQ(output->shape, uninterrupted->output.shape);
+  EXPECT_TRUE(output->data == uninterrupted->output.data) << "lact fetch differs from the uninterrupted run";
+}
+
+TEST_F(JobLifetimeTest, ClientVanishingMidUploadWithCancelOnDisconnectCancelsTheJob) {
+  const Tensor context = RandomTokens(8192, 256, 51);
+  v1::JobSpec spec = Spec(context, {});
+  spec.set_cancel_on_disconnect(true);
+  std::string job_id;
+  {
+    RawJob job(cluster_->address(), spec);
+    job_id = job.accepted().job_id();
+    RawJob::Transfer half = job.Upload(0, context, {}, job.accepted().shards(0).tokens() / 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its chunks are in; the idle limit is 1 s
+    job.Cut();
+    half.Cut();
+    half.stream->Finish().IgnoreError();
+    job.Finish().IgnoreError();
+  }
+  absl::StatusOr<v1::JobInfo> end = Client().WatchJob(job_id);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(end->status(), v1::JobInfo::CANCELLED) << end->error();
+  EXPECT_THAT(end->error(), HasSubstr("cancelled: the client went away"));
+  EXPECT_FALSE(end->results_retained());
+  EXPECT_EQ(Client().FetchResult(job_id).status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<JobResult> next = Client().Submit(Options(), RandomTokens(64, 256, 52), {});
+  ASSERT_TRUE(next.ok()) << "the workers were given back: " << next.status();
+}
+
+TEST_F(JobLifetimeTest, TwentyDetachedJobsRunInOrderEachAsAlone) {
+  constexpr int kJobs = 20;
+  std::vector<Tensor> contexts;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    contexts.push_back(RandomTokens(64, 32, 100 + i));
+    const std::string name = absl::StrCat(DataRootDir(), "/jobs/detached_", i);
+    ASSERT_TRUE(WriteNpy(name + ".npy", contexts.back()).ok());
+    SubmitOptions o;
+    o.model = "tiny";
+    o.return_state = false;
+    o.context_ref = name + ".npy";
+    o.output_ref = name + ".out.npy";
+    o.detach = true;
+    absl::StatusOr<JobResult> admitted = Client().Submit(o, Tensor(), {});
+    ASSERT_TRUE(admitted.ok()) << i << ": " << admitted.status();
+    ids.push_back(admitted->job_id);
+  }
+  std::vector<v1::JobInfo> ends;
+  for (const std::string& id : ids) {
+    absl::StatusOr<v1::JobInfo> end = Client().WatchJob(id);
+    ASSERT_TRUE(end.ok()) << end.status();
+    ASSERT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << id << ": " << end->error();
+    EXPECT_EQ(end->workers(), 2);
+    ends.push_back(*end);
+  }
+  for (int i = 1; i < kJobs; ++i) {
+    EXPECT_LT(ends[i - 1].started_unix_seconds(), ends[i].started_unix_seconds()) << "job " << i << " overtook";
+    EXPECT_LT(ends[i - 1].finished_unix_seconds(), ends[i].finished_unix_seconds()) << "job " << i << " ended early";
+  }
+  for (int i = 0; i < kJobs; ++i) {
+    SubmitOptions o;
+    o.model = "tiny";
+    o.return_state = false;
+    absl::StatusOr<JobResult> alone = Client().Submit(o, contexts[i], {});
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    absl::StatusOr<Tensor> written = ReadNpy(absl::StrCat(DataRootDir(), "/jobs/detached_", i, ".out.npy"));
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_TRUE(written->data == alone->output.data) << "job " << i << " differs from its run alone";
+  }
+}
+
+// Eviction by TTL, by the byte cap and by DeleteJob, each reported.
+TEST(RetainedResultsTest, EvictionIsReported) {
+  // A cap of one byte keeps only the newest job's results on each worker.
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {"--retain-bytes", "1"});
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  SubmitOptions o;
+  o.model = "tiny";
+  o.workers = 2;
+  o.timeout = std::chrono::seconds(60);
+  const std::vector<Tensor> queries = {RandomTokens(5, 32, 62)};
+  absl::StatusOr<JobResult> a = client.Submit(o, RandomTokens(300, 32, 61), queries);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<JobResult> fetched_a = client.FetchResult(a->job_id);
+  ASSERT_TRUE(fetched_a.ok()) << fetched_a.status();
+  ExpectSameResults(*fetched_a, *a);
+
+  absl::StatusOr<JobResult> b = client.Submit(o, RandomTokens(300, 32, 63), queries);
+  ASSERT_TRUE(b.ok()) << b.status();
+  absl::StatusOr<JobResult> evicted = client.FetchResult(a->job_id);
+  EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound) << evicted.status();
+  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr("evicted: the worker's retained results reached"));
+  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr("--retain-bytes 1"));
+
+  absl::StatusOr<v1::JobInfo> b_info = client.GetJob(b->job_id);
+  ASSERT_TRUE(b_info.ok());
+  ASSERT_TRUE(client.DeleteJob(b->job_id).ok());
+  EXPECT_EQ(client.FetchResult(b->job_id).status().code(), absl::StatusCode::kNotFound);
+  for (int rank = 0; rank < 2; ++rank) {
+    const grpc::Status forgotten = RawFetch(b_info->accepted(), rank);
+    EXPECT_EQ(forgotten.error_code(), grpc::StatusCode::NOT_FOUND) << forgotten.error_message();
+    EXPECT_THAT(forgotten.error_message(), HasSubstr("deleted by DeleteJob")) << "the worker dropped it too";
+  }
+
+  o.retain_seconds = 1;
+  absl::StatusOr<JobResult> c = client.Submit(o, RandomTokens(300, 32, 64), queries);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<v1::JobInfo> c_info = client.GetJob(c->job_id);
+  ASSERT_TRUE(c_info.ok());
+  v1::JobAccepted wrong = c_info->accepted();
+  wrong.set_ticket("not-the-ticket");
+  EXPECT_EQ(RawFetch(wrong, 0).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  absl::StatusOr<JobResult> expired = client.FetchResult(c->job_id);
+  EXPECT_EQ(expired.status().code(), absl::StatusCode::kFailedPrecondition) << expired.status();
+  EXPECT_THAT(std::string(expired.status().message()), HasSubstr("no longer retained"));
+  const grpc::Status on_worker = RawFetch(c_info->accepted(), 1);
+  EXPECT_EQ(on_worker.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(on_worker.error_message(), HasSubstr("expired: its retention time passed"));
+}
+
+}  // namespace
+}  // namespace lact::testing

@@ -1,0 +1,23 @@
+// One piece of a shard's results as it is sent and retained: rows of an
+// output set, or one fused-state tensor.
+#ifndef LACT_WORKER_RESULT_ITEM_H_
+#define LACT_WORKER_RESULT_ITEM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/tensor.h"
+
+namespace lact {
+
+struct ResultItem {
+  int set = 0;         // 0 = context outputs, k + 1 = query set k
+  int64_t offset = 0;  // first token, as the client numbers it
+  std::string state_name;  // non-empty: a fused-state tensor (SPEC section 7 name)
+  std::shared_ptr<const Tensor> tensor;
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_RESULT_ITEM_H_

@@ -1,0 +1,82 @@
+#include "worker/retained_results.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace lact {
+namespace {
+
+constexpr size_t kRememberedDrops = 4096;
+
+int64_t ResultBytes(const RetainedResult& result) {
+  int64_t bytes = 0;
+  if (result.state != nullptr) {
+    for (const auto& [name, tensor] : FusedStateTensors(*result.state)) bytes += tensor->size() * 4;
+  }
+  for (const ResultItem& item : result.outputs) bytes += item.tensor->size() * 4;
+  return bytes;
+}
+
+}  // namespace
+
+void RetainedResults::Put(const std::string& job_id, RetainedResult result, std::chrono::seconds ttl) {
+  const int64_t bytes = ResultBytes(result);
+  absl::MutexLock lock(&mu_);
+  ExpireLocked();
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) DropLocked(it, "replaced");
+  while (!jobs_.empty() && bytes_ + bytes > max_bytes_) {
+    auto oldest = jobs_.begin();
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+      if (it->second.order < oldest->second.order) oldest = it;
+    }
+    DropLocked(oldest, absl::StrCat("evicted: the worker's retained results reached its --retain-bytes ",
+                                    max_bytes_, " and this job's were the oldest"));
+  }
+  dropped_.erase(job_id);
+  jobs_[job_id] = Entry{std::move(result), std::chrono::steady_clock::now() + ttl, bytes, ++puts_};
+  bytes_ += bytes;
+}
+
+absl::StatusOr<RetainedResult> RetainedResults::Get(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked();
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end()) return it->second.result;
+  auto dropped = dropped_.find(job_id);
+  return absl::NotFoundError(absl::StrCat("this worker holds no results of job '", job_id, "'",
+                                          dropped != dropped_.end() ? absl::StrCat(" (", dropped->second, ")")
+                                                                    : std::string(" (never computed here)")));
+}
+
+bool RetainedResults::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return false;
+  DropLocked(it, "deleted by DeleteJob");
+  return true;
+}
+
+int64_t RetainedResults::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+void RetainedResults::ExpireLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    auto next = std::next(it);
+    if (it->second.expires <= now) DropLocked(it, "expired: its retention time passed");
+    it = next;
+  }
+}
+
+void RetainedResults::DropLocked(std::map<std::string, Entry>::iterator it, const std::string& why) {
+  bytes_ -= it->second.bytes;
+  if (dropped_.insert_or_assign(it->first, why).second) dropped_order_.push_back(it->first);
+  if (dropped_order_.size() > kRememberedDrops) {
+    dropped_.erase(dropped_order_.front());
+    dropped_order_.pop_front();
+  }
+  jobs_.erase(it);
+}
+
+}  // namespace lact

@@ -1,0 +1,72 @@
+// What this worker keeps of the jobs it computed, until their TTL and
+// within a byte cap: the outputs it sent in band (for FetchResult, so a
+// client that went away loses nothing) and, on rank 0, the query outputs
+// and the fused state (for FetchResult and RunQuery; the state stays where
+// it was computed until a query needs it). A Put that would exceed the cap
+// evicts the oldest jobs first. Expired jobs are dropped on every Put and
+// Get; a Get for an evicted, expired or forgotten job says which (the last
+// 4,096 such jobs are remembered). Thread-safe.
+#ifndef LACT_WORKER_RETAINED_RESULTS_H_
+#define LACT_WORKER_RETAINED_RESULTS_H_
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/fused_state.h"
+#include "lact/v1/common.pb.h"
+#include "worker/result_item.h"
+
+namespace lact {
+
+struct RetainedResult {
+  std::string model;
+  v1::JobOptions options;
+  std::string ticket;  // the job's; FetchResult must present it
+  int rank = 0;
+  std::shared_ptr<const FusedState> state;  // rank 0 only, else null
+  std::vector<ResultItem> outputs;          // in-band output rows and query outputs
+};
+
+class RetainedResults {
+ public:
+  explicit RetainedResults(int64_t max_bytes = int64_t{8} << 30) : max_bytes_(max_bytes) {}
+
+  void Put(const std::string& job_id, RetainedResult result, std::chrono::seconds ttl);
+  // NOT_FOUND when this worker holds nothing of the job: never computed
+  // here, expired, evicted by the byte cap, or forgotten (the message says
+  // which).
+  absl::StatusOr<RetainedResult> Get(const std::string& job_id);
+  // Drops the job's results; false if there were none.
+  bool Forget(const std::string& job_id);
+  int64_t bytes() const;
+
+ private:
+  struct Entry {
+    RetainedResult result;
+    std::chrono::steady_clock::time_point expires;
+    int64_t bytes = 0;
+    uint64_t order = 0;  // of its Put, for eviction oldest first
+  };
+  void ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLocked(std::map<std::string, Entry>::iterator it, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int64_t max_bytes_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry> jobs_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t puts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::string> dropped_ ABSL_GUARDED_BY(mu_);  // job -> why, the last few
+  std::deque<std::string> dropped_order_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_RETAINED_RESULTS_H_
