@@ -95,6 +95,7 @@ v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t wi
   }
   if (!options.output_ref.empty()) spec.mutable_output_ref()->set_path(options.output_ref);
   spec.set_cancel_on_disconnect(options.cancel_on_disconnect);
+  spec.set_tenant(options.tenant);
   return spec;
 }
 

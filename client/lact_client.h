@@ -46,6 +46,7 @@ struct SubmitOptions {
   // whose bytes all go by reference.
   bool detach = false;
   bool cancel_on_disconnect = false;  // JobSpec.cancel_on_disconnect
+  std::string tenant;                 // JobSpec.tenant
 };
 
 struct JobResult {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/model.h"
+#include "server/fair_line.h"
 #include "server/job_admission.h"
 #include "server/job_machine.h"
 #include "server/job_store.h"
@@ -131,6 +132,73 @@ TEST(WorkerRegistry, WaitersAreServedFirstComeFirstServed) {
   EXPECT_EQ(order, (std::vector<std::string>{"big", "small"}));
   EXPECT_EQ(big_positions, (std::vector<int>{1}));
   EXPECT_EQ(small_positions.front(), 2) << "it waited behind the first";
+}
+
+TEST(FairLine, FirstComeFirstServedWithinATenantRoundRobinAcross) {
+  FairLine line;
+  const uint64_t a1 = line.Join("a"), a2 = line.Join("a"), a3 = line.Join("a"), b1 = line.Join("b");
+  EXPECT_EQ(line.size(), 4);
+  // Neither tenant served yet: a's first job came first, then b's one job
+  // goes before a's second.
+  EXPECT_EQ(line.Position(a1), 1);
+  EXPECT_EQ(line.Position(b1), 2);
+  EXPECT_EQ(line.Position(a2), 3);
+  EXPECT_EQ(line.Position(a3), 4);
+  line.Served(a1);
+  EXPECT_EQ(line.Position(a1), 0) << "served jobs leave the line";
+  EXPECT_EQ(line.Position(b1), 1) << "a was just served: b's turn";
+  EXPECT_EQ(line.Position(a2), 2);
+  EXPECT_EQ(line.Position(a3), 3);
+  line.Served(b1);
+  EXPECT_EQ(line.Position(a2), 1);
+  const uint64_t c1 = line.Join("c");
+  EXPECT_EQ(line.Position(c1), 1) << "a newcomer tenant goes before one served before";
+  EXPECT_EQ(line.Position(a2), 2);
+  line.Leave(a2);
+  EXPECT_EQ(line.Position(a3), 2);
+  EXPECT_EQ(line.size(), 2);
+  line.Served(c1);
+  line.Served(a3);
+  EXPECT_EQ(line.size(), 0);
+  const uint64_t only = line.Join("");
+  EXPECT_EQ(line.Position(only), 1) << "the default tenant is a tenant";
+}
+
+TEST(WorkerRegistry, TenantsTakeTurns) {
+  WorkerRegistry registry(milliseconds(10000));
+  registry.Register("a:1", "cpu", Presets());
+  absl::StatusOr<std::vector<std::string>> held = registry.Acquire("preset:small", 1, milliseconds(0));
+  ASSERT_TRUE(held.ok());
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::atomic<int> in_line{0};
+  std::vector<std::thread> jobs;
+  const auto submit = [&](const std::string& tenant, const std::string& name) {
+    jobs.emplace_back([&, tenant, name] {
+      bool counted = false;
+      WorkerRegistry::Wait wait{milliseconds(10000), 64, nullptr,
+                                [&](int) {
+                                  if (!counted) ++in_line;
+                                  counted = true;
+                                },
+                                tenant};
+      absl::StatusOr<std::vector<std::string>> got = registry.Acquire("preset:small", 1, wait);
+      ASSERT_TRUE(got.ok()) << got.status();
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        order.push_back(name);
+      }
+      registry.Release(*got);
+    });
+    const int expected = static_cast<int>(jobs.size());
+    while (in_line < expected) std::this_thread::sleep_for(milliseconds(1));
+  };
+  for (const char* name : {"a1", "a2", "a3"}) submit("pipeline-a", name);
+  submit("pipeline-b", "b1");
+  registry.Release(*held);
+  for (std::thread& t : jobs) t.join();
+  EXPECT_EQ(order, (std::vector<std::string>{"a1", "b1", "a2", "a3"}))
+      << "b's one job waits for a's first, not for all of a's";
 }
 
 TEST(WorkerRegistry, FullQueueAndCancelledWaiters) {

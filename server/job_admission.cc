@@ -1,5 +1,8 @@
 #include "server/job_admission.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "proto/job_options.h"
@@ -40,6 +43,13 @@ absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& toke
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& registry,
                                 const AdmissionLimits& limits) {
   if (spec.model().empty()) return Invalid("JobSpec.model is empty; ListModels shows the available models");
+  const std::string& tenant = spec.tenant();
+  if (tenant.size() > 64 || !std::all_of(tenant.begin(), tenant.end(), [](char ch) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+      })) {
+    return Invalid(absl::StrCat("JobSpec.tenant '", tenant.substr(0, 80),
+                                "' must be at most 64 letters, digits, '-', '_' or '.'"));
+  }
   absl::StatusOr<ModelConfig> model = registry.FindModel(spec.model());
   if (!model.ok()) {
     return model.status().code() == absl::StatusCode::kNotFound ? Invalid(std::string(model.status().message()))

@@ -31,6 +31,7 @@ std::string JobStore::Create(const v1::JobSpec& spec) {
   Record& r = jobs_[id];
   r.info.set_job_id(id);
   r.info.set_model(spec.model());
+  r.info.set_tenant(spec.tenant());
   r.info.set_status(v1::JobInfo::QUEUED);
   r.info.set_context_tokens(spec.context_tokens());
   r.info.set_submitted_unix_seconds(UnixSeconds(std::chrono::system_clock::now()));

@@ -153,7 +153,8 @@ class SubmitFlow {
   absl::Status Execute() {
     WorkerRegistry::Wait wait{c_.options.acquire_wait, c_.options.max_queued_jobs,
                               [this] { return machine_->cancel_requested(); },
-                              [this](int position) { WriteProgress(QueuedProgress(position)); }};
+                              [this](int position) { WriteProgress(QueuedProgress(position)); },
+                              spec_.tenant()};
     absl::StatusOr<std::vector<std::string>> leased = c_.registry->Acquire(spec_.model(), plan_.workers, wait);
     if (!leased.ok()) {
       machine_->QueueFailed(leased.status());

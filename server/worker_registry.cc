@@ -90,13 +90,12 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
                                                                  const Wait& wait) {
   const std::string key = ModelKey(model);
   std::unique_lock<std::mutex> lock(mu_);
-  if (static_cast<int>(line_.size()) >= wait.max_waiting) {
+  if (line_.size() >= wait.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue is full: ", line_.size(),
                                                      " jobs already wait for workers (at most ", wait.max_waiting,
                                                      "); retry later"));
   }
-  const uint64_t ticket = next_ticket_++;
-  line_.push_back(ticket);
+  const uint64_t ticket = line_.Join(wait.tenant);
   std::vector<std::string> picked;
   const auto idle = [&] {
     picked.clear();
@@ -106,13 +105,13 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
     return static_cast<int>(picked.size()) >= count;
   };
   const auto leave = [&] {
-    line_.remove(ticket);
+    line_.Leave(ticket);
     released_.notify_all();  // the ones behind move up
   };
   const auto deadline = std::chrono::steady_clock::now() + wait.limit;
   int reported = 0;
   while (true) {
-    const int position = 1 + static_cast<int>(std::distance(line_.begin(), std::find(line_.begin(), line_.end(), ticket)));
+    const int position = line_.Position(ticket);
     if (position == 1 && idle()) break;
     if (position != reported && wait.on_position) {
       reported = position;
@@ -123,7 +122,7 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
     }
     if (wait.cancelled && wait.cancelled()) {
       leave();
-      return absl::CancelledError("the job left the queue: its call was cancelled while it waited for workers");
+      return absl::CancelledError("the job left the queue: it was cancelled while it waited for workers");
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
@@ -137,7 +136,8 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
   }
   picked.resize(count);
   for (const std::string& a : picked) workers_[a].busy = true;
-  leave();
+  line_.Served(ticket);
+  released_.notify_all();
   return picked;
 }
 

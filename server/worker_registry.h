@@ -9,7 +9,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -17,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model.h"
+#include "server/fair_line.h"
 
 namespace lact::server {
 
@@ -60,12 +60,14 @@ class WorkerRegistry {
     int max_waiting = 64;                      // callers in line beyond which one is refused at once
     std::function<bool()> cancelled;           // polled; true leaves the line (CANCELLED)
     std::function<void(int)> on_position;      // the caller's place in line (1 = next) when it changes
+    std::string tenant;                        // whose job; the line is fair across tenants (fair_line.h)
   };
 
-  // Leases `count` idle healthy workers holding `model`, first come first
-  // served: a caller waits behind every earlier one (so a job asking for
-  // many workers is not overtaken by later small ones) until the workers
-  // are free. RESOURCE_EXHAUSTED at once when `max_waiting` callers already
+  // Leases `count` idle healthy workers holding `model`, in the line's
+  // order (first come first served within a tenant, round robin across
+  // tenants): a caller waits behind every one ahead of it (so a job asking
+  // for many workers is not overtaken by later small ones) until the
+  // workers are free. RESOURCE_EXHAUSTED at once when `max_waiting` callers already
   // wait (naming the line's size), or after `limit` in line.
   absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count, const Wait& wait);
   absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
@@ -84,8 +86,7 @@ class WorkerRegistry {
   std::condition_variable released_;
   std::map<std::string, WorkerEntry> workers_;  // by address
   int next_id_ = 1;
-  std::list<uint64_t> line_;  // tickets of the Acquire callers waiting, first come first
-  uint64_t next_ticket_ = 1;
+  FairLine line_;  // the Acquire callers waiting
 };
 
 }  // namespace lact::server

@@ -180,6 +180,9 @@ TEST_F(ServiceTest, BadJobSpecsAreRejectedWithAMessage) {
       {[](auto& r) { r.mutable_spec()->add_query_tokens(0); }, "query set 0 has 0 tokens; need >= 1"},
       {[](auto& r) { r.mutable_spec()->add_shard_tokens(3); r.mutable_spec()->add_shard_tokens(3); },
        "shard_tokens add up to 6, not context_tokens 8"},
+      {[](auto& r) { r.mutable_spec()->set_tenant("team a/../b"); },
+       "JobSpec.tenant 'team a/../b' must be at most 64 letters, digits, '-', '_' or '.'"},
+      {[](auto& r) { r.mutable_spec()->set_tenant(std::string(65, 't')); }, "must be at most 64 letters"},
   };
   for (const Case& c : cases) {
     v1::SubmitRequest spec = Spec("tiny", 8, 32);

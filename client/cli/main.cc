@@ -28,7 +28,7 @@ constexpr char kUsage[] =
     "                    [--query FILE.npy]... [--workers P] [--shards N]... [--muon-steps N]\n"
     "                    [--chunk-tokens N] [--dtype f32|bf16|f16] [--timeout S]\n"
     "                    [--out FILE.safetensors] [--out-ref PATH.npy]\n"
-    "                    [--detach] [--cancel-on-disconnect]\n"
+    "                    [--detach] [--cancel-on-disconnect] [--tenant NAME]\n"
     "        --context-ref/--out-ref name files inside the cluster's --data-root that the\n"
     "        workers read and write themselves (the context never passes through here;\n"
     "        --detach, for such jobs, returns once the job is admitted). A job runs on\n"

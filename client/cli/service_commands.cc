@@ -100,7 +100,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
                                                   {"server", "model", "context", "query", "workers", "muon-steps",
                                                    "chunk-tokens", "dtype", "timeout", "out", "shards",
-                                                   "context-ref", "context-tensor", "out-ref"},
+                                                   "context-ref", "context-tensor", "out-ref", "tenant"},
                                                   {"query", "shards"}, {"detach", "cancel-on-disconnect"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
@@ -110,6 +110,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   options.output_ref = flags.Get("out-ref").value_or("");
   options.detach = flags.Has("detach");
   options.cancel_on_disconnect = flags.Has("cancel-on-disconnect");
+  options.tenant = flags.Get("tenant").value_or("");
   const std::string context_spec = flags.Get("context").value_or("");
   if (context_spec.empty() == options.context_ref.empty()) {
     return absl::InvalidArgumentError("give the context as --context FILE.npy|random:L[:SEED] or --context-ref PATH");
