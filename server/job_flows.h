@@ -28,7 +28,7 @@ struct CoordinatorOptions {
   AdmissionLimits limits;
   std::chrono::seconds default_retain{3600};
   std::chrono::milliseconds acquire_wait{std::chrono::hours(24 * 7)};  // longest time in the queue
-  int max_queued_jobs = 64;  // jobs waiting for workers beyond which Submit is refused
+  int max_queued_jobs = 256;  // jobs waiting for workers beyond which Submit is refused
   int collective_timeout_ms = 60000;
   std::chrono::milliseconds upload_idle_timeout{60000};  // max wait for a client's stream or chunk
   std::string data_root;  // where files by reference may be; empty = none allowed

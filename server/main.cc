@@ -4,7 +4,7 @@
 //   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]
 //                    [--retain-seconds 3600] [--max-context-tokens N]
 //                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 0 (= the call's deadline)]
-//                    [--max-queued-jobs 64]
+//                    [--max-queued-jobs 256]
 //                    [--upload-idle-timeout-ms 60000] [--data-root DIR]
 #include <grpcpp/grpcpp.h>
 
@@ -29,7 +29,7 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
                         flags.Int("max-context-tokens", o->limits.max_context_tokens, 1, int64_t{1} << 34));
   LACT_ASSIGN_OR_RETURN(int64_t collective, flags.Int("collective-timeout-ms", 60000, 100, 3600000));
   LACT_ASSIGN_OR_RETURN(int64_t acquire, flags.Int("acquire-timeout-ms", 0, 0, int64_t{1} << 40));
-  LACT_ASSIGN_OR_RETURN(int64_t queued, flags.Int("max-queued-jobs", 64, 0, 1 << 20));
+  LACT_ASSIGN_OR_RETURN(int64_t queued, flags.Int("max-queued-jobs", 256, 0, 1 << 20));
   o->max_queued_jobs = static_cast<int>(queued);
   LACT_ASSIGN_OR_RETURN(int64_t idle, flags.Int("upload-idle-timeout-ms", 60000, 100, 3600000));
   o->upload_idle_timeout = std::chrono::milliseconds(idle);
