@@ -249,9 +249,17 @@ absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t wid
   }
   const std::string header = NpyF32Header({rows, width});
   LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), header.data(), header.size(), 0, path));
-  if (ftruncate(fd.get(), static_cast<off_t>(header.size() + rows * width * sizeof(float))) != 0) {
+  const off_t size = static_cast<off_t>(header.size() + rows * width * sizeof(float));
+  if (ftruncate(fd.get(), size) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot size output '", path, "' to ", rows, " x ", width,
                                                      " float32: ", std::strerror(errno)));
+  }
+  // Its blocks are reserved now: a full disk fails here, before any worker
+  // computes, and the workers' writes need not allocate (several times
+  // faster than filling a sparse file on ext4).
+  if (const int err = posix_fallocate(fd.get(), 0, size); err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", size, " bytes for output '", path,
+                                                     "': ", std::strerror(err)));
   }
   return absl::OkStatus();
 }

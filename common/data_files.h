@@ -46,7 +46,8 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
 
 // Creates or replaces `path` as a float32 [rows, width] .npy of full size
 // (its header written; the data zero in a new file, the old bytes in a
-// replaced one, until WriteTokenRows fills every row).
+// replaced one, until WriteTokenRows fills every row), its blocks
+// reserved: RESOURCE_EXHAUSTED if the disk cannot hold it.
 absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width);
 
 // Writes rows [begin, begin + n) of a file CreateOutputFile made; its
