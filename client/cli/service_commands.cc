@@ -147,7 +147,12 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   ProgressLine line;
   absl::StatusOr<JobResult> result = client.Submit(
       options, context, queries, [&](const v1::Progress& p) { line.Update(p); },
-      [](const std::string& id) { std::fprintf(stderr, "lact submit: job %s accepted\n", id.c_str()); });
+      [&](const std::string& id) {
+        std::fprintf(stderr, "lact submit: job %s admitted%s\n", id.c_str(),
+                     options.cancel_on_disconnect ? ""
+                                                  : " (it runs on if this command ends: lact cancel stops it, "
+                                                    "lact fetch collects its results)");
+      });
   line.Finish();
   LACT_RETURN_IF_ERROR(result.status());
   if (options.detach) {
