@@ -119,7 +119,7 @@ absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
   v1::FetchRequest request;
   request.set_job_id(accepted_.job_id());
   request.set_rank(rank);
-  request.set_ticket(accepted_.ticket());
+  request.set_ticket(accepted_.fetch_ticket());
   std::unique_ptr<grpc::ClientReader<TransferResponseIn>> stream(
       grpc::internal::ClientReaderFactory<TransferResponseIn>::Create(
           channel.get(), grpc::internal::RpcMethod(kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING),

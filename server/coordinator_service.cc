@@ -48,17 +48,14 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::Cance
 
 grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
                                            v1::DeleteJobResponse*) {
-  absl::StatusOr<std::vector<std::string>> workers = c_.jobs->Delete(request->job_id());
-  if (!workers.ok()) return ToGrpcStatus(workers.status());
-  // What the workers kept goes too; a worker that does not answer drops it
-  // at its TTL anyway.
-  for (const std::string& address : *workers) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    v1::ForgetRequest forget;
-    forget.set_job_id(request->job_id());
-    v1::ForgetResponse answer;
-    v1::Worker::NewStub(WorkerChannel(address))->Forget(&ctx, forget, &answer).IgnoreError();
+  absl::StatusOr<v1::JobInfo> deleted = c_.jobs->Delete(request->job_id());
+  if (!deleted.ok()) return ToGrpcStatus(deleted.status());
+  // A job that had not ended is cancelled, and its flow has the workers
+  // forget it; an ended one's workers are told here.
+  if (deleted->status() == v1::JobInfo::SUCCEEDED) {
+    std::vector<std::string> workers;
+    for (const v1::ShardRange& shard : deleted->accepted().shards()) workers.push_back(shard.worker());
+    ForgetOnWorkers(request->job_id(), deleted->accepted().fetch_ticket(), workers);
   }
   return grpc::Status::OK;
 }

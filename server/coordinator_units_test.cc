@@ -152,12 +152,14 @@ TEST(FairLine, FirstComeFirstServedWithinATenantRoundRobinAcross) {
   line.Served(b1);
   EXPECT_EQ(line.Position(a2), 1);
   const uint64_t c1 = line.Join("c");
-  EXPECT_EQ(line.Position(c1), 1) << "a newcomer tenant goes before one served before";
-  EXPECT_EQ(line.Position(a2), 2);
-  line.Leave(a2);
-  EXPECT_EQ(line.Position(a3), 2);
-  EXPECT_EQ(line.size(), 2);
-  line.Served(c1);
+  EXPECT_EQ(line.Position(c1), 2) << "a newcomer joins the rotation at its back";
+  EXPECT_EQ(line.Position(a2), 1);
+  EXPECT_EQ(line.Position(a3), 3);
+  line.Served(a2);
+  EXPECT_EQ(line.Position(c1), 1) << "then takes its turn";
+  line.Leave(c1);
+  EXPECT_EQ(line.Position(a3), 1);
+  EXPECT_EQ(line.size(), 1);
   line.Served(a3);
   EXPECT_EQ(line.size(), 0);
   const uint64_t only = line.Join("");
@@ -284,9 +286,11 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   jobs.Retain(done, std::make_shared<RetainedState>(), true, std::chrono::seconds(60));
   EXPECT_TRUE(jobs.State(done).ok());
   EXPECT_TRUE(jobs.Get(done)->results_retained());
-  absl::StatusOr<std::vector<std::string>> holders = jobs.Delete(done);
-  ASSERT_TRUE(holders.ok());
-  EXPECT_EQ(*holders, (std::vector<std::string>{"a:1", "b:2"})) << "the workers told to forget it";
+  absl::StatusOr<v1::JobInfo> deleted = jobs.Delete(done);
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_EQ(deleted->status(), v1::JobInfo::SUCCEEDED);
+  ASSERT_EQ(deleted->accepted().shards_size(), 2) << "where its workers are, to tell them to forget it";
+  EXPECT_EQ(deleted->accepted().shards(1).worker(), "b:2");
   EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
 
   // Deleting a queued job cancels it.

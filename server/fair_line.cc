@@ -7,7 +7,11 @@ namespace lact::server {
 
 uint64_t FairLine::Join(const std::string& tenant) {
   const uint64_t ticket = next_ticket_++;
-  waiting_[tenant].push_back(ticket);
+  std::deque<uint64_t>& line = waiting_[tenant];
+  // A tenant with nothing waiting joins the rotation at its back, as if
+  // just served: new tenant names cannot jump the line.
+  if (line.empty()) last_served_[tenant] = serves_;
+  line.push_back(ticket);
   tenant_of_[ticket] = tenant;
   return ticket;
 }
@@ -17,15 +21,20 @@ void FairLine::Leave(uint64_t ticket) {
   if (it == tenant_of_.end()) return;
   std::deque<uint64_t>& line = waiting_[it->second];
   line.erase(std::find(line.begin(), line.end(), ticket));
-  if (line.empty()) waiting_.erase(it->second);
+  if (line.empty()) {
+    waiting_.erase(it->second);
+    last_served_.erase(it->second);
+  }
   tenant_of_.erase(it);
 }
 
 void FairLine::Served(uint64_t ticket) {
   auto it = tenant_of_.find(ticket);
   if (it == tenant_of_.end()) return;
-  last_served_[it->second] = ++serves_;
+  const std::string tenant = it->second;
   Leave(ticket);
+  ++serves_;
+  if (waiting_.count(tenant)) last_served_[tenant] = serves_;
 }
 
 int FairLine::Position(uint64_t ticket) const {
@@ -36,8 +45,7 @@ int FairLine::Position(uint64_t ticket) const {
   const int64_t k = std::find(own.begin(), own.end(), ticket) - own.begin();
   // A tenant's place in the rotation: least recently served, then oldest waiter.
   const auto rank = [this](const std::string& t, const std::deque<uint64_t>& line) {
-    auto served = last_served_.find(t);
-    return std::make_tuple(served == last_served_.end() ? 0 : served->second, line.front());
+    return std::make_tuple(last_served_.at(t), line.front());
   };
   const auto mine = rank(tenant, own);
   int64_t ahead = k;  // own earlier jobs

@@ -90,7 +90,11 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
     return Invalid(absl::StrCat("cannot shard ", L, " context tokens over ", workers,
                                 " workers; each needs at least one token"));
   }
-  if (spec.retain_seconds() < 0) return Invalid("retain_seconds must be >= 0");
+  constexpr int64_t kMaxRetainSeconds = int64_t{30} * 24 * 3600;
+  if (spec.retain_seconds() < 0 || spec.retain_seconds() > kMaxRetainSeconds) {
+    return Invalid(absl::StrCat("retain_seconds ", spec.retain_seconds(), " is out of range (allowed: 0..",
+                                kMaxRetainSeconds, ", 30 days; 0 = the server default)"));
+  }
   plan.workers = workers;
   plan.shards = SplitContext(L, workers);
   if (spec.shard_tokens_size() > 0) {

@@ -162,20 +162,20 @@ absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {
   return r.info;
 }
 
-absl::StatusOr<std::vector<std::string>> JobStore::Delete(const std::string& id) {
+absl::StatusOr<v1::JobInfo> JobStore::Delete(const std::string& id) {
   std::function<bool(CancelCause)> cancel;
-  std::vector<std::string> workers;
+  v1::JobInfo info;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Unknown(id);
     if (!Ended(it->second.info)) cancel = std::move(it->second.cancel);
-    for (const v1::ShardRange& shard : it->second.info.accepted().shards()) workers.push_back(shard.worker());
+    info = std::move(it->second.info);
     jobs_.erase(it);
     changed_.notify_all();
   }
   if (cancel) cancel(CancelCause::kDeleted);
-  return workers;
+  return info;
 }
 
 absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::string& id) const {

@@ -56,9 +56,9 @@ class JobStore {
   std::vector<v1::JobInfo> List() const;
   // NOT_FOUND, or FAILED_PRECONDITION if the job has ended.
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& id);
-  // Forgets the job (cancelling it if it has not ended); returns the
-  // workers that may keep something of it.
-  absl::StatusOr<std::vector<std::string>> Delete(const std::string& id);
+  // Forgets the job (cancelling it if it has not ended); returns its last
+  // JobInfo (where its shards ran, as it stood when deleted).
+  absl::StatusOr<v1::JobInfo> Delete(const std::string& id);
   // NOT_FOUND if unknown, FAILED_PRECONDITION if not retained (running,
   // failed, expired).
   absl::StatusOr<std::shared_ptr<const RetainedState>> State(const std::string& id) const;

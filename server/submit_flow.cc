@@ -97,6 +97,8 @@ class SubmitFlow {
     stats_.set_coordinator_peak_rss_bytes(PeakRssBytes());
     if (!status.ok()) {
       if (output_created_) unlink(files_.output.c_str());
+      // Peers that finished before the failure may have kept results.
+      if (!lease_addresses_.empty()) ForgetOnWorkers(job_id_, fetch_ticket_, lease_addresses_);
       c_.jobs->Finish(job_id_, InfoStatus(machine_->stage()), std::string(status.message()), stats_);
       return ToGrpcStatus(status);
     }
@@ -121,10 +123,18 @@ class SubmitFlow {
     }
   }
 
+  // OnCallEnded, if the call has ended or its deadline passed (the watcher
+  // fires once; a detached job's deadline still bounds it).
+  void CheckCall() {
+    if (context_->IsCancelled() || std::chrono::system_clock::now() >= context_->deadline()) OnCallEnded();
+  }
+
   // Whether any token (context or query sets) comes in band: the client
   // that sends them must be there to see JobAccepted.
   bool HasInBandInput() const { return !spec_.has_context_ref() || spec_.query_tokens_size() > 0; }
-  bool HasInBandResults() const { return !spec_.has_output_ref() || spec_.query_tokens_size() > 0; }
+  bool HasInBandResults() const {
+    return !spec_.has_output_ref() || spec_.query_tokens_size() > 0 || spec_.return_state();
+  }
 
   // Whether rank r's client opens a Transfer stream (the rule ShardSpec.transfer states).
   bool NeedsTransfer(int rank) const {
@@ -151,12 +161,19 @@ class SubmitFlow {
 
   // Queue, lease, start, collect: the job's outcome as its machine decided.
   absl::Status Execute() {
-    WorkerRegistry::Wait wait{c_.options.acquire_wait, c_.options.max_queued_jobs,
-                              [this] { return machine_->cancel_requested(); },
+    const auto until_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
+        CallDeadline(context_) - std::chrono::system_clock::now());
+    WorkerRegistry::Wait wait{std::max(std::chrono::milliseconds(0), std::min(c_.options.acquire_wait, until_deadline)),
+                              c_.options.max_queued_jobs,
+                              [this] {
+                                CheckCall();
+                                return machine_->cancel_requested();
+                              },
                               [this](int position) { WriteProgress(QueuedProgress(position)); },
                               spec_.tenant()};
     absl::StatusOr<std::vector<std::string>> leased = c_.registry->Acquire(spec_.model(), plan_.workers, wait);
     if (!leased.ok()) {
+      CheckCall();  // a wait cut short by the deadline
       machine_->QueueFailed(leased.status());
       return machine_->outcome();
     }
@@ -164,6 +181,7 @@ class SubmitFlow {
     if (!machine_->Leased(lease.addresses())) return machine_->outcome();
     lease_addresses_ = lease.addresses();
     const std::string ticket = NewTicket();
+    fetch_ticket_ = NewTicket();
     if (!files_.output.empty()) {
       LACT_RETURN_IF_ERROR(CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
       output_created_ = true;
@@ -171,8 +189,11 @@ class SubmitFlow {
     streams_ = std::make_shared<WorkerStreams>(lease.addresses());
     machine_->SetCancelAction([streams = streams_] { streams->Cancel(); });
     const v1::SubmitResponse accepted = Accepted(ticket);
-    c_.jobs->Start(job_id_, accepted.accepted());
+    v1::JobAccepted shown = accepted.accepted();
+    shown.clear_ticket();  // the Transfer ticket is this call's client's alone
+    c_.jobs->Start(job_id_, shown);
     if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(context_)); !opened.ok()) {
+      CheckCall();  // an expired deadline is not the worker's fault
       machine_->StartFailed(streams_->broken_rank(), opened);
       streams_->Cancel();
       return machine_->outcome();
@@ -200,6 +221,7 @@ class SubmitFlow {
       s.set_dtype(spec_.dtype());
       s.set_token_width(spec_.token_width());
       s.set_ticket(ticket);
+      s.set_fetch_ticket(fetch_ticket_);
       s.set_transfer(NeedsTransfer(r));
       if (spec_.has_context_ref()) {
         s.mutable_context_ref()->set_path(files_.context);
@@ -227,6 +249,7 @@ class SubmitFlow {
     a->set_job_id(job_id_);
     a->set_output_width(plan_.config.output_width());
     a->set_ticket(ticket);
+    a->set_fetch_ticket(fetch_ticket_);
     a->set_context_tokens(spec_.context_tokens());
     a->set_token_width(spec_.token_width());
     a->set_dtype(spec_.dtype());
@@ -265,7 +288,7 @@ class SubmitFlow {
     // A client that vanished from its Submit call and its Transfer streams
     // at once fails its shards too: when the job is bound to the call, that
     // is the cause, whichever the coordinator heard of first.
-    if (!status.ok() && context_->IsCancelled()) OnCallEnded();
+    if (!status.ok()) CheckCall();
     if (!machine_->RankEnded(rank, {FromGrpcStatus(status), from_worker})) return done;
     if (from_worker && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       // Its group broke: if a peer died, that peer's own stream is about to
@@ -325,6 +348,7 @@ class SubmitFlow {
   std::string job_id_;
   std::shared_ptr<JobMachine> machine_;
   std::vector<std::string> lease_addresses_;
+  std::string fetch_ticket_;
   std::shared_ptr<WorkerStreams> streams_;
   std::atomic<bool> accepted_sent_{false};
   std::atomic<int> ranks_ended_{0};

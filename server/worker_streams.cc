@@ -12,6 +12,19 @@ std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+void ForgetOnWorkers(const std::string& job_id, const std::string& fetch_ticket,
+                     const std::vector<std::string>& workers) {
+  for (const std::string& address : workers) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ForgetRequest request;
+    request.set_job_id(job_id);
+    request.set_fetch_ticket(fetch_ticket);
+    v1::ForgetResponse response;
+    v1::Worker::NewStub(WorkerChannel(address))->Forget(&ctx, request, &response).IgnoreError();
+  }
+}
+
 absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
                                  std::chrono::system_clock::time_point deadline) {
   for (int r = 0; r < size(); ++r) {

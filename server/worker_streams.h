@@ -23,6 +23,11 @@ namespace lact::server {
 
 std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
 
+// Has each worker drop what it retained of a job (Worker.Forget), best
+// effort: a worker that does not answer within 5 s drops it at its TTL.
+void ForgetOnWorkers(const std::string& job_id, const std::string& fetch_ticket,
+                     const std::vector<std::string>& workers);
+
 class WorkerStreams {
  public:
   using Stream = grpc::ClientReaderWriter<v1::ShardRequest, v1::ShardResponse>;

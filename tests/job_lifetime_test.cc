@@ -65,7 +65,7 @@ grpc::Status RawFetch(const v1::JobAccepted& accepted, int rank) {
   v1::FetchRequest request;
   request.set_job_id(accepted.job_id());
   request.set_rank(rank);
-  request.set_ticket(accepted.ticket());
+  request.set_ticket(accepted.fetch_ticket());
   auto reader = stub->FetchResult(&ctx, request);
   v1::TransferResponse response;
   while (reader->Read(&response)) {
@@ -222,6 +222,34 @@ TEST_F(JobLifetimeTest, ClientVanishingMidUploadWithCancelOnDisconnectCancelsThe
   ASSERT_TRUE(next.ok()) << "the workers were given back: " << next.status();
 }
 
+TEST_F(JobLifetimeTest, ClientThatNeverComesForResultsByReferenceLosesNothing) {
+  // The context by reference, the outputs and state in band: the client
+  // leaves once the job is accepted, before opening any Transfer stream.
+  const Tensor context = RandomTokens(4096, 256, 71);
+  const std::string input = DataRootDir() + "/never_came.npy";
+  ASSERT_TRUE(WriteNpy(input, context).ok());
+  SubmitOptions o = Options();
+  absl::StatusOr<JobResult> uninterrupted = Client().Submit(o, context, {});
+  ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
+  o.context_ref = input;
+  v1::JobSpec spec = MakeJobSpec(o, 0, 0, {});
+  std::string job_id;
+  {
+    RawJob job(cluster_->address(), spec);
+    job_id = job.accepted().job_id();
+    ASSERT_FALSE(job_id.empty());
+    job.Cut();
+    job.Finish().IgnoreError();
+  }
+  absl::StatusOr<v1::JobInfo> end = Client().WatchJob(job_id);
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << end->error();
+  EXPECT_FALSE(end->stats().results_delivered());
+  absl::StatusOr<JobResult> fetched = Client().FetchResult(job_id);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ExpectSameResults(*fetched, *uninterrupted);
+}
+
 TEST_F(JobLifetimeTest, TwentyDetachedJobsRunInOrderEachAsAlone) {
   constexpr int kJobs = 20;
   std::vector<Tensor> contexts;
@@ -265,16 +293,23 @@ TEST_F(JobLifetimeTest, TwentyDetachedJobsRunInOrderEachAsAlone) {
 }
 
 // Eviction by TTL, by the byte cap and by DeleteJob, each reported.
-TEST(RetainedResultsTest, EvictionIsReported) {
-  // A cap of one byte keeps only the newest job's results on each worker.
-  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {"--retain-bytes", "1"});
-  ASSERT_NE(cluster, nullptr);
-  LactClient client(cluster->address());
+TEST_F(JobLifetimeTest, EvictionIsReported) {
   SubmitOptions o;
   o.model = "tiny";
   o.workers = 2;
   o.timeout = std::chrono::seconds(60);
   const std::vector<Tensor> queries = {RandomTokens(5, 32, 62)};
+  // What one job's results weigh on each worker, from a run on the suite's
+  // cluster: rank 0 keeps its outputs, the query outputs and the state.
+  absl::StatusOr<JobResult> sized = Client().Submit(o, RandomTokens(300, 32, 61), queries);
+  ASSERT_TRUE(sized.ok()) << sized.status();
+  int64_t rank0 = sized->queries[0].size() * 4 + sized->output.size() * 4 / 2;
+  for (const auto& [name, t] : sized->state) rank0 += t.size() * 4;
+  // A cap with room for one job's results, not two.
+  std::unique_ptr<LocalCluster> cluster =
+      StartTestCluster(2, {"--retain-bytes", absl::StrCat(rank0 * 3 / 2)});
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
   absl::StatusOr<JobResult> a = client.Submit(o, RandomTokens(300, 32, 61), queries);
   ASSERT_TRUE(a.ok()) << a.status();
   absl::StatusOr<JobResult> fetched_a = client.FetchResult(a->job_id);
@@ -286,7 +321,7 @@ TEST(RetainedResultsTest, EvictionIsReported) {
   absl::StatusOr<JobResult> evicted = client.FetchResult(a->job_id);
   EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound) << evicted.status();
   EXPECT_THAT(std::string(evicted.status().message()), HasSubstr("evicted: the worker's retained results reached"));
-  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr("--retain-bytes 1"));
+  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr(absl::StrCat("--retain-bytes ", rank0 * 3 / 2)));
 
   absl::StatusOr<v1::JobInfo> b_info = client.GetJob(b->job_id);
   ASSERT_TRUE(b_info.ok());
@@ -303,8 +338,9 @@ TEST(RetainedResultsTest, EvictionIsReported) {
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<v1::JobInfo> c_info = client.GetJob(c->job_id);
   ASSERT_TRUE(c_info.ok());
+  EXPECT_TRUE(c_info->accepted().ticket().empty()) << "the Transfer ticket is the submitter's alone";
   v1::JobAccepted wrong = c_info->accepted();
-  wrong.set_ticket("not-the-ticket");
+  wrong.set_fetch_ticket("not-the-ticket");
   EXPECT_EQ(RawFetch(wrong, 0).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   absl::StatusOr<JobResult> expired = client.FetchResult(c->job_id);

@@ -183,6 +183,8 @@ TEST_F(ServiceTest, BadJobSpecsAreRejectedWithAMessage) {
       {[](auto& r) { r.mutable_spec()->set_tenant("team a/../b"); },
        "JobSpec.tenant 'team a/../b' must be at most 64 letters, digits, '-', '_' or '.'"},
       {[](auto& r) { r.mutable_spec()->set_tenant(std::string(65, 't')); }, "must be at most 64 letters"},
+      {[](auto& r) { r.mutable_spec()->set_retain_seconds(int64_t{1} << 62); },
+       "retain_seconds 4611686018427387904 is out of range (allowed: 0..2592000"},
   };
   for (const Case& c : cases) {
     v1::SubmitRequest spec = Spec("tiny", 8, 32);

@@ -257,7 +257,7 @@ TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
   transfer->Publish({0, 0, "", rows});
   transfer->Publish({1, 0, "", rows});
   transfer->EndPublishing();
-  EXPECT_TRUE(transfer->AwaitDownload([] { return false; }).ok());
+  EXPECT_TRUE(transfer->AwaitDownload(std::chrono::seconds(5), [] { return false; }).ok());
   client.join();
   EXPECT_EQ(sent.size(), 4u);
 }
@@ -276,6 +276,14 @@ TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("no token chunk for 100 ms during the upload"));
   EXPECT_TRUE(stream_cancelled) << "the stalled stream is ended, not left blocked";
   EXPECT_EQ(stalled.Accept(Chunk(0, 1, {2})).code(), absl::StatusCode::kDeadlineExceeded);
+
+  // A shard with nothing to upload publishes its results; no client comes.
+  ShardTransfer unread("t", TokenReceiver({0}, 1, WireType::kF32, 0));
+  unread.Publish({0, 0, "", std::make_shared<const Tensor>(Tensor({1, 2}))});
+  unread.EndPublishing();
+  s = unread.AwaitDownload(std::chrono::milliseconds(100), [] { return false; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no Transfer stream from the client for 100 ms to take the results"));
 }
 
 TEST(ShardTransfer, FailuresReachTheOtherSide) {
@@ -313,7 +321,7 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   const int64_t one = state_bytes + rows->size() * 4;  // a rank 0 job: state and outputs
   RetainedResults results(one * 5 / 2);  // room for two
   const auto rank0 = [&] { return RetainedResult{"preset:small", {}, "t", 0, state, {{0, 0, "", rows}}}; };
-  for (const char* job : {"a", "b", "c"}) results.Put(job, rank0(), std::chrono::seconds(60));
+  for (const char* job : {"a", "b", "c"}) ASSERT_TRUE(results.Put(job, rank0(), std::chrono::seconds(60)).ok());
   EXPECT_EQ(results.bytes(), 2 * one);
   absl::StatusOr<RetainedResult> evicted = results.Get("a");
   EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound);
@@ -323,14 +331,21 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   EXPECT_EQ(results.Get("b")->outputs.at(0).tensor, rows) << "retained, not copied";
   EXPECT_TRUE(results.Get("c").ok());
   EXPECT_THAT(std::string(results.Get("zz").status().message()), HasSubstr("never computed here"));
-  EXPECT_TRUE(results.Forget("c"));
-  EXPECT_FALSE(results.Forget("c"));
+  EXPECT_EQ(results.Forget("c", "not-t").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(*results.Forget("c", "t"));
+  EXPECT_FALSE(*results.Forget("c", "t"));
   EXPECT_THAT(std::string(results.Get("c").status().message()), HasSubstr("deleted by DeleteJob"));
   EXPECT_EQ(results.bytes(), one) << "b is left";
-  results.Put("d", rank0(), std::chrono::seconds(0));
+  results.Put("d", rank0(), std::chrono::seconds(0)).IgnoreError();
   EXPECT_THAT(std::string(results.Get("d").status().message()), HasSubstr("expired"));
-  results.Put("e", {"preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}}, std::chrono::seconds(60));
+  ASSERT_TRUE(results.Put("e", {"preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}}, std::chrono::seconds(60)).ok());
   EXPECT_EQ(results.bytes(), one + rows->size() * 4) << "a rank > 0 keeps only its outputs";
+  RetainedResults small(one / 2);
+  const absl::Status too_big = small.Put("big", rank0(), std::chrono::seconds(60));
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(small.bytes(), 0) << "the cap holds";
+  EXPECT_THAT(std::string(small.Get("big").status().message()),
+              HasSubstr(absl::StrCat("not retained: its ", one, " bytes exceed the worker's --retain-bytes ", one / 2)));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "worker/retained_results.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/shard_transfer.h"
 
 namespace lact {
 namespace {
@@ -18,11 +19,17 @@ int64_t ResultBytes(const RetainedResult& result) {
 
 }  // namespace
 
-void RetainedResults::Put(const std::string& job_id, RetainedResult result, std::chrono::seconds ttl) {
+absl::Status RetainedResults::Put(const std::string& job_id, RetainedResult result, std::chrono::seconds ttl) {
   const int64_t bytes = ResultBytes(result);
   absl::MutexLock lock(&mu_);
   ExpireLocked();
   if (auto it = jobs_.find(job_id); it != jobs_.end()) DropLocked(it, "replaced");
+  if (bytes > max_bytes_) {
+    const std::string why = absl::StrCat("not retained: its ", bytes, " bytes exceed the worker's --retain-bytes ",
+                                         max_bytes_);
+    Remember(job_id, why);
+    return absl::ResourceExhaustedError(absl::StrCat("job '", job_id, "': ", why));
+  }
   while (!jobs_.empty() && bytes_ + bytes > max_bytes_) {
     auto oldest = jobs_.begin();
     for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
@@ -34,6 +41,7 @@ void RetainedResults::Put(const std::string& job_id, RetainedResult result, std:
   dropped_.erase(job_id);
   jobs_[job_id] = Entry{std::move(result), std::chrono::steady_clock::now() + ttl, bytes, ++puts_};
   bytes_ += bytes;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RetainedResult> RetainedResults::Get(const std::string& job_id) {
@@ -47,11 +55,14 @@ absl::StatusOr<RetainedResult> RetainedResults::Get(const std::string& job_id) {
                                                                     : std::string(" (never computed here)")));
 }
 
-bool RetainedResults::Forget(const std::string& job_id) {
+absl::StatusOr<bool> RetainedResults::Forget(const std::string& job_id, const std::string& ticket) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
-  DropLocked(it, "deleted by DeleteJob");
+  if (!TicketsEqual(it->second.result.ticket, ticket)) {
+    return absl::PermissionDeniedError(absl::StrCat("wrong ticket for job '", job_id, "'"));
+  }
+  DropLocked(it, "deleted by DeleteJob, or its job did not succeed");
   return true;
 }
 
@@ -71,12 +82,16 @@ void RetainedResults::ExpireLocked() {
 
 void RetainedResults::DropLocked(std::map<std::string, Entry>::iterator it, const std::string& why) {
   bytes_ -= it->second.bytes;
-  if (dropped_.insert_or_assign(it->first, why).second) dropped_order_.push_back(it->first);
+  Remember(it->first, why);
+  jobs_.erase(it);
+}
+
+void RetainedResults::Remember(const std::string& job_id, const std::string& why) {
+  if (dropped_.insert_or_assign(job_id, why).second) dropped_order_.push_back(job_id);
   if (dropped_order_.size() > kRememberedDrops) {
     dropped_.erase(dropped_order_.front());
     dropped_order_.pop_front();
   }
-  jobs_.erase(it);
 }
 
 }  // namespace lact

@@ -3,9 +3,10 @@
 // client that went away loses nothing) and, on rank 0, the query outputs
 // and the fused state (for FetchResult and RunQuery; the state stays where
 // it was computed until a query needs it). A Put that would exceed the cap
-// evicts the oldest jobs first. Expired jobs are dropped on every Put and
-// Get; a Get for an evicted, expired or forgotten job says which (the last
-// 4,096 such jobs are remembered). Thread-safe.
+// evicts the oldest jobs first; a job whose results alone exceed the cap
+// is not kept. Expired jobs are dropped on every Put and Get; a Get for an
+// evicted, expired, forgotten or unkept job says which (the last 4,096
+// such jobs are remembered). Thread-safe.
 #ifndef LACT_WORKER_RETAINED_RESULTS_H_
 #define LACT_WORKER_RETAINED_RESULTS_H_
 
@@ -38,13 +39,17 @@ class RetainedResults {
  public:
   explicit RetainedResults(int64_t max_bytes = int64_t{8} << 30) : max_bytes_(max_bytes) {}
 
-  void Put(const std::string& job_id, RetainedResult result, std::chrono::seconds ttl);
+  // Keeps the job's results for `ttl`, evicting the oldest jobs' to stay
+  // within the cap; RESOURCE_EXHAUSTED (and nothing kept) if they alone
+  // exceed it.
+  absl::Status Put(const std::string& job_id, RetainedResult result, std::chrono::seconds ttl);
   // NOT_FOUND when this worker holds nothing of the job: never computed
   // here, expired, evicted by the byte cap, or forgotten (the message says
   // which).
   absl::StatusOr<RetainedResult> Get(const std::string& job_id);
-  // Drops the job's results; false if there were none.
-  bool Forget(const std::string& job_id);
+  // Drops the job's results; false if there were none, PERMISSION_DENIED
+  // if `ticket` is not the job's.
+  absl::StatusOr<bool> Forget(const std::string& job_id, const std::string& ticket);
   int64_t bytes() const;
 
  private:
@@ -57,6 +62,7 @@ class RetainedResults {
   void ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLocked(std::map<std::string, Entry>::iterator it, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Remember(const std::string& job_id, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_bytes_;
   mutable absl::Mutex mu_;

@@ -103,12 +103,18 @@ void ShardTransfer::Publish(Item item) {
 void ShardTransfer::EndPublishing() {
   absl::MutexLock lock(&mu_);
   publishing_done_ = true;
+  last_activity_ = std::chrono::steady_clock::now();
 }
 
-absl::Status ShardTransfer::AwaitDownload(const std::function<bool()>& cancelled) {
+absl::Status ShardTransfer::AwaitDownload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&mu_);
   return AwaitStage(Stage::kDownloaded, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (cancelled()) AbortLocked(absl::CancelledError("the job was cancelled while its outputs were sent"));
+    if (cancelled()) {
+      AbortLocked(absl::CancelledError("the job was cancelled while its outputs were sent"));
+    } else if (!attached_ && std::chrono::steady_clock::now() - last_activity_ > idle) {
+      AbortLocked(absl::DeadlineExceededError(
+          absl::StrCat("no Transfer stream from the client for ", idle.count(), " ms to take the results")));
+    }
   });
 }
 

@@ -72,9 +72,10 @@ class ShardTransfer {
   TokenReceiver& receiver() { return receiver_; }  // after AwaitUpload OK
   void Publish(Item item);
   void EndPublishing();
-  // Blocks until the stream sent every item (OK), the transfer failed, or
-  // `cancelled`.
-  absl::Status AwaitDownload(const std::function<bool()>& cancelled);
+  // Blocks until the stream sent every item (OK), the transfer failed,
+  // `cancelled`, or no stream attached for `idle` after the last item was
+  // published (DEADLINE_EXCEEDED: the client is not there to take them).
+  absl::Status AwaitDownload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled);
   int64_t context_bytes() const { return receiver_.bytes_received(); }
 
   // Fails the transfer with `status` (the first failure wins): Fail from

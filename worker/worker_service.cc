@@ -54,6 +54,13 @@ absl::Status WriteOutputRows(const std::string& data_root, const v1::ShardSpec& 
   return WriteTokenRows(path, spec.total_tokens(), output.dim(1), spec.begin(), output.ptr(), output.dim(0));
 }
 
+// Whether the shard's client sends it tokens: context rows (unless the job
+// reads them from context_ref) or, on rank 0, query sets. A shard without
+// them only sends results, and does not wait for the client to start.
+bool HasInBandInput(const v1::ShardSpec& spec) {
+  return !spec.has_context_ref() || (spec.rank() == 0 && spec.query_tokens_size() > 0);
+}
+
 // The transfer a shard's client stream will meet, if the job has one.
 absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec& spec, int64_t width) {
   if (!spec.transfer()) return std::shared_ptr<ShardTransfer>();
@@ -112,9 +119,8 @@ class ShardJob {
       LACT_ASSIGN_OR_RETURN(shard, ReadContextRows(w_.data_root, spec_, width, &bytes));
       done_.set_context_bytes(bytes);
     }
-    if (transfer_ != nullptr) {
-      const std::chrono::milliseconds idle(spec_.upload_idle_timeout_ms() > 0 ? spec_.upload_idle_timeout_ms() : 60000);
-      LACT_RETURN_IF_ERROR(transfer_->AwaitUpload(idle, cancelled_));
+    if (transfer_ != nullptr && HasInBandInput(spec_)) {
+      LACT_RETURN_IF_ERROR(transfer_->AwaitUpload(IdleTimeout(), cancelled_));
       if (!spec_.has_context_ref()) {
         shard = transfer_->receiver().TakeSet(0);
         done_.set_context_bytes(transfer_->context_bytes());
@@ -129,7 +135,7 @@ class ShardJob {
   // ShardDone.results_delivered false. Returns once all of it is delivered.
   absl::Status Deliver(ShardRunner& runner, Tensor output, FusedState state) {
     done_.set_output_bytes(output.size() * 4);
-    RetainedResult kept{spec_.model(), spec_.options(), spec_.ticket(), spec_.rank(), nullptr, {}};
+    RetainedResult kept{spec_.model(), spec_.options(), spec_.fetch_ticket(), spec_.rank(), nullptr, {}};
     const auto keep = [&](ResultItem item) {
       kept.outputs.push_back(item);
       if (transfer_ != nullptr) transfer_->Publish(std::move(item));
@@ -152,14 +158,23 @@ class ShardJob {
       }
     }
     const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
-    if (kept.state != nullptr || !kept.outputs.empty()) w_.results->Put(spec_.job_id(), std::move(kept), ttl);
+    if (kept.state != nullptr || !kept.outputs.empty()) {
+      // Too large for the cap: the job still succeeds; FetchResult and Query
+      // will say why nothing was kept.
+      w_.results->Put(spec_.job_id(), std::move(kept), ttl).IgnoreError();
+    }
     done_.set_results_delivered(true);
     if (transfer_ == nullptr) return absl::OkStatus();
     transfer_->EndPublishing();
-    absl::Status sent = transfer_->AwaitDownload(cancelled_);
+    absl::Status sent = transfer_->AwaitDownload(IdleTimeout(), cancelled_);
     if (cancelled_()) return sent.ok() ? absl::CancelledError("cancelled by the coordinator") : sent;
     done_.set_results_delivered(sent.ok());
     return absl::OkStatus();
+  }
+
+  // Longest wait for the client's stream and between its chunks.
+  std::chrono::milliseconds IdleTimeout() const {
+    return std::chrono::milliseconds(spec_.upload_idle_timeout_ms() > 0 ? spec_.upload_idle_timeout_ms() : 60000);
   }
 
   const WorkerContext& w_;
@@ -210,7 +225,7 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
     }
     return ShardJob(w_, spec, std::move(job), context, stream, *transfer).Run();
   }();
-  if (!done.ok()) w_.results->Forget(spec.job_id());  // a failed job's pieces are of no use
+  if (!done.ok()) w_.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
   if (*transfer != nullptr) {
     if (!done.ok()) (*transfer)->Abort(done.status());
     w_.transfers->Unregister(spec.job_id(), spec.rank());
@@ -278,7 +293,9 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
 
 grpc::Status WorkerService::Forget(grpc::ServerContext*, const v1::ForgetRequest* request,
                                    v1::ForgetResponse* response) {
-  response->set_had_results(w_.results->Forget(request->job_id()));
+  absl::StatusOr<bool> forgotten = w_.results->Forget(request->job_id(), request->fetch_ticket());
+  if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
+  response->set_had_results(*forgotten);
   return grpc::Status::OK;
 }
 
