@@ -51,7 +51,10 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
 absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width);
 
 // Writes rows [begin, begin + n) of a file CreateOutputFile made; its
-// header must still say float32 [rows, width].
+// header must still say float32 [rows, width]. Writes of 8 MiB or more send
+// their 4 KiB-aligned middle straight to the disk (O_DIRECT, where the file
+// system takes it), the rest through the page cache; shards of one file may
+// be written at once from several processes.
 absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin, const float* src,
                             int64_t n);
 

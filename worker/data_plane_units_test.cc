@@ -201,6 +201,32 @@ TEST_F(DataRoot, OutputFilledAtRowOffsetsIsTheWholeTensor) {
   EXPECT_FALSE(fs::exists(base_ + "/outside/target.npy"));
 }
 
+TEST_F(DataRoot, LargeShardsWrittenAtOnceAroundTheCacheEqualTheWholeTensor) {
+  // Three shards of 9-10 MB (the direct path), 37 floats wide, so no shard
+  // boundary falls on a 4 KiB block: written concurrently, twice (the second
+  // time over the first's cached pages), read back through the page cache.
+  const int64_t rows = 200003, width = 37;
+  const int64_t begins[] = {0, 66667, 133334, rows};
+  const std::string path = root_ + "/large.npy";
+  for (float base : {0.25f, -3.0f}) {
+    const Tensor t = Rows(rows, width, base);
+    ASSERT_TRUE(CreateOutputFile(path, rows, width).ok());
+    std::vector<std::thread> shards;
+    std::vector<absl::Status> statuses(3);
+    for (int r = 0; r < 3; ++r) {
+      shards.emplace_back([&, r] {
+        statuses[r] = WriteTokenRows(path, rows, width, begins[r], t.ptr() + begins[r] * width, begins[r + 1] - begins[r]);
+      });
+    }
+    for (std::thread& s : shards) s.join();
+    for (const absl::Status& s : statuses) ASSERT_TRUE(s.ok()) << s;
+    absl::StatusOr<Tensor> back = ReadNpy(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->shape, t.shape);
+    EXPECT_TRUE(back->data == t.data) << "base " << base;
+  }
+}
+
 v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v, WireType dtype = WireType::kF32) {
   v1::TokenChunk c;
   c.set_set(set);
