@@ -366,6 +366,15 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   EXPECT_THAT(std::string(results.Get("d").status().message()), HasSubstr("expired"));
   ASSERT_TRUE(results.Put("e", {"preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}}, std::chrono::seconds(60)).ok());
   EXPECT_EQ(results.bytes(), one + rows->size() * 4) << "a rank > 0 keeps only its outputs";
+  // Outputs that reached their client are kept only for a grace; a rank 0
+  // job keeps its state, and says where its outputs went.
+  results.Delivered("b", std::chrono::seconds(0));
+  results.Delivered("e", std::chrono::seconds(0));
+  EXPECT_EQ(results.bytes(), state_bytes);
+  ASSERT_TRUE(results.Get("b").ok());
+  EXPECT_TRUE(results.Get("b")->outputs.empty());
+  EXPECT_THAT(results.Get("b")->outputs_dropped, HasSubstr("they reached the job's client"));
+  EXPECT_THAT(std::string(results.Get("e").status().message()), HasSubstr("they reached the job's client"));
   RetainedResults small(one / 2);
   const absl::Status too_big = small.Put("big", rank0(), std::chrono::seconds(60));
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);

@@ -131,6 +131,10 @@ grpc::Status DataService::FetchResult(grpc::ServerContext*, const v1::FetchReque
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("wrong ticket for job '", request->job_id(), "'"));
   }
+  if (!kept->outputs_dropped.empty()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job '", request->job_id(), "': its outputs were ",
+                                                                  kept->outputs_dropped));
+  }
   if (kept->rank != request->rank()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("this worker ran rank ", kept->rank, " of job '",
                                                                   request->job_id(), "', not rank ", request->rank()));

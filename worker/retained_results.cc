@@ -39,7 +39,11 @@ absl::Status RetainedResults::Put(const std::string& job_id, RetainedResult resu
                                     max_bytes_, " and this job's were the oldest"));
   }
   dropped_.erase(job_id);
-  jobs_[job_id] = Entry{std::move(result), std::chrono::steady_clock::now() + ttl, bytes, ++puts_};
+  Entry& e = jobs_[job_id];
+  e.result = std::move(result);
+  e.expires = std::chrono::steady_clock::now() + ttl;
+  e.bytes = bytes;
+  e.order = ++puts_;
   bytes_ += bytes;
   return absl::OkStatus();
 }
@@ -55,6 +59,13 @@ absl::StatusOr<RetainedResult> RetainedResults::Get(const std::string& job_id) {
                                                                     : std::string(" (never computed here)")));
 }
 
+void RetainedResults::Delivered(const std::string& job_id, std::chrono::seconds grace) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || it->second.result.outputs.empty()) return;
+  it->second.outputs_expire = std::chrono::steady_clock::now() + grace;
+}
+
 absl::StatusOr<bool> RetainedResults::Forget(const std::string& job_id, const std::string& ticket) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
@@ -66,16 +77,31 @@ absl::StatusOr<bool> RetainedResults::Forget(const std::string& job_id, const st
   return true;
 }
 
-int64_t RetainedResults::bytes() const {
+int64_t RetainedResults::bytes() {
   absl::MutexLock lock(&mu_);
+  ExpireLocked();
   return bytes_;
 }
 
 void RetainedResults::ExpireLocked() {
   const auto now = std::chrono::steady_clock::now();
+  const char* delivered = "dropped: they reached the job's client, and delivered results are kept only briefly";
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     auto next = std::next(it);
-    if (it->second.expires <= now) DropLocked(it, "expired: its retention time passed");
+    Entry& e = it->second;
+    if (e.expires <= now) {
+      DropLocked(it, "expired: its retention time passed");
+    } else if (e.outputs_expire <= now && e.result.state == nullptr) {
+      DropLocked(it, delivered);
+    } else if (e.outputs_expire <= now) {
+      for (const ResultItem& item : e.result.outputs) {
+        e.bytes -= item.tensor->size() * 4;
+        bytes_ -= item.tensor->size() * 4;
+      }
+      e.result.outputs.clear();
+      e.result.outputs_dropped = delivered;
+      e.outputs_expire = std::chrono::steady_clock::time_point::max();
+    }
     it = next;
   }
 }

@@ -1,8 +1,9 @@
 // What this worker keeps of the jobs it computed, until their TTL and
 // within a byte cap: the outputs it sent in band (for FetchResult, so a
-// client that went away loses nothing) and, on rank 0, the query outputs
-// and the fused state (for FetchResult and RunQuery; the state stays where
-// it was computed until a query needs it). A Put that would exceed the cap
+// client that went away loses nothing; once they reached the client, only
+// for a short grace) and, on rank 0, the query outputs and the fused state
+// (for FetchResult and RunQuery; the state stays where it was computed
+// until a query needs it). A Put that would exceed the cap
 // evicts the oldest jobs first; a job whose results alone exceed the cap
 // is not kept. Expired jobs are dropped on every Put and Get; a Get for an
 // evicted, expired, forgotten or unkept job says which (the last 4,096
@@ -33,6 +34,7 @@ struct RetainedResult {
   int rank = 0;
   std::shared_ptr<const FusedState> state;  // rank 0 only, else null
   std::vector<ResultItem> outputs;          // in-band output rows and query outputs
+  std::string outputs_dropped;              // why `outputs` is empty now, if it was not
 };
 
 class RetainedResults {
@@ -47,15 +49,20 @@ class RetainedResults {
   // here, expired, evicted by the byte cap, or forgotten (the message says
   // which).
   absl::StatusOr<RetainedResult> Get(const std::string& job_id);
+  // The job's outputs reached its client: they are kept `grace` longer
+  // (a client that died with the last messages in flight can still fetch
+  // them), the fused state until its TTL.
+  void Delivered(const std::string& job_id, std::chrono::seconds grace);
   // Drops the job's results; false if there were none, PERMISSION_DENIED
   // if `ticket` is not the job's.
   absl::StatusOr<bool> Forget(const std::string& job_id, const std::string& ticket);
-  int64_t bytes() const;
+  int64_t bytes();  // after dropping what expired
 
  private:
   struct Entry {
     RetainedResult result;
     std::chrono::steady_clock::time_point expires;
+    std::chrono::steady_clock::time_point outputs_expire = std::chrono::steady_clock::time_point::max();
     int64_t bytes = 0;
     uint64_t order = 0;  // of its Put, for eviction oldest first
   };

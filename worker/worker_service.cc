@@ -19,6 +19,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long outputs that reached the client are kept, for a client that
+// died with the last messages in flight.
+constexpr std::chrono::seconds kDeliveredGrace(60);
+
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct JobModel {
@@ -169,6 +173,7 @@ class ShardJob {
     absl::Status sent = transfer_->AwaitDownload(IdleTimeout(), cancelled_);
     if (cancelled_()) return sent.ok() ? absl::CancelledError("cancelled by the coordinator") : sent;
     done_.set_results_delivered(sent.ok());
+    if (sent.ok()) w_.results->Delivered(spec_.job_id(), kDeliveredGrace);
     return absl::OkStatus();
   }
 
