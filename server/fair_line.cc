@@ -52,7 +52,8 @@ int FairLine::Position(uint64_t ticket) const {
   for (const auto& [t, line] : waiting_) {
     if (t == tenant) continue;
     const int64_t n = static_cast<int64_t>(line.size());
-    // Each round before ours serves one of theirs; in our round, theirs goes first if they rotate earlier.
+    // Each round before ours serves one of theirs; in our round, theirs goes first if they rotate
+    // earlier.
     ahead += std::min(n, k) + (n > k && rank(t, line) < mine ? 1 : 0);
   }
   return static_cast<int>(ahead + 1);

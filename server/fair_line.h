@@ -31,7 +31,8 @@ class FairLine {
  private:
   std::map<std::string, std::deque<uint64_t>> waiting_;  // tenant -> tickets, oldest first
   std::map<uint64_t, std::string> tenant_of_;
-  std::map<std::string, uint64_t> last_served_;  // waiting tenant -> serve count when last served (or joined)
+  std::map<std::string, uint64_t>
+      last_served_;  // waiting tenant -> serve count when last served (or joined)
   uint64_t next_ticket_ = 1;
   uint64_t serves_ = 0;
 };

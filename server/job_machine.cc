@@ -6,12 +6,18 @@ namespace lact::server {
 
 const char* JobStageName(JobStage stage) {
   switch (stage) {
-    case JobStage::kQueued: return "queued";
-    case JobStage::kStarting: return "starting";
-    case JobStage::kRunning: return "running";
-    case JobStage::kSucceeded: return "succeeded";
-    case JobStage::kFailed: return "failed";
-    case JobStage::kCancelled: return "cancelled";
+    case JobStage::kQueued:
+      return "queued";
+    case JobStage::kStarting:
+      return "starting";
+    case JobStage::kRunning:
+      return "running";
+    case JobStage::kSucceeded:
+      return "succeeded";
+    case JobStage::kFailed:
+      return "failed";
+    case JobStage::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -138,7 +144,8 @@ std::optional<int> JobMachine::gone_rank() const {
 }
 
 std::string JobMachine::WorkerLocked(int rank) const {
-  return absl::StrCat("worker ", rank < static_cast<int>(workers_.size()) ? workers_[rank] : "?", " (rank ", rank, ")");
+  return absl::StrCat("worker ", rank < static_cast<int>(workers_.size()) ? workers_[rank] : "?",
+                      " (rank ", rank, ")");
 }
 
 absl::Status JobMachine::CancelStatusLocked() const {
@@ -146,11 +153,14 @@ absl::Status JobMachine::CancelStatusLocked() const {
     case CancelCause::kCancelJob:
       return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by CancelJob"));
     case CancelCause::kClientGone:
-      return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: the client went away"));
+      return absl::CancelledError(
+          absl::StrCat("job ", job_id_, " cancelled: the client went away"));
     case CancelCause::kDeadline:
-      return absl::DeadlineExceededError(absl::StrCat("job ", job_id_, ": the call's deadline expired"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", job_id_, ": the call's deadline expired"));
     case CancelCause::kDeleted:
-      return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled: deleted by DeleteJob"));
+      return absl::CancelledError(
+          absl::StrCat("job ", job_id_, " cancelled: deleted by DeleteJob"));
   }
   return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled"));
 }
@@ -165,16 +175,18 @@ absl::Status JobMachine::outcome() const {
     case JobStage::kFailed:
       if (!queue_failure_.ok()) return queue_failure_;
       if (gone_) {
-        return absl::UnavailableError(absl::StrCat("job ", job_id_, " failed: ", WorkerLocked(*gone_),
+        return absl::UnavailableError(absl::StrCat("job ", job_id_,
+                                                   " failed: ", WorkerLocked(*gone_),
                                                    " is gone: ", gone_status_.message()));
       }
       if (reported_) {
-        return absl::Status(reported_status_.code(), absl::StrCat("job ", job_id_, " failed: ",
-                                                                  WorkerLocked(*reported_), ": ",
-                                                                  reported_status_.message()));
+        return absl::Status(reported_status_.code(),
+                            absl::StrCat("job ", job_id_, " failed: ", WorkerLocked(*reported_),
+                                         ": ", reported_status_.message()));
       }
-      return absl::Status(other_status_.code(), absl::StrCat("job ", job_id_, " failed: ", WorkerLocked(*other_),
-                                                             ": ", other_status_.message()));
+      return absl::Status(other_status_.code(),
+                          absl::StrCat("job ", job_id_, " failed: ", WorkerLocked(*other_), ": ",
+                                       other_status_.message()));
     default:
       return absl::UnknownError(absl::StrCat("job ", job_id_, " is still ", JobStageName(stage_)));
   }

@@ -90,7 +90,7 @@ TEST(JobMachine, CancelWhileStartingRunsTheActionAndEndsWhenRanksDo) {
 TEST(JobMachine, CancelWhileRunningWinsOverTheFailuresItCauses) {
   std::atomic<int> cancels{0};
   std::unique_ptr<JobMachine> machine = Running(3, &cancels);
-    JobMachine& m = *machine;
+  JobMachine& m = *machine;
   EXPECT_TRUE(m.Cancel(CancelCause::kDeadline));
   EXPECT_EQ(cancels, 1);
   EXPECT_FALSE(m.Cancel(CancelCause::kCancelJob));
@@ -108,7 +108,8 @@ TEST(JobMachine, EachCancelCauseHasItsOwnStatus) {
   const std::pair<CancelCause, absl::Status> cases[] = {
       {CancelCause::kCancelJob, absl::CancelledError("job job-1 cancelled by CancelJob")},
       {CancelCause::kClientGone, absl::CancelledError("job job-1 cancelled: the client went away")},
-      {CancelCause::kDeadline, absl::DeadlineExceededError("job job-1: the call's deadline expired")},
+      {CancelCause::kDeadline,
+       absl::DeadlineExceededError("job job-1: the call's deadline expired")},
       {CancelCause::kDeleted, absl::CancelledError("job job-1 cancelled: deleted by DeleteJob")},
   };
   for (const auto& [cause, status] : cases) {
@@ -123,7 +124,7 @@ TEST(JobMachine, EachCancelCauseHasItsOwnStatus) {
 TEST(JobMachine, CancelAfterTheLastRankSucceededIsRefused) {
   std::atomic<int> cancels{0};
   std::unique_ptr<JobMachine> machine = Running(1, &cancels);
-    JobMachine& m = *machine;
+  JobMachine& m = *machine;
   m.RankEnded(0, kOk);
   EXPECT_FALSE(m.Cancel(CancelCause::kCancelJob));
   EXPECT_EQ(cancels, 0);
@@ -136,7 +137,8 @@ TEST(JobMachine, StartFailureBlamesTheUnreachableWorker) {
   m.StartFailed(1, absl::UnavailableError("connection refused"));
   EXPECT_EQ(m.stage(), JobStage::kFailed);
   EXPECT_EQ(m.gone_rank(), 1);
-  EXPECT_EQ(m.outcome(), absl::UnavailableError("job job-1 failed: worker b:2 (rank 1) is gone: connection refused"));
+  EXPECT_EQ(m.outcome(), absl::UnavailableError(
+                             "job job-1 failed: worker b:2 (rank 1) is gone: connection refused"));
   EXPECT_FALSE(m.Started());
 }
 
@@ -166,27 +168,30 @@ TEST(JobMachine, AGoneWorkerExplainsItsPeersFailuresWhicheverEndsFirst) {
     m.RankEnded(1, {absl::CancelledError("cancelled"), false});
     EXPECT_EQ(m.stage(), JobStage::kFailed);
     EXPECT_EQ(m.gone_rank(), 2);
-    EXPECT_EQ(m.outcome(), absl::UnavailableError("job job-1 failed: worker w2:1 (rank 2) is gone: Socket closed"));
+    EXPECT_EQ(m.outcome(), absl::UnavailableError(
+                               "job job-1 failed: worker w2:1 (rank 2) is gone: Socket closed"));
   }
 }
 
 TEST(JobMachine, AWorkersOwnReportBeatsTheCancellationsItCaused) {
   std::unique_ptr<JobMachine> machine = Running(2);
-    JobMachine& m = *machine;
+  JobMachine& m = *machine;
   EXPECT_TRUE(m.RankEnded(1, {absl::CancelledError("cancelled by the coordinator"), false}));
   m.RankEnded(0, {absl::InvalidArgumentError("token 7 of the context is not finite"), true});
   EXPECT_EQ(m.stage(), JobStage::kFailed);
   EXPECT_FALSE(m.gone_rank().has_value());
-  EXPECT_EQ(m.outcome(), absl::InvalidArgumentError(
-                             "job job-1 failed: worker w0:1 (rank 0): token 7 of the context is not finite"));
+  EXPECT_EQ(m.outcome(),
+            absl::InvalidArgumentError(
+                "job job-1 failed: worker w0:1 (rank 0): token 7 of the context is not finite"));
 }
 
 TEST(JobMachine, OnlyTransportFailuresStillNameAWorker) {
   std::unique_ptr<JobMachine> machine = Running(2);
-    JobMachine& m = *machine;
+  JobMachine& m = *machine;
   m.RankEnded(0, kOk);
   m.RankEnded(1, {absl::DeadlineExceededError("Deadline Exceeded"), false});
-  EXPECT_EQ(m.outcome(), absl::DeadlineExceededError("job job-1 failed: worker w1:1 (rank 1): Deadline Exceeded"));
+  EXPECT_EQ(m.outcome(), absl::DeadlineExceededError(
+                             "job job-1 failed: worker w1:1 (rank 1): Deadline Exceeded"));
 }
 
 TEST(JobMachine, ConcurrentEventsEndTheJobOnce) {
@@ -198,7 +203,8 @@ TEST(JobMachine, ConcurrentEventsEndTheJobOnce) {
     std::vector<std::thread> ranks;
     for (int r = 0; r < 8; ++r) {
       ranks.emplace_back([&, r] {
-        if (m.RankEnded(r, r % 2 ? kOk : RankEnd{absl::InternalError("boom"), true})) ++first_failures;
+        if (m.RankEnded(r, r % 2 ? kOk : RankEnd{absl::InternalError("boom"), true}))
+          ++first_failures;
       });
     }
     std::thread canceller([&] { m.Cancel(CancelCause::kCancelJob); });

@@ -21,7 +21,8 @@ std::chrono::system_clock::time_point CallDeadline(grpc::ServerContext* context)
 // its outputs back; counts the bytes relayed.
 absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, int64_t output_width,
                         grpc::ServerContext* context,
-                        grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream, int64_t* payload) {
+                        grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream,
+                        int64_t* payload) {
   auto stub = v1::Worker::NewStub(WorkerChannel(kept.worker));
   grpc::ClientContext ctx;
   ctx.set_deadline(CallDeadline(context));
@@ -77,7 +78,8 @@ grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
                       grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream) {
   v1::QueryRequest request;
   if (!stream->Read(&request) || !request.has_spec()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first Query message must be a QuerySpec");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first Query message must be a QuerySpec");
   }
   const v1::QuerySpec spec = request.spec();
   absl::StatusOr<std::shared_ptr<const RetainedState>> kept = c.jobs->State(spec.job_id());
@@ -86,12 +88,14 @@ grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
   if (!config.ok()) return ToGrpcStatus(config.status());
   if (spec.token_width() != config->input_width()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("token_width ", spec.token_width(), " does not match the job's model, which takes ",
+                        absl::StrCat("token_width ", spec.token_width(),
+                                     " does not match the job's model, which takes ",
                                      config->input_width(), " features per token"));
   }
   absl::StatusOr<WireType> dtype = FromProto(spec.dtype());
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
-  if (spec.query_tokens().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no query sets");
+  if (spec.query_tokens().empty())
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no query sets");
   absl::Status sets_ok = CheckQuerySets(spec.query_tokens(), c.options.limits);
   if (!sets_ok.ok()) return ToGrpcStatus(sets_ok);
   int64_t payload = 0;

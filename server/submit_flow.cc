@@ -27,7 +27,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Returns leased workers to the registry at scope exit.
 class WorkerLease {
@@ -58,9 +60,12 @@ std::string NewTicket() {
 
 v1::JobInfo::Status InfoStatus(JobStage stage) {
   switch (stage) {
-    case JobStage::kSucceeded: return v1::JobInfo::SUCCEEDED;
-    case JobStage::kCancelled: return v1::JobInfo::CANCELLED;
-    default: return v1::JobInfo::FAILED;
+    case JobStage::kSucceeded:
+      return v1::JobInfo::SUCCEEDED;
+    case JobStage::kCancelled:
+      return v1::JobInfo::CANCELLED;
+    default:
+      return v1::JobInfo::FAILED;
   }
 }
 
@@ -74,7 +79,8 @@ class SubmitFlow {
   grpc::Status Run() {
     v1::SubmitRequest request;
     if (!stream_->Read(&request) || !request.has_spec()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first Submit message must be a JobSpec");
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the first Submit message must be a JobSpec");
     }
     spec_ = request.spec();
     absl::StatusOr<JobFiles> files = ResolveJobFiles(c_.options.data_root, &spec_);
@@ -86,11 +92,13 @@ class SubmitFlow {
 
     job_id_ = c_.jobs->Create(spec_);
     machine_ = std::make_shared<JobMachine>(job_id_);
-    c_.jobs->SetCanceller(job_id_, [machine = machine_](CancelCause cause) { return machine->Cancel(cause); });
+    c_.jobs->SetCanceller(
+        job_id_, [machine = machine_](CancelCause cause) { return machine->Cancel(cause); });
     CallWatcher watcher(context_, [this] { OnCallEnded(); });
     absl::Status status = Execute();
     c_.kv->ErasePrefix(job_id_ + "/");
-    if (std::optional<int> gone = machine_->gone_rank(); gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
+    if (std::optional<int> gone = machine_->gone_rank();
+        gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
       c_.registry->MarkFailed(lease_addresses_[*gone]);
     }
     stats_.set_seconds(Since(start_));
@@ -99,11 +107,13 @@ class SubmitFlow {
       if (output_created_) unlink(files_.output.c_str());
       // Peers that finished before the failure may have kept results.
       if (!lease_addresses_.empty()) ForgetOnWorkers(job_id_, fetch_ticket_, lease_addresses_);
-      c_.jobs->Finish(job_id_, InfoStatus(machine_->stage()), std::string(status.message()), stats_);
+      c_.jobs->Finish(job_id_, InfoStatus(machine_->stage()), std::string(status.message()),
+                      stats_);
       return ToGrpcStatus(status);
     }
-    c_.jobs->Retain(job_id_, std::make_shared<RetainedState>(RetainedState{spec_.model(), lease_addresses_[0]}),
-                    HasInBandResults(), RetainFor());
+    c_.jobs->Retain(
+        job_id_, std::make_shared<RetainedState>(RetainedState{spec_.model(), lease_addresses_[0]}),
+        HasInBandResults(), RetainFor());
     c_.jobs->Finish(job_id_, v1::JobInfo::SUCCEEDED, "", stats_);
     v1::SubmitResponse done;
     done.mutable_done()->set_job_id(job_id_);
@@ -126,7 +136,8 @@ class SubmitFlow {
   // OnCallEnded, if the call has ended or its deadline passed (the watcher
   // fires once; a detached job's deadline still bounds it).
   void CheckCall() {
-    if (context_->IsCancelled() || std::chrono::system_clock::now() >= context_->deadline()) OnCallEnded();
+    if (context_->IsCancelled() || std::chrono::system_clock::now() >= context_->deadline())
+      OnCallEnded();
   }
 
   // Whether any token (context or query sets) comes in band: the client
@@ -138,8 +149,8 @@ class SubmitFlow {
 
   // Whether rank r's client opens a Transfer stream (the rule ShardSpec.transfer states).
   bool NeedsTransfer(int rank) const {
-    return ShardHasBytesInBand(spec_.has_context_ref(), spec_.has_output_ref(), rank, spec_.query_tokens_size() > 0,
-                               spec_.return_state());
+    return ShardHasBytesInBand(spec_.has_context_ref(), spec_.has_output_ref(), rank,
+                               spec_.query_tokens_size() > 0, spec_.return_state());
   }
 
   v1::Progress QueuedProgress(int position) const {
@@ -163,15 +174,16 @@ class SubmitFlow {
   absl::Status Execute() {
     const auto until_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
         CallDeadline(context_) - std::chrono::system_clock::now());
-    WorkerRegistry::Wait wait{std::max(std::chrono::milliseconds(0), std::min(c_.options.acquire_wait, until_deadline)),
-                              c_.options.max_queued_jobs,
-                              [this] {
-                                CheckCall();
-                                return machine_->cancel_requested();
-                              },
-                              [this](int position) { WriteProgress(QueuedProgress(position)); },
-                              spec_.tenant()};
-    absl::StatusOr<std::vector<std::string>> leased = c_.registry->Acquire(spec_.model(), plan_.workers, wait);
+    WorkerRegistry::Wait wait{
+        std::max(std::chrono::milliseconds(0), std::min(c_.options.acquire_wait, until_deadline)),
+        c_.options.max_queued_jobs,
+        [this] {
+          CheckCall();
+          return machine_->cancel_requested();
+        },
+        [this](int position) { WriteProgress(QueuedProgress(position)); }, spec_.tenant()};
+    absl::StatusOr<std::vector<std::string>> leased =
+        c_.registry->Acquire(spec_.model(), plan_.workers, wait);
     if (!leased.ok()) {
       CheckCall();  // a wait cut short by the deadline
       machine_->QueueFailed(leased.status());
@@ -183,7 +195,8 @@ class SubmitFlow {
     const std::string ticket = NewTicket();
     fetch_ticket_ = NewTicket();
     if (!files_.output.empty()) {
-      LACT_RETURN_IF_ERROR(CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
+      LACT_RETURN_IF_ERROR(
+          CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
       output_created_ = true;
     }
     streams_ = std::make_shared<WorkerStreams>(lease.addresses());
@@ -192,7 +205,8 @@ class SubmitFlow {
     v1::JobAccepted shown = accepted.accepted();
     shown.clear_ticket();  // the Transfer ticket is this call's client's alone
     c_.jobs->Start(job_id_, shown);
-    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(context_)); !opened.ok()) {
+    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(context_));
+        !opened.ok()) {
       CheckCall();  // an expired deadline is not the worker's fault
       machine_->StartFailed(streams_->broken_rank(), opened);
       streams_->Cancel();
@@ -240,7 +254,8 @@ class SubmitFlow {
   }
 
   std::chrono::seconds RetainFor() const {
-    return spec_.retain_seconds() > 0 ? std::chrono::seconds(spec_.retain_seconds()) : c_.options.default_retain;
+    return spec_.retain_seconds() > 0 ? std::chrono::seconds(spec_.retain_seconds())
+                                      : c_.options.default_retain;
   }
 
   v1::SubmitResponse Accepted(const std::string& ticket) const {
@@ -308,7 +323,8 @@ class SubmitFlow {
     std::vector<v1::ShardDone> dones(streams_->size());
     {
       std::vector<std::thread> readers;
-      for (int r = 1; r < streams_->size(); ++r) readers.emplace_back([this, r, &dones] { dones[r] = ReadRank(r); });
+      for (int r = 1; r < streams_->size(); ++r)
+        readers.emplace_back([this, r, &dones] { dones[r] = ReadRank(r); });
       dones[0] = ReadRank(0);
       for (std::thread& t : readers) t.join();
     }
@@ -331,7 +347,8 @@ class SubmitFlow {
     stats_.set_download_seconds(download);
     stats_.set_download_mb_per_second(out_bytes / 1e6 / std::max(1e-9, download));
     stats_.set_allreduce_seconds(allreduce);
-    stats_.set_allreduce_hidden_fraction(allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
+    stats_.set_allreduce_hidden_fraction(
+        allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
     stats_.set_tokens_per_second(spec_.context_tokens() / std::max(1e-9, Since(start_)));
     stats_.set_coordinator_payload_bytes(0);
     stats_.set_results_delivered(delivered);

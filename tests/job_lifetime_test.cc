@@ -51,7 +51,8 @@ void ExpectSameResults(const JobResult& got, const JobResult& want) {
   EXPECT_EQ(got.output.shape, want.output.shape);
   EXPECT_TRUE(got.output.data == want.output.data) << "outputs differ";
   ASSERT_EQ(got.queries.size(), want.queries.size());
-  for (size_t k = 0; k < want.queries.size(); ++k) EXPECT_TRUE(got.queries[k].data == want.queries[k].data) << k;
+  for (size_t k = 0; k < want.queries.size(); ++k)
+    EXPECT_TRUE(got.queries[k].data == want.queries[k].data) << k;
   ASSERT_EQ(got.state.size(), want.state.size());
   for (const auto& [name, t] : want.state) EXPECT_TRUE(got.state.at(name).data == t.data) << name;
 }
@@ -122,7 +123,8 @@ TEST_P(ClientVanishesTest, JobCompletesAndFetchReturnsWhatTheClientMissed) {
     std::vector<RawJob::Transfer> transfers;
     for (int rank = 0; rank < 2; ++rank) transfers.push_back(job.Upload(rank, context, queries));
     if (GetParam() == CutAt::kCompute) {
-      ASSERT_TRUE(job.AwaitProgress(v1::Progress::LAYERS)) << "the job ended before its first layer";
+      ASSERT_TRUE(job.AwaitProgress(v1::Progress::LAYERS))
+          << "the job ended before its first layer";
     } else {
       v1::TransferResponse first;
       ASSERT_TRUE(transfers[0].stream->Read(&first)) << "no output reached the client";
@@ -145,8 +147,11 @@ TEST_P(ClientVanishesTest, JobCompletesAndFetchReturnsWhatTheClientMissed) {
   ExpectSameResults(*fetched, *uninterrupted);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, ClientVanishesTest, ::testing::Values(CutAt::kCompute, CutAt::kDownload),
-                         [](const auto& info) { return info.param == CutAt::kCompute ? "MidCompute" : "MidDownload"; });
+INSTANTIATE_TEST_SUITE_P(Stages, ClientVanishesTest,
+                         ::testing::Values(CutAt::kCompute, CutAt::kDownload),
+                         [](const auto& info) {
+                           return info.param == CutAt::kCompute ? "MidCompute" : "MidDownload";
+                         });
 
 TEST_F(JobLifetimeTest, KilledSubmitProcessLosesNothing) {
   const Tensor context = RandomTokens(8192, 256, 41);
@@ -158,8 +163,9 @@ TEST_F(JobLifetimeTest, KilledSubmitProcessLosesNothing) {
   ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
 
   const std::string address = cluster_->address(), out = DataRootDir() + "/killed.safetensors";
-  std::vector<std::string> args = {LACT_CLI_PATH, "submit", "--server", address, "--model", o.model,
-                                   "--workers", "2", "--context", input, "--out", out};
+  std::vector<std::string> args = {LACT_CLI_PATH, "submit", "--server",  address,
+                                   "--model",     o.model,  "--workers", "2",
+                                   "--context",   input,    "--out",     out};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -171,7 +177,8 @@ TEST_F(JobLifetimeTest, KilledSubmitProcessLosesNothing) {
     absl::StatusOr<std::vector<v1::JobInfo>> jobs = Client().ListJobs();
     ASSERT_TRUE(jobs.ok()) << jobs.status();
     for (const v1::JobInfo& j : *jobs) {
-      if (j.status() == v1::JobInfo::RUNNING && j.progress().stage() == v1::Progress::LAYERS) job_id = j.job_id();
+      if (j.status() == v1::JobInfo::RUNNING && j.progress().stage() == v1::Progress::LAYERS)
+        job_id = j.job_id();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -186,15 +193,16 @@ TEST_F(JobLifetimeTest, KilledSubmitProcessLosesNothing) {
   ASSERT_TRUE(end.ok()) << end.status();
   ASSERT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << end->error();
   const std::string fetched = DataRootDir() + "/fetched.safetensors";
-  const std::string command =
-      absl::StrCat(LACT_CLI_PATH, " fetch --server ", address, " --job ", job_id, " --out ", fetched, " 2>&1");
+  const std::string command = absl::StrCat(LACT_CLI_PATH, " fetch --server ", address, " --job ",
+                                           job_id, " --out ", fetched, " 2>&1");
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(fetched);
   ASSERT_TRUE(file.ok()) << file.status();
   absl::StatusOr<Tensor> output = file->ReadFloat("output");
   ASSERT_TRUE(output.ok()) << output.status();
   EXPECT_EQ(output->shape, uninterrupted->output.shape);
-  EXPECT_TRUE(output->data == uninterrupted->output.data) << "lact fetch differs from the uninterrupted run";
+  EXPECT_TRUE(output->data == uninterrupted->output.data)
+      << "lact fetch differs from the uninterrupted run";
 }
 
 TEST_F(JobLifetimeTest, ClientVanishingMidUploadWithCancelOnDisconnectCancelsTheJob) {
@@ -206,7 +214,8 @@ TEST_F(JobLifetimeTest, ClientVanishingMidUploadWithCancelOnDisconnectCancelsThe
     RawJob job(cluster_->address(), spec);
     job_id = job.accepted().job_id();
     RawJob::Transfer half = job.Upload(0, context, {}, job.accepted().shards(0).tokens() / 2);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its chunks are in; the idle limit is 1 s
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(200));  // its chunks are in; the idle limit is 1 s
     job.Cut();
     half.Cut();
     half.stream->Finish().IgnoreError();
@@ -277,8 +286,10 @@ TEST_F(JobLifetimeTest, TwentyDetachedJobsRunInOrderEachAsAlone) {
     ends.push_back(*end);
   }
   for (int i = 1; i < kJobs; ++i) {
-    EXPECT_LT(ends[i - 1].started_unix_seconds(), ends[i].started_unix_seconds()) << "job " << i << " overtook";
-    EXPECT_LT(ends[i - 1].finished_unix_seconds(), ends[i].finished_unix_seconds()) << "job " << i << " ended early";
+    EXPECT_LT(ends[i - 1].started_unix_seconds(), ends[i].started_unix_seconds())
+        << "job " << i << " overtook";
+    EXPECT_LT(ends[i - 1].finished_unix_seconds(), ends[i].finished_unix_seconds())
+        << "job " << i << " ended early";
   }
   for (int i = 0; i < kJobs; ++i) {
     SubmitOptions o;
@@ -286,9 +297,11 @@ TEST_F(JobLifetimeTest, TwentyDetachedJobsRunInOrderEachAsAlone) {
     o.return_state = false;
     absl::StatusOr<JobResult> alone = Client().Submit(o, contexts[i], {});
     ASSERT_TRUE(alone.ok()) << alone.status();
-    absl::StatusOr<Tensor> written = ReadNpy(absl::StrCat(DataRootDir(), "/jobs/detached_", i, ".out.npy"));
+    absl::StatusOr<Tensor> written =
+        ReadNpy(absl::StrCat(DataRootDir(), "/jobs/detached_", i, ".out.npy"));
     ASSERT_TRUE(written.ok()) << written.status();
-    EXPECT_TRUE(written->data == alone->output.data) << "job " << i << " differs from its run alone";
+    EXPECT_TRUE(written->data == alone->output.data)
+        << "job " << i << " differs from its run alone";
   }
 }
 
@@ -320,8 +333,10 @@ TEST_F(JobLifetimeTest, EvictionIsReported) {
   ASSERT_TRUE(b.ok()) << b.status();
   absl::StatusOr<JobResult> evicted = client.FetchResult(a->job_id);
   EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound) << evicted.status();
-  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr("evicted: the worker's retained results reached"));
-  EXPECT_THAT(std::string(evicted.status().message()), HasSubstr(absl::StrCat("--retain-bytes ", rank0 * 3 / 2)));
+  EXPECT_THAT(std::string(evicted.status().message()),
+              HasSubstr("evicted: the worker's retained results reached"));
+  EXPECT_THAT(std::string(evicted.status().message()),
+              HasSubstr(absl::StrCat("--retain-bytes ", rank0 * 3 / 2)));
 
   absl::StatusOr<v1::JobInfo> b_info = client.GetJob(b->job_id);
   ASSERT_TRUE(b_info.ok());
@@ -330,7 +345,8 @@ TEST_F(JobLifetimeTest, EvictionIsReported) {
   for (int rank = 0; rank < 2; ++rank) {
     const grpc::Status forgotten = RawFetch(b_info->accepted(), rank);
     EXPECT_EQ(forgotten.error_code(), grpc::StatusCode::NOT_FOUND) << forgotten.error_message();
-    EXPECT_THAT(forgotten.error_message(), HasSubstr("deleted by DeleteJob")) << "the worker dropped it too";
+    EXPECT_THAT(forgotten.error_message(), HasSubstr("deleted by DeleteJob"))
+        << "the worker dropped it too";
   }
 
   o.retain_seconds = 1;
@@ -338,7 +354,8 @@ TEST_F(JobLifetimeTest, EvictionIsReported) {
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<v1::JobInfo> c_info = client.GetJob(c->job_id);
   ASSERT_TRUE(c_info.ok());
-  EXPECT_TRUE(c_info->accepted().ticket().empty()) << "the Transfer ticket is the submitter's alone";
+  EXPECT_TRUE(c_info->accepted().ticket().empty())
+      << "the Transfer ticket is the submitter's alone";
   v1::JobAccepted wrong = c_info->accepted();
   wrong.set_fetch_ticket("not-the-ticket");
   EXPECT_EQ(RawFetch(wrong, 0).error_code(), grpc::StatusCode::PERMISSION_DENIED);

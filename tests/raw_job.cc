@@ -9,15 +9,16 @@ namespace lact::testing {
 namespace {
 
 // Rows [begin, begin + n) of `t` as chunks of set `set`, offsets from 0.
-bool SendSet(grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>* stream, const Tensor& t,
-             int64_t begin, int64_t n, int set) {
+bool SendSet(grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>* stream,
+             const Tensor& t, int64_t begin, int64_t n, int set) {
   const int64_t width = t.dim(1), rows = RowsPerMessage(4 * width);
   for (int64_t r = 0; r < n; r += rows) {
     const int64_t count = std::min(rows, n - r);
     v1::TransferRequest request;
     request.mutable_chunk()->set_set(set);
     request.mutable_chunk()->set_offset(r);
-    request.mutable_chunk()->set_data(EncodeTokens(t.ptr() + (begin + r) * width, count * width, WireType::kF32));
+    request.mutable_chunk()->set_data(
+        EncodeTokens(t.ptr() + (begin + r) * width, count * width, WireType::kF32));
     if (!stream->Write(request)) return false;
   }
   return true;
@@ -26,7 +27,8 @@ bool SendSet(grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>
 }  // namespace
 
 RawJob::RawJob(const std::string& address, v1::JobSpec spec)
-    : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    : stub_(v1::Coordinator::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
   ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   stream_ = stub_->Submit(&ctx_);
   v1::SubmitRequest request;

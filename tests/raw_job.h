@@ -42,7 +42,8 @@ class RawJob {
   // (all: -1) of `context` and, if they were all sent, rank 0's query sets,
   // float32, in chunks of at most 4 MiB; closes the client's side once all
   // of it was sent.
-  Transfer Upload(int rank, const Tensor& context, const std::vector<Tensor>& queries, int64_t tokens = -1);
+  Transfer Upload(int rank, const Tensor& context, const std::vector<Tensor>& queries,
+                  int64_t tokens = -1);
 
  private:
   std::unique_ptr<v1::Coordinator::Stub> stub_;

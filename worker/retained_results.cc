@@ -19,14 +19,15 @@ int64_t ResultBytes(const RetainedResult& result) {
 
 }  // namespace
 
-absl::Status RetainedResults::Put(const std::string& job_id, RetainedResult result, std::chrono::seconds ttl) {
+absl::Status RetainedResults::Put(const std::string& job_id, RetainedResult result,
+                                  std::chrono::seconds ttl) {
   const int64_t bytes = ResultBytes(result);
   absl::MutexLock lock(&mu_);
   ExpireLocked();
   if (auto it = jobs_.find(job_id); it != jobs_.end()) DropLocked(it, "replaced");
   if (bytes > max_bytes_) {
-    const std::string why = absl::StrCat("not retained: its ", bytes, " bytes exceed the worker's --retain-bytes ",
-                                         max_bytes_);
+    const std::string why = absl::StrCat("not retained: its ", bytes,
+                                         " bytes exceed the worker's --retain-bytes ", max_bytes_);
     Remember(job_id, why);
     return absl::ResourceExhaustedError(absl::StrCat("job '", job_id, "': ", why));
   }
@@ -35,8 +36,9 @@ absl::Status RetainedResults::Put(const std::string& job_id, RetainedResult resu
     for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
       if (it->second.order < oldest->second.order) oldest = it;
     }
-    DropLocked(oldest, absl::StrCat("evicted: the worker's retained results reached its --retain-bytes ",
-                                    max_bytes_, " and this job's were the oldest"));
+    DropLocked(oldest,
+               absl::StrCat("evicted: the worker's retained results reached its --retain-bytes ",
+                            max_bytes_, " and this job's were the oldest"));
   }
   dropped_.erase(job_id);
   Entry& e = jobs_[job_id];
@@ -55,8 +57,9 @@ absl::StatusOr<RetainedResult> RetainedResults::Get(const std::string& job_id) {
   if (it != jobs_.end()) return it->second.result;
   auto dropped = dropped_.find(job_id);
   return absl::NotFoundError(absl::StrCat("this worker holds no results of job '", job_id, "'",
-                                          dropped != dropped_.end() ? absl::StrCat(" (", dropped->second, ")")
-                                                                    : std::string(" (never computed here)")));
+                                          dropped != dropped_.end()
+                                              ? absl::StrCat(" (", dropped->second, ")")
+                                              : std::string(" (never computed here)")));
 }
 
 void RetainedResults::Delivered(const std::string& job_id, std::chrono::seconds grace) {
@@ -85,7 +88,8 @@ int64_t RetainedResults::bytes() {
 
 void RetainedResults::ExpireLocked() {
   const auto now = std::chrono::steady_clock::now();
-  const char* delivered = "dropped: they reached the job's client, and delivered results are kept only briefly";
+  const char* delivered =
+      "dropped: they reached the job's client, and delivered results are kept only briefly";
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     auto next = std::next(it);
     Entry& e = it->second;
@@ -106,7 +110,8 @@ void RetainedResults::ExpireLocked() {
   }
 }
 
-void RetainedResults::DropLocked(std::map<std::string, Entry>::iterator it, const std::string& why) {
+void RetainedResults::DropLocked(std::map<std::string, Entry>::iterator it,
+                                 const std::string& why) {
   bytes_ -= it->second.bytes;
   Remember(it->first, why);
   jobs_.erase(it);

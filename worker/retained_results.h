@@ -62,14 +62,16 @@ class RetainedResults {
   struct Entry {
     RetainedResult result;
     std::chrono::steady_clock::time_point expires;
-    std::chrono::steady_clock::time_point outputs_expire = std::chrono::steady_clock::time_point::max();
+    std::chrono::steady_clock::time_point outputs_expire =
+        std::chrono::steady_clock::time_point::max();
     int64_t bytes = 0;
     uint64_t order = 0;  // of its Put, for eviction oldest first
   };
   void ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLocked(std::map<std::string, Entry>::iterator it, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Remember(const std::string& job_id, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Remember(const std::string& job_id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_bytes_;
   mutable absl::Mutex mu_;
