@@ -24,7 +24,7 @@ bool JobStore::Ended(const v1::JobInfo& info) {
 }
 
 std::string JobStore::Create(const v1::JobSpec& spec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ExpireLocked();
   static thread_local std::mt19937_64 rng(std::random_device{}());
   const std::string id = absl::StrFormat("job-%d-%06x", next_++, rng() & 0xffffff);
@@ -40,7 +40,7 @@ std::string JobStore::Create(const v1::JobSpec& spec) {
 
 void JobStore::SetCanceller(const std::string& id, std::function<bool(CancelCause)> cancel) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
     if (it != jobs_.end()) {
       it->second.cancel = std::move(cancel);
@@ -51,7 +51,7 @@ void JobStore::SetCanceller(const std::string& id, std::function<bool(CancelCaus
 }
 
 void JobStore::Start(const std::string& id, const v1::JobAccepted& accepted) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Record& r = it->second;
@@ -65,7 +65,7 @@ void JobStore::Start(const std::string& id, const v1::JobAccepted& accepted) {
 
 void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
                       const v1::JobStats& stats) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Record& r = it->second;
@@ -81,7 +81,7 @@ void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const s
 
 void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
                       std::chrono::seconds ttl) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   it->second.state = std::move(state);
@@ -95,12 +95,11 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
 }
 
 void JobStore::ChangedLocked(Record& r) {
-  ++r.version;
-  changed_.notify_all();
+  ++r.version;  // a waiter's condition is checked as the lock is released
 }
 
 void JobStore::SetProgress(const std::string& id, const v1::Progress& progress) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   *it->second.info.mutable_progress() = progress;
@@ -109,11 +108,12 @@ void JobStore::SetProgress(const std::string& id, const v1::Progress& progress) 
 
 absl::StatusOr<v1::JobInfo> JobStore::WaitForChange(const std::string& id, uint64_t* seen,
                                                     std::chrono::milliseconds wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait_for(lock, wait, [&] {
+  absl::MutexLock lock(&mu_);
+  const auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = jobs_.find(id);
     return it == jobs_.end() || it->second.version != *seen;
-  });
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), absl::FromChrono(wait));
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Unknown(id);
   *seen = it->second.version;
@@ -121,14 +121,14 @@ absl::StatusOr<v1::JobInfo> JobStore::WaitForChange(const std::string& id, uint6
 }
 
 absl::StatusOr<v1::JobInfo> JobStore::Get(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Unknown(id);
   return it->second.info;
 }
 
 std::vector<v1::JobInfo> JobStore::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<v1::JobInfo> out;
   for (const auto& [id, r] : jobs_) out.push_back(r.info);
   return out;
@@ -137,20 +137,20 @@ std::vector<v1::JobInfo> JobStore::List() const {
 absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {
   std::function<bool(CancelCause)> cancel;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Unknown(id);
     if (!Ended(it->second.info)) cancel = it->second.cancel;
   }
   // The job decides: it may have ended since.
   if (!cancel || !cancel(CancelCause::kCancelJob)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Unknown(id);
     return absl::FailedPreconditionError(absl::StrCat("job '", id, "' has ended or is being cancelled (status ",
                                                       v1::JobInfo::Status_Name(it->second.info.status()), ")"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Unknown(id);
   Record& r = it->second;
@@ -166,20 +166,19 @@ absl::StatusOr<v1::JobInfo> JobStore::Delete(const std::string& id) {
   std::function<bool(CancelCause)> cancel;
   v1::JobInfo info;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Unknown(id);
     if (!Ended(it->second.info)) cancel = std::move(it->second.cancel);
     info = std::move(it->second.info);
     jobs_.erase(it);
-    changed_.notify_all();
   }
   if (cancel) cancel(CancelCause::kDeleted);
   return info;
 }
 
 absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::string& id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Unknown(id);
   const Record& r = it->second;
@@ -192,7 +191,7 @@ absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::
 }
 
 void JobStore::Expire() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   ExpireLocked();
 }
 

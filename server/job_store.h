@@ -8,15 +8,15 @@
 #define LACT_SERVER_JOB_STORE_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "lact/v1/coordinator.pb.h"
 #include "server/job_machine.h"
 
@@ -75,15 +75,14 @@ class JobStore {
     std::chrono::system_clock::time_point forget_after;  // of the record, once finished
     uint64_t version = 1;                                 // bumped at every change
   };
-  void ChangedLocked(Record& r);
+  void ChangedLocked(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Ended(const v1::JobInfo& info);
-  void ExpireLocked();
+  void ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::chrono::seconds record_ttl_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, Record> jobs_;
-  uint64_t next_ = 1;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Record> jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace lact::server

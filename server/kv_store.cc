@@ -6,19 +6,17 @@
 namespace lact::server {
 
 void KvStore::Set(const std::string& key, std::string value) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    values_[key] = std::move(value);
-  }
-  changed_.notify_all();
+  absl::MutexLock lock(&mu_);  // waiters' conditions are checked as it is released
+  values_[key] = std::move(value);
 }
 
 absl::StatusOr<std::vector<std::string>> KvStore::Get(const std::vector<std::string>& keys,
                                                       std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
   for (const std::string& key : keys) {
-    if (!changed_.wait_until(lock, deadline, [&] { return values_.count(key) > 0; })) {
+    const auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return values_.count(key) > 0; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&present), deadline)) {
       return absl::DeadlineExceededError(absl::StrCat("rendezvous key '", key, "' did not appear within ",
                                                       timeout.count(), " ms"));
     }
@@ -29,14 +27,14 @@ absl::StatusOr<std::vector<std::string>> KvStore::Get(const std::vector<std::str
 }
 
 void KvStore::ErasePrefix(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto it = values_.lower_bound(prefix); it != values_.end() && absl::StartsWith(it->first, prefix);) {
     it = values_.erase(it);
   }
 }
 
 size_t KvStore::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return values_.size();
 }
 

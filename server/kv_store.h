@@ -4,13 +4,13 @@
 #define LACT_SERVER_KV_STORE_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace lact::server {
 
@@ -26,9 +26,8 @@ class KvStore {
   size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lact::server

@@ -13,7 +13,7 @@ namespace lact::server {
 
 std::string WorkerRegistry::Register(const std::string& address, const std::string& backend,
                                      std::map<std::string, ModelConfig> models) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WorkerEntry& w = workers_[address];
   w.id = absl::StrCat("w", next_id_++);
   w.address = address;
@@ -21,17 +21,17 @@ std::string WorkerRegistry::Register(const std::string& address, const std::stri
   w.models = std::move(models);
   w.last_seen = std::chrono::steady_clock::now();
   w.healthy = true;  // `busy` is kept: a job may still hold this address's lease
-  released_.notify_all();
+  released_.SignalAll();
   return w.id;
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& [address, w] : workers_) {
     if (w.id == id) {
       w.last_seen = std::chrono::steady_clock::now();
       w.healthy = true;
-      released_.notify_all();  // it may have been stale: waiting Acquire()s look again
+      released_.SignalAll();  // it may have been stale: waiting Acquire()s look again
       return true;
     }
   }
@@ -39,7 +39,7 @@ bool WorkerRegistry::Heartbeat(const std::string& id) {
 }
 
 void WorkerRegistry::MarkFailed(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (auto it = workers_.find(address); it != workers_.end()) it->second.healthy = false;
 }
 
@@ -49,7 +49,7 @@ bool WorkerRegistry::HealthyLocked(const WorkerEntry& w) const {
 
 absl::StatusOr<ModelConfig> WorkerRegistry::FindModel(const std::string& model) const {
   const std::string key = ModelKey(model);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::set<std::string> names;
   for (const auto& [address, w] : workers_) {
     if (!HealthyLocked(w)) continue;
@@ -62,7 +62,7 @@ absl::StatusOr<ModelConfig> WorkerRegistry::FindModel(const std::string& model) 
 }
 
 std::vector<ModelEntry> WorkerRegistry::Models() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::map<std::string, ModelEntry> models;
   for (const auto& [address, w] : workers_) {
     if (!HealthyLocked(w)) continue;
@@ -80,7 +80,7 @@ std::vector<ModelEntry> WorkerRegistry::Models() const {
 
 int WorkerRegistry::CountHolding(const std::string& model) const {
   const std::string key = ModelKey(model);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int n = 0;
   for (const auto& [address, w] : workers_) n += HealthyLocked(w) && w.models.count(key) ? 1 : 0;
   return n;
@@ -89,7 +89,7 @@ int WorkerRegistry::CountHolding(const std::string& model) const {
 absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::string& model, int count,
                                                                  const Wait& wait) {
   const std::string key = ModelKey(model);
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (line_.size() >= wait.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue is full: ", line_.size(),
                                                      " jobs already wait for workers (at most ", wait.max_waiting,
@@ -106,7 +106,7 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
   };
   const auto leave = [&] {
     line_.Leave(ticket);
-    released_.notify_all();  // the ones behind move up
+    released_.SignalAll();  // the ones behind move up
   };
   const auto deadline = std::chrono::steady_clock::now() + wait.limit;
   int reported = 0;
@@ -115,9 +115,9 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
     if (position == 1 && idle()) break;
     if (position != reported && wait.on_position) {
       reported = position;
-      lock.unlock();
+      mu_.Unlock();  // the callback writes to the client's stream
       wait.on_position(position);
-      lock.lock();
+      mu_.Lock();
       continue;
     }
     if (wait.cancelled && wait.cancelled()) {
@@ -132,23 +132,24 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
           "waited ", wait.limit.count(), " ms in line for ", count, " idle workers holding '", model, "'; ",
           picked.size(), " are idle now; retry later or ask for fewer"));
     }
-    released_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(100)));
+    released_.WaitWithTimeout(
+        &mu_, absl::FromChrono(std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(100))));
   }
   picked.resize(count);
   for (const std::string& a : picked) workers_[a].busy = true;
   line_.Served(ticket);
-  released_.notify_all();
+  released_.SignalAll();
   return picked;
 }
 
 void WorkerRegistry::Release(const std::vector<std::string>& addresses) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const std::string& a : addresses) {
       if (auto it = workers_.find(a); it != workers_.end()) it->second.busy = false;
     }
   }
-  released_.notify_all();
+  released_.SignalAll();
 }
 
 }  // namespace lact::server

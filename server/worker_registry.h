@@ -7,14 +7,14 @@
 #define LACT_SERVER_WORKER_REGISTRY_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/model.h"
 #include "server/fair_line.h"
 
@@ -79,14 +79,14 @@ class WorkerRegistry {
   std::chrono::milliseconds heartbeat_interval() const { return interval_; }
 
  private:
-  bool HealthyLocked(const WorkerEntry& w) const;
+  bool HealthyLocked(const WorkerEntry& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::chrono::milliseconds interval_;
-  mutable std::mutex mu_;
-  std::condition_variable released_;
-  std::map<std::string, WorkerEntry> workers_;  // by address
-  int next_id_ = 1;
-  FairLine line_;  // the Acquire callers waiting
+  mutable absl::Mutex mu_;
+  absl::CondVar released_;  // signalled when workers free up or come back
+  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);  // by address
+  int next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  FairLine line_ ABSL_GUARDED_BY(mu_);  // the Acquire callers waiting
 };
 
 }  // namespace lact::server

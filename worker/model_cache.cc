@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<ModelCache>> ModelCache::Create(const std::string
 }
 
 absl::StatusOr<std::shared_ptr<const Model>> ModelCache::Get(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < loaded_.size(); ++i) {
     if (loaded_[i].first == name) {
       auto entry = loaded_[i];

@@ -7,11 +7,12 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/model.h"
 
 namespace lact {
@@ -32,8 +33,9 @@ class ModelCache {
 
   std::map<std::string, ModelConfig> catalog_;
   std::map<std::string, std::string> paths_;  // file models
-  std::mutex mu_;
-  std::vector<std::pair<std::string, std::shared_ptr<const Model>>> loaded_;  // most recent last
+  absl::Mutex mu_;
+  std::vector<std::pair<std::string, std::shared_ptr<const Model>>> loaded_
+      ABSL_GUARDED_BY(mu_);  // most recent last
 };
 
 }  // namespace lact
