@@ -76,7 +76,6 @@ class JobMachine {
   absl::Status outcome() const;
   // The rank whose worker is gone (the registry marks it failed), if any.
   std::optional<int> gone_rank() const;
-  const std::string& job_id() const { return job_id_; }
 
  private:
   void EndIfAllRanksLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

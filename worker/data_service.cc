@@ -139,15 +139,12 @@ grpc::Status DataService::FetchResult(grpc::ServerContext*, const v1::FetchReque
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("this worker ran rank ", kept->rank, " of job '",
                                                                   request->job_id(), "', not rank ", request->rank()));
   }
-  for (const ResultItem& item : kept->outputs) {
-    if (!SendItem(item, writer)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-  }
+  std::vector<ResultItem> items = kept->outputs;
   if (kept->state != nullptr) {
-    for (const auto& [name, tensor] : FusedStateTensors(*kept->state)) {
-      if (!SendItem({0, 0, name, std::shared_ptr<const Tensor>(kept->state, tensor)}, writer)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      }
-    }
+    for (ResultItem& item : StateItems(kept->state)) items.push_back(std::move(item));
+  }
+  for (const ResultItem& item : items) {
+    if (!SendItem(item, writer)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   }
   return grpc::Status::OK;
 }

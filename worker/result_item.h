@@ -1,12 +1,15 @@
 // One piece of a shard's results as it is sent and retained: rows of an
-// output set, or one fused-state tensor.
+// output set, or one fused-state tensor; and the job tickets that guard
+// them.
 #ifndef LACT_WORKER_RESULT_ITEM_H_
 #define LACT_WORKER_RESULT_ITEM_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "common/fused_state.h"
 #include "common/tensor.h"
 
 namespace lact {
@@ -17,6 +20,12 @@ struct ResultItem {
   std::string state_name;  // non-empty: a fused-state tensor (SPEC section 7 name)
   std::shared_ptr<const Tensor> tensor;
 };
+
+// The fused state's tensors as items, each keeping `state` alive.
+std::vector<ResultItem> StateItems(const std::shared_ptr<const FusedState>& state);
+
+// Compares two job tickets in time independent of where they differ.
+bool TicketsEqual(const std::string& a, const std::string& b);
 
 }  // namespace lact
 

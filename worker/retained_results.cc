@@ -1,7 +1,6 @@
 #include "worker/retained_results.h"
 
 #include "absl/strings/str_cat.h"
-#include "worker/shard_transfer.h"
 
 namespace lact {
 namespace {

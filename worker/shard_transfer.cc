@@ -10,13 +10,6 @@ constexpr absl::Duration kPoll = absl::Milliseconds(50);
 
 }  // namespace
 
-bool TicketsEqual(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;  // compares every byte, whatever the first mismatch
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 bool ShardTransfer::TicketMatches(const std::string& ticket) const { return TicketsEqual(ticket, ticket_); }
 
 absl::Status ShardTransfer::Attach(std::function<void()> cancel_stream) {

@@ -32,9 +32,6 @@
 
 namespace lact {
 
-// Compares two job tickets in time independent of where they differ.
-bool TicketsEqual(const std::string& a, const std::string& b);
-
 class ShardTransfer {
  public:
   using Item = ResultItem;

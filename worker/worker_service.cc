@@ -156,9 +156,7 @@ class ShardJob {
         keep({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
       }
       if (spec_.return_state()) {
-        for (const auto& [name, tensor] : FusedStateTensors(*kept.state)) {
-          transfer_->Publish({0, 0, name, std::shared_ptr<const Tensor>(kept.state, tensor)});
-        }
+        for (ResultItem& item : StateItems(kept.state)) transfer_->Publish(std::move(item));
       }
     }
     const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
