@@ -25,8 +25,9 @@
 #include "kernels/cpu/ssd_scan.h"
 #include "kernels/cpu/threading.h"
 #include "nlohmann/json.hpp"
-#include "worker/bimamba_shard.h"
-#include "worker/cpu_block.h"
+#include "worker/cpu/cpu_ops.h"
+#include "worker/schedule/bimamba_schedule.h"
+#include "worker/schedule/block_schedule.h"
 
 namespace lact::bench {
 namespace {
@@ -150,24 +151,25 @@ int Main(int argc, char** argv) {
   std::vector<float> muon = Normal(dhh * dh, 5);
   const double muon_s = BestSeconds([&] { cpu::NewtonSchulz(muon.data(), dhh, dh, 5); });
 
-  // The whole layer, context mode, one worker.
+  // The whole layer, context mode, one worker: the schedule over the CPU
+  // backend's ops (x evolves from run to run; the work does not).
   LocalCollective local;
+  const ShardContext shard{.sync = &local, .total = T};
+  OverlapStats overlap;
+  CpuOps ops(model, c, T, 4096, nullptr, &overlap);
   Tensor x({T, D});
   x.data = Normal(T * D, 6);
-  BlockBuffers buffers;
-  OverlapStats overlap;
+  (void)ops.LoadTokens(std::move(x));
   const double layer = BestSeconds([&] {
-    Tensor xc = x;
     LayerState st = fs.layers[0];
-    (void)RunBlockCpu(c, w, true, 4096, {&local, &local, 0, T}, &xc, &buffers, &st, &overlap);
+    (void)RunBlock(c, w, shard, ops, &st);
   });
 
-  // The layer's two halves on their own, to see what the op rows leave out.
-  Tensor hx = x;
-  Tensor acc({T, D});
+  // The layer's BiMamba half on its own, to see what the op rows leave out.
+  (void)ops.BeginBlock(w);
   const double bimamba = BestSeconds([&] {
     LayerState st = fs.layers[0];
-    (void)RunBiMambaShard(c, w, true, 4096, {&local, &local, 0, T}, hx, &acc, &st);
+    (void)RunBiMamba(c, w, shard, ops, &st);
   });
   std::printf("(BiMamba half of the layer: %.2f ms)\n", 1e3 * bimamba);
 

@@ -9,9 +9,9 @@
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "gloo/rendezvous/hash_store.h"
-#include "worker/cuda_runner.h"
-#include "worker/gloo_collective.h"
-#include "worker/host_staged_allreduce.h"
+#include "worker/cuda/cuda_runner.h"
+#include "worker/collective/gloo_collective.h"
+#include "worker/collective/host_staged_allreduce.h"
 
 namespace lact::bench {
 namespace {
@@ -35,8 +35,7 @@ double ContextFlops(const ModelConfig& c, int64_t tokens) {
 // One rank's context shard, run twice (a warm-up, then timed).
 absl::Status RunRank(const Model& model, cuda::Precision precision, const Tensor& shard, int64_t begin,
                      int64_t total, Collective* sync, Collective* grads, double* seconds, OverlapStats* overlap) {
-  CudaRunOptions options;
-  options.precision = precision;
+  const BackendOptions options{.backend = "cuda", .precision = cuda::PrecisionName(precision)};
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, CudaRunner::Create(model, model.config(), options));
   HostStagedAllReduce reduce(grads);
   FusedState state;

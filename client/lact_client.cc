@@ -35,7 +35,7 @@ bool WriteSets(Stream* stream, const std::vector<const Tensor*>& sets, int first
       Request r;
       r.mutable_chunk()->set_set(static_cast<int>(s) + first_set);
       r.mutable_chunk()->set_offset(row);
-      r.mutable_chunk()->set_data(EncodeTokens(t.ptr() + row * width, n * width, dtype));
+      r.mutable_chunk()->set_data(EncodeFloats(t.ptr() + row * width, n * width, dtype));
       if (!stream->Write(r)) return false;
     }
   }

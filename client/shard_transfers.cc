@@ -35,7 +35,7 @@ bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set
     std::shared_ptr<const std::string> encoded;  // the tensor outlives the stream; encodings need an owner
     absl::string_view data(reinterpret_cast<const char*>(first), count * width * 4);
     if (dtype != WireType::kF32) {
-      encoded = std::make_shared<const std::string>(EncodeTokens(first, count * width, dtype));
+      encoded = std::make_shared<const std::string>(EncodeFloats(first, count * width, dtype));
       data = *encoded;
     }
     if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, data, encoded))) return false;

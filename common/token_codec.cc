@@ -91,7 +91,7 @@ absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width
   return s;
 }
 
-std::string EncodeTokens(const float* data, int64_t count, WireType type) {
+std::string EncodeFloats(const float* data, int64_t count, WireType type) {
   if (type == WireType::kF32) return std::string(reinterpret_cast<const char*>(data), count * sizeof(float));
   std::string out(count * WireBytes(type), '\0');
   for (int64_t i = 0; i < count; ++i) {

@@ -34,8 +34,9 @@ absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces,
 // INVALID_ARGUMENT naming the first NaN or Inf among count floats.
 absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int64_t first_token);
 
-// float32 -> wire bytes (bf16 and f16 round to nearest even).
-std::string EncodeTokens(const float* data, int64_t count, WireType type);
+// float32 -> wire bytes (bf16 and f16 round to nearest even), for tokens
+// and for state tensors alike.
+std::string EncodeFloats(const float* data, int64_t count, WireType type);
 
 }  // namespace lact
 

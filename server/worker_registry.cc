@@ -97,14 +97,14 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
   }
   const uint64_t ticket = line_.Join(wait.tenant);
   std::vector<std::string> picked;
-  const auto idle = [&] {
+  const auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     picked.clear();
     for (const auto& [address, w] : workers_) {
       if (HealthyLocked(w) && !w.busy && w.models.count(key)) picked.push_back(address);
     }
     return static_cast<int>(picked.size()) >= count;
   };
-  const auto leave = [&] {
+  const auto leave = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     line_.Leave(ticket);
     released_.SignalAll();  // the ones behind move up
   };

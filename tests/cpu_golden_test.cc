@@ -6,7 +6,7 @@
 #include <tuple>
 
 #include "tests/golden_case.h"
-#include "worker/cpu_runner.h"
+#include "worker/cpu/cpu_runner.h"
 
 namespace lact::testing {
 namespace {
@@ -19,7 +19,7 @@ TEST_P(CpuGoldenTest, MatchesExpected) {
   const auto& [name, threads, tile] = GetParam();
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
   ASSERT_TRUE(golden.ok()) << golden.status();
-  CpuRunner runner(golden->model, golden->config, {threads, tile, nullptr});
+  CpuRunner runner(golden->model, golden->config, {.threads = threads, .tile_tokens = tile});
   FusedState state;
   absl::StatusOr<Tensor> output = runner.RunContext(golden->context, &state);
   ASSERT_TRUE(output.ok()) << output.status();

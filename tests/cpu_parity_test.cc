@@ -9,7 +9,7 @@
 #include "tests/golden_case.h"
 #include "tests/parity_cases.h"
 #include "tests/random_model.h"
-#include "worker/cpu_runner.h"
+#include "worker/cpu/cpu_runner.h"
 
 namespace lact::testing {
 namespace {
@@ -26,7 +26,7 @@ TEST_P(CpuParityTest, MatchesFloat64Reference) {
   }
   reference::JobOutputs want = reference::RunJob(model, pc.config, context, queries);
 
-  CpuRunner runner(model, pc.config, {pc.threads, pc.tile, nullptr});
+  CpuRunner runner(model, pc.config, {.threads = pc.threads, .tile_tokens = pc.tile});
   FusedState state;
   absl::StatusOr<Tensor> output = runner.RunContext(context, &state);
   ASSERT_TRUE(output.ok()) << output.status();

@@ -20,8 +20,8 @@
 #include "tests/golden_case.h"
 #include "tests/parity_cases.h"
 #include "tests/random_model.h"
-#include "worker/cuda_runner.h"
-#include "worker/host_staged_allreduce.h"
+#include "worker/cuda/cuda_runner.h"
+#include "worker/collective/host_staged_allreduce.h"
 
 namespace lact::testing {
 namespace {
@@ -85,8 +85,7 @@ TEST_P(CudaDistributedGoldenTest, MatchesExpected) {
   std::vector<Tensor> outputs(ranks);
   std::vector<FusedState> states(ranks);
   const std::vector<absl::Status> statuses = RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
-    CudaRunOptions options;
-    options.tile_tokens = split.tile;
+    BackendOptions options{.backend = "cuda", .tile_tokens = split.tile};
     auto runner = CudaRunner::Create(golden->model, golden->config, options);
     if (!runner.ok()) return runner.status();
     HostStagedAllReduce reduce(grads);
@@ -124,9 +123,8 @@ struct Outputs {
 
 absl::StatusOr<Outputs> RunOnGpu(const Model& model, const ModelConfig& config, const Tensor& context,
                                  const std::vector<Tensor>& queries, cuda::Precision precision, int64_t tile) {
-  CudaRunOptions options;
-  options.precision = precision;
-  options.tile_tokens = tile;
+  const BackendOptions options{
+      .backend = "cuda", .tile_tokens = tile, .precision = cuda::PrecisionName(precision)};
   absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(model, config, options);
   if (!runner.ok()) return runner.status();
   Outputs out;
@@ -213,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(RandomShapes, CudaParityTest, ::testing::ValuesIn(Rando
 
 TEST(CudaRunner, NoSuchDeviceIsAFailedPrecondition) {
   const Job job = MakeJob(FixedParityCases()[0]);
-  CudaRunOptions options;
+  BackendOptions options{.backend = "cuda"};
   options.device = cuda::DeviceCount();
   absl::StatusOr<std::unique_ptr<CudaRunner>> runner =
       CudaRunner::Create(job.model, FixedParityCases()[0].config, options);

@@ -146,7 +146,7 @@ TEST_F(DataPlaneTest, Bf16FileEqualsBf16OnTheWire) {
   ASSERT_TRUE(wire.ok()) << wire.status();
   std::string header = NpyF32Header({64, 32});
   header.replace(header.find("'<f4'"), 5, "'|V2'");
-  std::ofstream(Path("bf16.npy"), std::ios::binary) << header << EncodeTokens(context.ptr(), context.size(), WireType::kBF16);
+  std::ofstream(Path("bf16.npy"), std::ios::binary) << header << EncodeFloats(context.ptr(), context.size(), WireType::kBF16);
   o.context_ref = Path("bf16.npy");
   absl::StatusOr<JobResult> file = Client().Submit(o, Tensor(), {});
   ASSERT_TRUE(file.ok()) << file.status();
@@ -255,7 +255,7 @@ v1::TransferRequest Chunk(int set, int64_t offset, const std::vector<float>& val
   v1::TransferRequest r;
   r.mutable_chunk()->set_set(set);
   r.mutable_chunk()->set_offset(offset);
-  r.mutable_chunk()->set_data(EncodeTokens(values.data(), static_cast<int64_t>(values.size()), WireType::kF32));
+  r.mutable_chunk()->set_data(EncodeFloats(values.data(), static_cast<int64_t>(values.size()), WireType::kF32));
   return r;
 }
 

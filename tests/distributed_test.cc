@@ -16,8 +16,8 @@
 #include "tests/gloo_ranks.h"
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
-#include "worker/cpu_runner.h"
-#include "worker/gloo_collective.h"
+#include "worker/cpu/cpu_runner.h"
+#include "worker/collective/gloo_collective.h"
 
 namespace lact::testing {
 namespace {
@@ -42,7 +42,7 @@ DistributedResult RunDistributed(const Model& model, const ModelConfig& config, 
   std::vector<Tensor> outputs(ranks);
   std::vector<FusedState> states(ranks);
   const std::vector<absl::Status> statuses = RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
-    CpuRunner runner(model, config, {1, 5, nullptr});
+    CpuRunner runner(model, config, {.threads = 1, .tile_tokens = 5});
     auto out = runner.RunContextShard(Rows(context, begins[r], lengths[r]), begins[r], total, sync, grads, &states[r]);
     if (out.ok()) outputs[r] = *std::move(out);
     return out.status();
@@ -89,7 +89,7 @@ TEST_P(DistributedGoldenTest, MatchesExpected) {
   for (const auto& [name, t] : FusedStateTensors(got.states.back())) {
     EXPECT_LE(RelativeError(*t, golden->expected.at(name)), 1e-4) << name;
   }
-  CpuRunner runner(golden->model, golden->config, {1, 4096, nullptr});
+  CpuRunner runner(golden->model, golden->config, {.threads = 1, .tile_tokens = 4096});
   for (size_t k = 0; k < golden->queries.size(); ++k) {
     auto q = runner.RunQuery(golden->queries[k], got.states[0]);
     ASSERT_TRUE(q.ok()) << q.status();

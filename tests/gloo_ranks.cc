@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "gloo/rendezvous/hash_store.h"
-#include "worker/gloo_collective.h"
+#include "worker/collective/gloo_collective.h"
 
 namespace lact::testing {
 

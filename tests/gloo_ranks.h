@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "worker/collective.h"
+#include "worker/collective/collective.h"
 
 namespace lact::testing {
 

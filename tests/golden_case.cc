@@ -67,5 +67,6 @@ double RelativeError(const BasicTensor<G>& got, const BasicTensor<W>& want) {
 
 template double RelativeError(const BasicTensor<float>&, const BasicTensor<double>&);
 template double RelativeError(const BasicTensor<double>&, const BasicTensor<double>&);
+template double RelativeError(const BasicTensor<float>&, const BasicTensor<float>&);
 
 }  // namespace lact::testing

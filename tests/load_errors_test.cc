@@ -17,7 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
-#include "worker/cpu_runner.h"
+#include "worker/cpu/cpu_runner.h"
 
 namespace lact::testing {
 namespace {
@@ -289,7 +289,7 @@ TEST(RunnerCancellation, StopsBetweenTiles) {
   Model model = RandomTestModel(c, 1);
   int polls = 0;
   // One-token tiles: the first layer alone polls hundreds of times; stop on the 5th.
-  CpuRunner runner(model, c, {1, 1, nullptr, [&] { return ++polls >= 5; }});
+  CpuRunner runner(model, c, {.threads = 1, .tile_tokens = 1}, {.cancelled = [&] { return ++polls >= 5; }});
   FusedState state;
   absl::StatusOr<Tensor> out = runner.RunContext(RandomTokens(300, 16, 2), &state);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kCancelled) << out.status();

@@ -3,7 +3,7 @@
 // peer never comes; with two GPUs (NCCL allows one rank per GPU), two ranks
 // as two threads of this process, and a rank whose peer stalls. The tests
 // that need GPUs skip without them (ctest label `gpu`).
-#include "worker/nccl_collective.h"
+#include "worker/collective/nccl_collective.h"
 
 #include <gtest/gtest.h>
 #include <nccl.h>

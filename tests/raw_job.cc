@@ -18,7 +18,7 @@ bool SendSet(grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>
     request.mutable_chunk()->set_set(set);
     request.mutable_chunk()->set_offset(r);
     request.mutable_chunk()->set_data(
-        EncodeTokens(t.ptr() + (begin + r) * width, count * width, WireType::kF32));
+        EncodeFloats(t.ptr() + (begin + r) * width, count * width, WireType::kF32));
     if (!stream->Write(request)) return false;
   }
   return true;

@@ -105,8 +105,8 @@ TEST_F(DataRoot, RowsReadInEveryDtypeEqualTheDecodedValues) {
   const Tensor t = Rows(7, 5, 0.25f);
   ASSERT_TRUE(WriteNpy(root_ + "/f32.npy", t).ok());
   std::vector<uint16_t> bf16(t.size()), f16(t.size());
-  const std::string bf16_bytes = EncodeTokens(t.ptr(), t.size(), WireType::kBF16);
-  const std::string f16_bytes = EncodeTokens(t.ptr(), t.size(), WireType::kF16);
+  const std::string bf16_bytes = EncodeFloats(t.ptr(), t.size(), WireType::kBF16);
+  const std::string f16_bytes = EncodeFloats(t.ptr(), t.size(), WireType::kF16);
   std::memcpy(bf16.data(), bf16_bytes.data(), bf16_bytes.size());
   std::memcpy(f16.data(), f16_bytes.data(), f16_bytes.size());
   WriteNpy16(root_ + "/bf16.npy", "|V2", 7, 5, bf16);
@@ -132,7 +132,7 @@ TEST_F(DataRoot, RowsReadInEveryDtypeEqualTheDecodedValues) {
     EXPECT_EQ(file->width, 5);
     std::vector<float> want(3 * 5), got(3 * 5);
     int64_t tokens = 0;
-    const std::string wire = EncodeTokens(t.ptr() + 2 * 5, 3 * 5, c.dtype);
+    const std::string wire = EncodeFloats(t.ptr() + 2 * 5, 3 * 5, c.dtype);
     ASSERT_TRUE(DecodeTokensInto(wire, c.dtype, 5, 2, want.data(), 15, &tokens).ok());
     ASSERT_TRUE(ReadTokenRows(*file, 2, 3, got.data()).ok()) << c.file;
     EXPECT_EQ(got, want) << c.file;
@@ -231,7 +231,7 @@ v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v, WireT
   v1::TokenChunk c;
   c.set_set(set);
   c.set_offset(offset);
-  c.set_data(EncodeTokens(v.data(), static_cast<int64_t>(v.size()), dtype));
+  c.set_data(EncodeFloats(v.data(), static_cast<int64_t>(v.size()), dtype));
   return c;
 }
 

@@ -2,10 +2,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/cpu_runner.h"
-#include "worker/group.h"
+#include "worker/cpu/cpu_runner.h"
+#include "worker/collective/group.h"
 #ifdef LACT_HAVE_CUDA
-#include "worker/cuda_shard_runner.h"
+#include "worker/cuda/cuda_shard_runner.h"
 #endif
 
 namespace lact {
@@ -14,10 +14,7 @@ namespace {
 class CpuShardRunner final : public ShardRunner {
  public:
   CpuShardRunner(const Model& model, const ModelConfig& config, const BackendOptions& options, RunHooks hooks)
-      : host_(options.collective_host),
-        runner_(model, config,
-                {options.threads, options.tile_tokens > 0 ? options.tile_tokens : 4096, std::move(hooks.on_layer_done),
-                 std::move(hooks.cancelled)}) {}
+      : host_(options.collective_host), runner_(model, config, options, std::move(hooks)) {}
 
   absl::Status JoinGroup(const GroupSpec& group) override {
     LACT_ASSIGN_OR_RETURN(group_, JoinGlooGroup(group, host_));

@@ -4,9 +4,7 @@
 #ifndef LACT_WORKER_SHARD_RUNNER_H_
 #define LACT_WORKER_SHARD_RUNNER_H_
 
-#include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,42 +12,14 @@
 #include "common/fused_state.h"
 #include "common/model.h"
 #include "common/tensor.h"
-#include "worker/cpu_block.h"
-
-namespace gloo::rendezvous {
-class Store;
-}  // namespace gloo::rendezvous
+#include "worker/schedule/shard.h"
 
 namespace lact {
-
-struct BackendOptions {
-  std::string backend = "cpu";  // cpu | cuda
-  int threads = 0;              // CPU compute threads, 0 = all cores
-  int64_t tile_tokens = 0;      // 0: the backend's default (CPU 4096, CUDA 65536)
-  int device = 0;               // CUDA device
-  std::string precision = "fp32";    // CUDA GEMM precision: fp32 | bf16
-  std::string collective = "gloo";   // CUDA workers' transport: gloo | nccl
-  std::string collective_host = "127.0.0.1";  // address Gloo listens on
-};
 
 // INVALID_ARGUMENT for an unknown value (naming the allowed ones);
 // FAILED_PRECONDITION when the backend cannot run here (no CUDA in this
 // build, no such device, no NCCL).
 absl::Status ValidateBackend(const BackendOptions& options);
-
-// The group a shard runs in; the ranks meet through `store` under `prefix`.
-struct GroupSpec {
-  gloo::rendezvous::Store* store = nullptr;  // unused for a group of one
-  std::string prefix;
-  int rank = 0;
-  int size = 1;
-  std::chrono::milliseconds timeout{60000};
-};
-
-struct RunHooks {
-  std::function<void(int, int)> on_layer_done;  // (layers done, layers in all)
-  std::function<bool()> cancelled;              // polled between tiles
-};
 
 class ShardRunner {
  public:

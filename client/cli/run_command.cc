@@ -12,10 +12,7 @@
 #include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
-#include "worker/cpu_runner.h"
-#ifdef LACT_HAVE_CUDA
-#include "worker/cuda_runner.h"
-#endif
+#include "worker/shard_runner.h"
 
 namespace lact::cli {
 namespace {
@@ -46,6 +43,13 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   // A GPU wants far bigger tiles than a CPU core's caches.
   LACT_ASSIGN_OR_RETURN(int64_t tile,
                         flags.Int("tile-tokens", backend == "cuda" ? 65536 : 4096, 1, int64_t{1} << 24));
+  LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
+  const BackendOptions backend_options{.backend = backend,
+                                       .threads = static_cast<int>(threads),
+                                       .tile_tokens = tile,
+                                       .device = static_cast<int>(device),
+                                       .precision = flags.Get("precision").value_or("fp32")};
+  LACT_RETURN_IF_ERROR(ValidateBackend(backend_options));
 
   LACT_ASSIGN_OR_RETURN(Model model, ResolveModel(model_spec));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, JobConfig(model, flags));
@@ -65,36 +69,23 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
 
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  RunOptions options{static_cast<int>(threads), tile, [&](int done, int all) {
-                       std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
-                     }};
-  LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
+  const RunHooks hooks{[&](int done, int all) {
+    std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
+  }};
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
+                        MakeShardRunner(backend_options, model, config, hooks));
+  LACT_RETURN_IF_ERROR(runner->JoinGroup(GroupSpec{}));  // a group of one
   FusedState state;
-  Tensor output;
+  LACT_ASSIGN_OR_RETURN(Tensor output,
+                        runner->RunContextShard(std::move(context), 0, context_tokens, &state));
   std::vector<Tensor> query_outputs;
-  if (backend == "cpu") {
-    CpuRunner runner(model, config, options);
-    LACT_ASSIGN_OR_RETURN(output, runner.RunContext(std::move(context), &state));
-    for (size_t k = 0; k < queries.size(); ++k) {
-      absl::StatusOr<Tensor> q = runner.RunQuery(std::move(queries[k]), state);
-      if (!q.ok()) return absl::Status(q.status().code(), absl::StrCat("query set ", k, ": ", q.status().message()));
-      query_outputs.push_back(*std::move(q));
+  for (size_t k = 0; k < queries.size(); ++k) {
+    absl::StatusOr<Tensor> q = runner->RunQuery(std::move(queries[k]), state);
+    if (!q.ok()) {
+      return absl::Status(q.status().code(),
+                          absl::StrCat("query set ", k, ": ", q.status().message()));
     }
-  } else if (backend == "cuda") {
-#ifdef LACT_HAVE_CUDA
-    LACT_ASSIGN_OR_RETURN(cuda::Precision precision, cuda::ParsePrecision(flags.Get("precision").value_or("fp32")));
-    CudaRunOptions cuda_options{static_cast<int>(device), precision, tile, options.on_layer_done};
-    LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, CudaRunner::Create(model, config, cuda_options));
-    LACT_ASSIGN_OR_RETURN(output, runner->RunContext(context, &state));
-    for (size_t k = 0; k < queries.size(); ++k) {
-      LACT_ASSIGN_OR_RETURN(Tensor q, runner->RunQuery(queries[k], state));
-      query_outputs.push_back(std::move(q));
-    }
-#else
-    return absl::FailedPreconditionError("this build has no CUDA backend (no CUDA toolkit was found)");
-#endif
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--backend '", backend, "' (allowed: cpu, cuda)"));
+    query_outputs.push_back(*std::move(q));
   }
   const double seconds = elapsed();
 

@@ -25,6 +25,8 @@ enum class Precision { kFp32, kBf16 };
 
 // "fp32" or "bf16"; INVALID_ARGUMENT naming the allowed values otherwise.
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
+// The name ParsePrecision takes: "fp32" or "bf16".
+inline const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "bf16" : "fp32"; }
 
 // Number of CUDA devices visible (0 when there is no driver or device).
 int DeviceCount();

@@ -15,6 +15,9 @@ cudaError_t cudaMemsetAsync(void* dst, int v, size_t bytes, cudaStream_t s);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+typedef struct FakeEvent* cudaEvent_t;  // streams are synchronous: an event is always complete
+cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetLastError();

@@ -64,6 +64,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemsetAsync(void* dst, int v, size_t bytes, cudaStream_t) { CheckCurrent(); CheckDev(dst, bytes, "memset"); std::memset(dst, v, bytes); return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { CheckCurrent(); *s = reinterpret_cast<cudaStream_t>(new int(0)); return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete reinterpret_cast<int*>(s); return cudaSuccess; }
+cudaError_t cudaEventCreate(cudaEvent_t* e) { CheckCurrent(); *e = reinterpret_cast<cudaEvent_t>(new int(0)); return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete reinterpret_cast<int*>(e); return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { CheckCurrent(); return cudaSuccess; }
 cudaError_t cudaSetDevice(int d) { if (d != 0) return cudaErrorInvalidValue; current_device = d; return cudaSuccess; }
 cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }

@@ -1,0 +1,224 @@
+#include "worker/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/elementwise.h"
+
+namespace lact {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+void Grow(std::vector<float>* v, int64_t size) {
+  if (static_cast<int64_t>(v->size()) < size) v->resize(size);
+}
+
+}  // namespace
+
+CpuOps::CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t tile,
+               Collective* grads, OverlapStats* stats)
+    : BackendOps(tokens, tile),
+      model_(model),
+      c_(c),
+      grads_collective_(grads),
+      stats_(stats),
+      log_decay_(c.ssm_heads()),
+      fast_(3 * FastSize()),
+      grads_(3 * FastSize()) {}
+
+CpuOps::~CpuOps() {
+  if (reducing_.valid()) reducing_.wait();
+}
+
+int64_t CpuOps::FastSize() const {
+  return int64_t{c_.ttt_heads()} * c_.fast_hidden() * c_.ttt.head_dim;
+}
+
+cpu::FastWeightsRef CpuOps::Fast() const {
+  const float* w = fast_.data();
+  return {w, w + FastSize(), w + 2 * FastSize()};
+}
+
+cpu::FastGradsRef CpuOps::Grads() {
+  float* g = grads_.data();
+  return {g, g + FastSize(), g + 2 * FastSize()};
+}
+
+absl::Status CpuOps::LoadTokens(Tensor tokens) {
+  const int64_t L = tokens.dim(0), D = c_.d_model;
+  if (model_.embed() != nullptr) {
+    x_ = Tensor({L, D});
+    cpu::Linear(tokens.ptr(), c_.d_input, L, c_.d_input, model_.embed(), D, x_.ptr(), D);
+  } else {
+    x_ = std::move(tokens);
+  }
+  h_ = Tensor({L, D});
+  acc_ = Tensor({L, D});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> CpuOps::Output() {
+  const int64_t L = tokens(), D = c_.d_model;
+  acc_ = Tensor();
+  Tensor normed = std::move(h_);
+  cpu::RmsNormRows(x_.ptr(), D, L, D, model_.final_norm(), normed.ptr(), D);
+  x_ = Tensor();
+  if (model_.head() == nullptr) return normed;
+  Tensor out({L, c_.d_output});
+  cpu::Linear(normed.ptr(), D, L, D, model_.head(), c_.d_output, out.ptr(), c_.d_output);
+  return out;
+}
+
+absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {
+  const Tensor& rows = a == Activation::kResidual ? x_ : a == Activation::kNormed ? h_ : acc_;
+  std::copy_n(rows.ptr() + first * c_.d_model, n * c_.d_model, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::BeginBlock(const LayerWeights& w) {
+  const int64_t L = tokens(), D = c_.d_model;
+  cpu::RmsNormRows(x_.ptr(), D, L, D, w.norm1, h_.ptr(), D);
+  std::fill(acc_.data.begin(), acc_.data.end(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::LoadScanState(const MambaState& state) {
+  scan_ = state;
+  std::fill(log_decay_.begin(), log_decay_.end(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::StoreScanState(MambaState* state, float* log_decay) {
+  *state = scan_;
+  if (log_decay != nullptr) std::copy(log_decay_.begin(), log_decay_.end(), log_decay);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                               bool outputs, bool summarize) {
+  const int64_t D = c_.d_model, di = c_.d_inner();
+  const float* rows = h_.ptr() + first * D;
+  if (dir == kBackward) {
+    Grow(&reversed_, tile() * D);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(rows + (n - 1 - i) * D, D, reversed_.data() + i * D);
+    rows = reversed_.data();
+  }
+  const MambaDirWeights& m = w.mamba[dir];
+  const cpu::MixerStateView state{scan_.ssm.ptr(), scan_.conv.ptr()};
+  if (!outputs) {
+    cpu::MambaSummarySegment(c_, m, rows, n, state, log_decay_.data(), &mixer_ws_);
+    return absl::OkStatus();
+  }
+  Grow(&y_, tile() * di);
+  cpu::MambaMixerSegment(c_, m, rows, n, state, &mixer_ws_, y_.data(),
+                         summarize ? log_decay_.data() : nullptr);
+  float* acc = acc_.ptr() + first * D;
+  if (dir == kForward) {
+    cpu::Linear(y_.data(), di, n, di, w.out_proj, D, acc, D, 1.0f);
+    return absl::OkStatus();
+  }
+  Grow(&mixed_, tile() * D);
+  cpu::Linear(y_.data(), di, n, di, w.out_proj, D, mixed_.data(), D);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float* dst = acc + (n - 1 - i) * D;
+    const float* src = mixed_.data() + i * D;
+    for (int64_t k = 0; k < D; ++k) dst[k] += src[k];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::LoadFastWeights(const LayerWeights& w, const LayerState* retained) {
+  const float* from[3] = {w.w0, w.w1, w.w2};
+  if (retained != nullptr) {
+    from[0] = retained->w0.ptr();
+    from[1] = retained->w1.ptr();
+    from[2] = retained->w2.ptr();
+  }
+  for (int m = 0; m < 3; ++m) std::copy_n(from[m], FastSize(), fast_.data() + m * FastSize());
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::StoreFastWeights(LayerState* state) {
+  Tensor* to[3] = {&state->w0, &state->w1, &state->w2};
+  for (int m = 0; m < 3; ++m) std::copy_n(fast_.data() + m * FastSize(), FastSize(), to[m]->ptr());
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::ZeroGrads() {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) {
+  Grow(&kv_, tile() * 2 * c_.d_model);
+  Grow(&lr_, tile() * 3 * c_.ttt_heads());
+  cpu::LactKeyValueLr(c_, w, h_.ptr() + first * c_.d_model, n, kv_.data(), lr_.data());
+  cpu::AccumulateFastWeightGrads(c_, kv_.data(), lr_.data(), n, Fast(), Grads(), &lact_ws_);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::StartGradAllReduce() {
+  if (grads_collective_ == nullptr) return absl::InternalError("no gradient all-reduce in a group of one");
+  reducing_ = std::async(std::launch::async, [this] {
+    const auto start = Clock::now();
+    absl::Status s = grads_collective_->AllReduceSum(grads_.data(), grads_.size());
+    stats_->allreduce_seconds += Seconds(Clock::now() - start);
+    return s;
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::FinishGradAllReduce() {
+  if (!reducing_.valid()) return absl::InternalError("no gradient all-reduce in flight");
+  const auto start = Clock::now();
+  absl::Status status = reducing_.get();
+  stats_->waited_seconds += Seconds(Clock::now() - start);
+  return status;
+}
+
+absl::Status CpuOps::UpdateFastWeights(const LayerWeights& w) {
+  float* f = fast_.data();
+  cpu::UpdateFastWeights(c_, Grads(), {w.w0, w.w1, w.w2}, f, f + FastSize(), f + 2 * FastSize());
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) {
+  const int64_t D = c_.d_model, dh = c_.ttt.head_dim;
+  Grow(&q_, tile() * D);
+  Grow(&o_, tile() * D);
+  cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q_.data());
+  cpu::ApplyFastWeights(c_, q_.data(), n, Fast(), o_.data(), &lact_ws_);
+  for (int64_t head = 0; head < c_.ttt_heads(); ++head) {
+    cpu::RmsNormRows(o_.data() + head * dh, D, n, dh, w.o_norm, o_.data() + head * dh, D);
+  }
+  cpu::Linear(o_.data(), D, n, D, w.o_proj, D, acc_.ptr() + first * D, D, 1.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t n) {
+  const int64_t D = c_.d_model, F = c_.mlp_hidden;
+  Grow(&normed_, tile() * D);
+  Grow(&gate_, tile() * F);
+  Grow(&up_, tile() * F);
+  float* x = x_.ptr() + first * D;
+  const float* acc = acc_.ptr() + first * D;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n * D; ++i) x[i] += acc[i];
+  cpu::RmsNormRows(x, D, n, D, w.norm2, normed_.data(), D);
+  cpu::Linear(normed_.data(), D, n, D, w.mlp_gate, F, gate_.data(), F);
+  cpu::Linear(normed_.data(), D, n, D, w.mlp_up, F, up_.data(), F);
+  float* gate = gate_.data();
+  const float* up = up_.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
+  cpu::Linear(gate_.data(), F, n, F, w.mlp_down, D, x, D, 1.0f);
+  return absl::OkStatus();
+}
+
+}  // namespace lact

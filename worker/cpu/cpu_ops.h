@@ -1,0 +1,75 @@
+// The CPU backend's BackendOps (backend_ops.h): float32 on OpenBLAS and
+// OpenMP, the kernels of kernels/cpu. The activations are host tensors; the
+// tile scratch is allocated on first use and kept for the sequence. The
+// gradient all-reduce goes through `grads` (a Collective of the shard's
+// group) on a thread of its own, so that it overlaps the compute thread.
+#ifndef LACT_WORKER_CPU_CPU_OPS_H_
+#define LACT_WORKER_CPU_CPU_OPS_H_
+
+#include <cstdint>
+#include <future>
+#include <vector>
+
+#include "kernels/cpu/lact_ops.h"
+#include "kernels/cpu/mamba_mixer.h"
+#include "worker/collective/collective.h"
+#include "worker/schedule/backend_ops.h"
+#include "worker/schedule/shard.h"
+
+namespace lact {
+
+class CpuOps final : public BackendOps {
+ public:
+  // `grads` (may be null for a group of one) and `stats` outlive the ops.
+  CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t tile, Collective* grads,
+         OverlapStats* stats);
+  ~CpuOps() override;
+
+  absl::Status LoadTokens(Tensor tokens) override;
+  absl::StatusOr<Tensor> Output() override;
+  absl::Status ReadRows(Activation a, int64_t first, int64_t n, float* out) override;
+  absl::Status BeginBlock(const LayerWeights& w) override;
+
+  absl::Status LoadScanState(const MambaState& state) override;
+  absl::Status StoreScanState(MambaState* state, float* log_decay) override;
+  absl::Status MixerTile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                         bool outputs, bool summarize) override;
+
+  absl::Status LoadFastWeights(const LayerWeights& w, const LayerState* retained) override;
+  absl::Status StoreFastWeights(LayerState* state) override;
+  absl::Status ZeroGrads() override;
+  absl::Status AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) override;
+  absl::Status StartGradAllReduce() override;
+  absl::Status FinishGradAllReduce() override;
+  absl::Status UpdateFastWeights(const LayerWeights& w) override;
+  absl::Status ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) override;
+
+  absl::Status ResidualMlp(const LayerWeights& w, int64_t first, int64_t n) override;
+  absl::Status Sync() override { return absl::OkStatus(); }
+
+ private:
+  // Each of w0, w1, w2 (and their gradients) has this many floats.
+  int64_t FastSize() const;
+  cpu::FastWeightsRef Fast() const;
+  cpu::FastGradsRef Grads();
+
+  const Model& model_;
+  const ModelConfig& c_;
+  Collective* grads_collective_;
+  OverlapStats* stats_;
+  Tensor x_, h_, acc_;  // [L, D]
+  // The scan state and its scratch.
+  MambaState scan_;
+  std::vector<float> log_decay_, reversed_, y_, mixed_;
+  cpu::MixerWorkspace mixer_ws_;
+  // The fast weights (w0 | w1 | w2), their gradients, the LaCT tile scratch.
+  std::vector<float> fast_, grads_, kv_, lr_, q_, o_;
+  cpu::LactWorkspace lact_ws_;
+  std::future<absl::Status> reducing_;
+  // The MLP's tile scratch.
+  std::vector<float> normed_, gate_, up_;
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_CPU_CPU_OPS_H_

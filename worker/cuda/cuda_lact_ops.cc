@@ -1,0 +1,158 @@
+// The LaCT operations of CudaOps (SPEC.md section 6): a tile's fast-weight
+// gradient sums (batched over heads with strided GEMMs), the gradient
+// all-reduce, the update (Newton-Schulz, weight norm), and a tile's
+// application of the fast weights into acc.
+#include <cmath>
+
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/newton_schulz.h"
+#include "kernels/cuda/ops.h"
+#include "worker/cuda/cuda_ops.h"
+
+namespace lact {
+namespace {
+
+// The three fast-weight matrices of one layer, [H_t, rows, cols] each.
+struct FastShape {
+  int64_t heads, dh, hidden;
+  int64_t mat() const { return dh * hidden; }
+  int64_t size() const { return heads * mat(); }
+  // w1 is [dh, d_h]; w0 and w2 are [d_h, dh].
+  int64_t rows(int m) const { return m == 1 ? dh : hidden; }
+  int64_t cols(int m) const { return m == 1 ? hidden : dh; }
+};
+
+FastShape ShapeOf(const ModelConfig& c) {
+  return {c.ttt_heads(), c.ttt.head_dim, c.fast_hidden()};
+}
+
+}  // namespace
+
+absl::Status CudaOps::LoadFastWeights(const LayerWeights& w, const LayerState* retained) {
+  const int64_t size = ShapeOf(c_).size();
+  const float* initial[3] = {w.w0, w.w1, w.w2};
+  for (int m = 0; m < 3; ++m) {
+    float* dst = fast_.get() + m * size;
+    if (retained == nullptr) {
+      LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, weights_(initial[m]), size * sizeof(float),
+                                                cudaMemcpyDeviceToDevice, stream()));
+      continue;
+    }
+    const Tensor* from[3] = {&retained->w0, &retained->w1, &retained->w2};
+    LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, from[m]->ptr(), size * sizeof(float),
+                                              cudaMemcpyHostToDevice, stream()));
+  }
+  return ctx_.Synchronize();
+}
+
+absl::Status CudaOps::StoreFastWeights(LayerState* state) {
+  const int64_t size = ShapeOf(c_).size();
+  LACT_RETURN_IF_ERROR(ctx_.Download(fast_.get(), size, state->w0.ptr()));
+  LACT_RETURN_IF_ERROR(ctx_.Download(fast_.get() + size, size, state->w1.ptr()));
+  return ctx_.Download(fast_.get() + 2 * size, size, state->w2.ptr());
+}
+
+absl::Status CudaOps::ZeroGrads() {
+  LACT_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(grads_.get(), 0, grads_.size() * sizeof(float), stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) {
+  const FastShape f = ShapeOf(c_);
+  const int64_t D = c_.d_model, ht = f.heads, dh = f.dh, hidden = f.hidden, mat = f.mat();
+  const int64_t per_head = n * hidden;
+  const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
+  float *d0 = grads_.get(), *d1 = d0 + f.size(), *d2 = d1 + f.size();
+  const float shift =
+      static_cast<float>(c_.ttt.base_lr + std::log(-std::expm1(-c_.ttt.base_lr)));
+  const float* rows = h_.get() + first * D;
+  float *kv = kv_.get(), *lr = lr_.get(), *g = g_.get(), *u = u_.get();
+  float* hidden_grad = hidden_grad_.get();
+  const float *k = kv, *v = kv + D;
+  const cuda::CudaContext& ctx = ctx_;
+  LACT_RETURN_IF_ERROR(
+      cuda::Linear(ctx, rows, D, n, D, weights_(w.qkv) + D * D, 2 * D, kv, 2 * D));
+  LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), kv, 2 * D, n, 2 * D));
+  LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), kv, 2 * D, n, ht, dh));
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx, rows, D, n, D, weights_(w.lr_w), 3 * ht, lr, 3 * ht));
+  LACT_RETURN_IF_ERROR(
+      cuda::SoftplusBias(stream(), lr, 3 * ht, n, 3 * ht, weights_(w.lr_b), shift, lr, 3 * ht));
+  // Per head: G = K w0^T, U = K w2^T, Hd = V w1 (heads `dh` columns apart).
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D,
+                                                dh, w0, dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D,
+                                                dh, w2, dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, false, n, hidden, dh, 1.0f, v, 2 * D,
+                                                dh, w1, hidden, mat, 0.0f, hidden_grad, hidden,
+                                                per_head, ht));
+  LACT_RETURN_IF_ERROR(
+      cuda::LactGradFactors(stream(), g, u, hidden_grad, ht, n, hidden, lr, 3 * ht));
+  // dw1 += V^T (LR1 Hd), dw0 += (LR0 dG)^T K, dw2 += (LR2 dU)^T K.
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v, 2 * D,
+                                                dh, u, hidden, per_head, 1.0f, d1, hidden, mat,
+                                                ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, g, hidden,
+                                                per_head, k, 2 * D, dh, 1.0f, d0, dh, mat, ht));
+  return cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, hidden_grad, hidden,
+                                  per_head, k, 2 * D, dh, 1.0f, d2, dh, mat, ht);
+}
+
+absl::Status CudaOps::StartGradAllReduce() {
+  if (grads_allreduce_ == nullptr) {
+    return absl::InternalError("no gradient all-reduce in a group of one");
+  }
+  return grads_allreduce_->Start(grads_.get(), grads_.size(), stream());
+}
+
+absl::Status CudaOps::FinishGradAllReduce() {
+  if (grads_allreduce_ == nullptr) {
+    return absl::InternalError("no gradient all-reduce in a group of one");
+  }
+  return grads_allreduce_->Finish(stream());
+}
+
+absl::Status CudaOps::UpdateFastWeights(const LayerWeights& w) {
+  const FastShape f = ShapeOf(c_);
+  const float* initial[3] = {w.w0, w.w1, w.w2};
+  for (int m = 0; m < 3; ++m) {
+    float* dw = grads_.get() + m * f.size();
+    if (c_.ttt.muon_steps > 0) {
+      LACT_RETURN_IF_ERROR(cuda::NewtonSchulz(ctx_, dw, f.heads, f.rows(m), f.cols(m),
+                                              c_.ttt.muon_steps, &muon_));
+    }
+    LACT_RETURN_IF_ERROR(cuda::WeightNormUpdate(stream(), fast_.get() + m * f.size(), dw,
+                                                weights_(initial[m]), f.heads * f.rows(m),
+                                                f.cols(m)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) {
+  const FastShape f = ShapeOf(c_);
+  const int64_t D = c_.d_model, ht = f.heads, dh = f.dh, hidden = f.hidden, mat = f.mat();
+  const int64_t per_head = n * hidden;
+  const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
+  float *q = q_.get(), *o = o_.get(), *g = g_.get(), *u = u_.get();
+  const cuda::CudaContext& ctx = ctx_;
+  LACT_RETURN_IF_ERROR(
+      cuda::Linear(ctx, h_.get() + first * D, D, n, D, weights_(w.qkv), D, q, D));
+  LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), q, D, n, D));
+  LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), q, D, n, ht, dh));
+  // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh,
+                                                w0, dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh,
+                                                w2, dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), g, u, ht * per_head));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, dh, hidden, 1.0f, g, hidden,
+                                                per_head, w1, hidden, mat, 0.0f, o, D, dh, ht));
+  for (int64_t head = 0; head < ht; ++head) {
+    float* oh = o + head * dh;
+    LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), oh, D, n, dh, weights_(w.o_norm), oh, D));
+  }
+  return cuda::Linear(ctx, o, D, n, D, weights_(w.o_proj), D, acc_.get() + first * D, D, 1.0f);
+}
+
+}  // namespace lact

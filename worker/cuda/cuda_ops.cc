@@ -1,0 +1,115 @@
+#include "worker/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ops.h"
+
+namespace lact {
+
+using cuda::DeviceBuffer;
+
+absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(const Model& model, const ModelConfig& c,
+                                                         cuda::CudaContext& ctx,
+                                                         const DeviceWeights& weights,
+                                                         int64_t tokens, int64_t tile,
+                                                         DeviceAllReduce* grads) {
+  auto ops = std::unique_ptr<CudaOps>(new CudaOps(model, c, ctx, weights, tokens, tile, grads));
+  const int64_t L = tokens, T = ops->tile(), D = c.d_model, di = c.d_inner();
+  const int64_t C = c.conv_channels(), R = c.in_proj_rows(), F = c.mlp_hidden;
+  const int64_t hs = c.ssm_heads(), ht = c.ttt_heads(), hidden = c.fast_hidden();
+  const int64_t fast = ht * hidden * c.ttt.head_dim;
+  const int64_t history = int64_t{c.ssm.conv_width - 1} * C;
+  CudaOps& o = *ops;
+  struct {
+    DeviceBuffer* buffer;
+    int64_t floats;
+  } plan[] = {
+      {&o.x_, L * D},           {&o.h_, L * D},
+      {&o.acc_, L * D},         {&o.reversed_, T * D},
+      {&o.proj_, T * R},        {&o.xbc_, T * C},
+      {&o.dt_, T * hs},         {&o.y_, T * di},
+      {&o.mixed_, T * D},       {&o.ssm_, hs * c.ssm.head_dim * c.ssm.d_state},
+      {&o.conv_, history},      {&o.conv_scratch_, history},
+      {&o.log_decay_, hs},      {&o.kv_, T * 2 * D},
+      {&o.lr_, T * 3 * ht},     {&o.q_, T * D},
+      {&o.o_, T * D},           {&o.g_, ht * T * hidden},
+      {&o.u_, ht * T * hidden}, {&o.hidden_grad_, ht * T * hidden},
+      {&o.fast_, 3 * fast},     {&o.grads_, 3 * fast},
+      {&o.gate_, T * F},        {&o.up_, T * F},
+  };
+  for (auto& p : plan) {
+    LACT_ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(static_cast<size_t>(p.floats)));
+  }
+  return ops;
+}
+
+absl::Status CudaOps::LoadTokens(Tensor tokens) {
+  const int64_t L = tokens.dim(0), D = c_.d_model, in = c_.d_input;
+  if (model_.embed() == nullptr) {
+    LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_.get(), tokens.ptr(), L * D * sizeof(float),
+                                              cudaMemcpyHostToDevice, stream()));
+    return ctx_.Synchronize();
+  }
+  LACT_ASSIGN_OR_RETURN(DeviceBuffer rows, DeviceBuffer::Allocate(tile() * in));
+  for (int64_t t0 = 0; t0 < L; t0 += tile()) {
+    const int64_t n = std::min(tile(), L - t0);
+    LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows.get(), tokens.ptr() + t0 * in,
+                                              n * in * sizeof(float), cudaMemcpyHostToDevice,
+                                              stream()));
+    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows.get(), in, n, in, weights_(model_.embed()), D,
+                                      x_.get() + t0 * D, D));
+  }
+  return ctx_.Synchronize();  // `rows` is freed on return
+}
+
+absl::StatusOr<Tensor> CudaOps::Output() {
+  const int64_t L = tokens(), D = c_.d_model, out_width = c_.output_width();
+  float* normed = h_.get();
+  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x_.get(), D, L, D,
+                                         weights_(model_.final_norm()), normed, D));
+  Tensor out({L, out_width});
+  if (model_.head() == nullptr) {
+    LACT_RETURN_IF_ERROR(ctx_.Download(normed, out.size(), out.ptr()));
+    return out;
+  }
+  LACT_ASSIGN_OR_RETURN(DeviceBuffer rows, DeviceBuffer::Allocate(tile() * out_width));
+  for (int64_t t0 = 0; t0 < L; t0 += tile()) {
+    const int64_t n = std::min(tile(), L - t0);
+    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, normed + t0 * D, D, n, D, weights_(model_.head()),
+                                      out_width, rows.get(), out_width));
+    LACT_RETURN_IF_ERROR(ctx_.Download(rows.get(), n * out_width, out.ptr() + t0 * out_width));
+  }
+  return out;
+}
+
+absl::Status CudaOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {
+  const DeviceBuffer& rows = a == Activation::kResidual ? x_ : a == Activation::kNormed ? h_ : acc_;
+  return ctx_.Download(rows.get() + first * c_.d_model, n * c_.d_model, out);
+}
+
+absl::Status CudaOps::BeginBlock(const LayerWeights& w) {
+  const int64_t L = tokens(), D = c_.d_model;
+  LACT_RETURN_IF_ERROR(
+      cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(w.norm1), h_.get(), D));
+  LACT_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(acc_.get(), 0, acc_.size() * sizeof(float), stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t n) {
+  const int64_t D = c_.d_model, F = c_.mlp_hidden;
+  float* x = x_.get() + first * D;
+  float* normed = h_.get() + first * D;  // h is free once the block's mixers have run
+  LACT_RETURN_IF_ERROR(cuda::AddInPlace(stream(), x, acc_.get() + first * D, n * D));
+  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x, D, n, D, weights_(w.norm2), normed, D));
+  LACT_RETURN_IF_ERROR(
+      cuda::Linear(ctx_, normed, D, n, D, weights_(w.mlp_gate), F, gate_.get(), F));
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, normed, D, n, D, weights_(w.mlp_up), F, up_.get(), F));
+  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), gate_.get(), up_.get(), n * F));
+  return cuda::Linear(ctx_, gate_.get(), F, n, F, weights_(w.mlp_down), D, x, D, 1.0f);
+}
+
+}  // namespace lact

@@ -1,0 +1,67 @@
+// Runs the model of SPEC.md on one NVIDIA GPU: the one schedule
+// (block_schedule.h) over CudaOps. Weights are uploaded once at Create().
+// Precision: fp32 (TF32 off; parity with the float64 reference) or bf16 GEMM
+// operands with fp32 accumulation and state (the production mode;
+// kernels/cuda/device.h).
+//
+// RunContext()/RunQuery() work as in CpuRunner on a group of one;
+// RunContextShard() runs this rank's shard with its peers: `sync` carries
+// the small host-staged exchanges, `grads` the gradient all-reduce on device
+// memory (NCCL, or Gloo staged through the host). Inputs are validated like
+// CpuRunner's (run_tokens.h); the tokens given are consumed. Not thread-safe.
+#ifndef LACT_WORKER_CUDA_CUDA_RUNNER_H_
+#define LACT_WORKER_CUDA_CUDA_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/fused_state.h"
+#include "common/model.h"
+#include "common/tensor.h"
+#include "kernels/cuda/device.h"
+#include "worker/collective/collective.h"
+#include "worker/collective/device_allreduce.h"
+#include "worker/cuda/device_weights.h"
+#include "worker/schedule/shard.h"
+
+namespace lact {
+
+class CudaRunner {
+ public:
+  // Of `options`, device, precision and tile_tokens are used. FAILED_PRECONDITION
+  // when there is no such device; INVALID_ARGUMENT for an unknown precision.
+  // `config` is the model's config with the job's overrides applied.
+  static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(const Model& model,
+                                                            const ModelConfig& config,
+                                                            const BackendOptions& options = {},
+                                                            RunHooks hooks = {});
+
+  absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state);
+  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
+                                         Collective* sync, DeviceAllReduce* grads,
+                                         FusedState* state);
+  absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state);
+
+  // Gradient all-reduce time and the part of it not hidden, summed over runs.
+  const OverlapStats& overlap() const { return overlap_; }
+
+ private:
+  CudaRunner(const Model& model, const ModelConfig& config, int64_t tile, RunHooks hooks)
+      : model_(model), config_(config), tile_(tile), hooks_(std::move(hooks)) {}
+  absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard,
+                             DeviceAllReduce* grads, FusedState* state);
+
+  const Model& model_;
+  ModelConfig config_;
+  int64_t tile_;
+  RunHooks hooks_;
+  std::unique_ptr<cuda::CudaContext> ctx_;
+  DeviceWeights weights_;
+  LocalCollective local_;
+  OverlapStats overlap_;
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_CUDA_CUDA_RUNNER_H_

@@ -1,0 +1,36 @@
+// The BiMamba half of a block (SPEC.md section 5) over this rank's shard:
+// acc = (Mixer_fwd(h) + reverse(Mixer_bwd(reverse(h)))) @ out_proj^T.
+//
+// Each direction scans its tiles in scan order (the backward direction
+// right to left, reading each tile reversed). In a group of P > 1 ranks:
+//   1. every shard's last W-1 conv inputs of each direction are all-gathered
+//      and composed into each shard's halo (shards shorter than W-1 pass on
+//      older rows);
+//   2. each rank gets each direction's summary of its shard (decay product,
+//      state reached from zero): the rank first in that direction's scan
+//      order has a zero carry-in, so it runs its real scan now and the
+//      summary falls out of it; the others run a cheap state-only pre-pass.
+//      The summaries are all-gathered and composed into carry-in states;
+//   3. the remaining scans run from their carry-in exactly as on one rank.
+// With P = 2 no rank runs a pre-pass at all. The state written (context
+// only) is composed from all summaries, so it is the same on every rank.
+// The arithmetic of steps 1 and 2 is in shard_exchange.h.
+#ifndef LACT_WORKER_SCHEDULE_BIMAMBA_SCHEDULE_H_
+#define LACT_WORKER_SCHEDULE_BIMAMBA_SCHEDULE_H_
+
+#include "absl/status/status.h"
+#include "common/fused_state.h"
+#include "common/model.h"
+#include "worker/schedule/backend_ops.h"
+#include "worker/schedule/shard.h"
+
+namespace lact {
+
+// Adds both directions' outputs to the ops' acc (which BeginBlock zeroed).
+// A context writes the final states to state->mamba; a query set's forward
+// direction starts from state->mamba[kForward], which is left unchanged.
+absl::Status RunBiMamba(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard, BackendOps& ops, LayerState* state);
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_SCHEDULE_BIMAMBA_SCHEDULE_H_

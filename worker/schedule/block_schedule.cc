@@ -1,0 +1,107 @@
+#include "worker/schedule/block_schedule.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/schedule/bimamba_schedule.h"
+#include "worker/schedule/tiles.h"
+
+namespace lact {
+namespace {
+
+// The LaCT chunks of a sequence and the shard's rows in each.
+class LactChunks {
+ public:
+  LactChunks(const ModelConfig& c, const ShardContext& shard, int64_t rows)
+      : size_(shard.context() && c.ttt.chunk_tokens > 0 ? c.ttt.chunk_tokens : shard.total),
+        total_(shard.total),
+        begin_(shard.begin),
+        rows_(rows) {}
+
+  int64_t count() const { return (total_ + size_ - 1) / size_; }
+
+  // Chunk k's tokens in this shard, as local rows [lo, hi) (empty if none).
+  std::pair<int64_t, int64_t> LocalRows(int64_t k) const {
+    const int64_t lo = std::clamp(k * size_ - begin_, int64_t{0}, rows_);
+    const int64_t hi = std::clamp((k + 1) * size_ - begin_, int64_t{0}, rows_);
+    return {lo, hi};
+  }
+
+ private:
+  int64_t size_, total_, begin_, rows_;
+};
+
+absl::Status AccumulateGrads(const LayerWeights& w, const LactChunks& chunks, int64_t k,
+                             const ShardContext& shard, BackendOps& ops) {
+  LACT_RETURN_IF_ERROR(ops.ZeroGrads());
+  const auto [lo, hi] = chunks.LocalRows(k);
+  return ForEachTile(lo, hi, ops.tile(), shard,
+                     [&](int64_t first, int64_t n) { return ops.AccumulateGrads(w, first, n); });
+}
+
+absl::Status ApplyFastWeights(const LayerWeights& w, const LactChunks& chunks, int64_t k,
+                              const ShardContext& shard, BackendOps& ops) {
+  const auto [lo, hi] = chunks.LocalRows(k);
+  return ForEachTile(lo, hi, ops.tile(), shard,
+                     [&](int64_t first, int64_t n) { return ops.ApplyFastWeights(w, first, n); });
+}
+
+}  // namespace
+
+absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard, BackendOps& ops, LayerState* state) {
+  LACT_RETURN_IF_ERROR(ops.BeginBlock(w));
+  LACT_RETURN_IF_ERROR(ops.LoadFastWeights(w, shard.context() ? nullptr : state));
+  const LactChunks chunks(c, shard, ops.tokens());
+  // Chunk 0's gradients first, so that their all-reduce overlaps the scans.
+  bool reducing = false;
+  if (shard.context()) {
+    LACT_RETURN_IF_ERROR(AccumulateGrads(w, chunks, 0, shard, ops));
+    if (shard.distributed()) {
+      LACT_RETURN_IF_ERROR(ops.StartGradAllReduce());
+      reducing = true;
+    }
+  }
+  const absl::Status scans = RunBiMamba(c, w, shard, ops, state);
+  if (reducing) {
+    const absl::Status reduced = ops.FinishGradAllReduce();
+    LACT_RETURN_IF_ERROR(scans);
+    LACT_RETURN_IF_ERROR(reduced);
+  }
+  LACT_RETURN_IF_ERROR(scans);
+  if (shard.context()) LACT_RETURN_IF_ERROR(ops.UpdateFastWeights(w));
+  LACT_RETURN_IF_ERROR(ApplyFastWeights(w, chunks, 0, shard, ops));
+  for (int64_t k = 1; k < chunks.count(); ++k) {
+    LACT_RETURN_IF_ERROR(AccumulateGrads(w, chunks, k, shard, ops));
+    if (shard.distributed()) {
+      LACT_RETURN_IF_ERROR(ops.StartGradAllReduce());
+      LACT_RETURN_IF_ERROR(ops.FinishGradAllReduce());  // nothing to overlap with
+    }
+    LACT_RETURN_IF_ERROR(ops.UpdateFastWeights(w));
+    LACT_RETURN_IF_ERROR(ApplyFastWeights(w, chunks, k, shard, ops));
+  }
+  LACT_RETURN_IF_ERROR(ForEachTile(0, ops.tokens(), ops.tile(), shard, [&](int64_t first, int64_t n) {
+    return ops.ResidualMlp(w, first, n);
+  }));
+  if (shard.context()) LACT_RETURN_IF_ERROR(ops.StoreFastWeights(state));
+  LACT_RETURN_IF_ERROR(ops.Sync());
+  return shard.Cancelled() ? CancelledStatus() : absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const ShardContext& shard, Tensor tokens, BackendOps& ops,
+                                FusedState* state,
+                                const std::function<void(int, int)>& on_layer_done) {
+  LACT_RETURN_IF_ERROR(ops.LoadTokens(std::move(tokens)));
+  for (int i = 0; i < c.n_layers; ++i) {
+    const absl::Status layer = RunBlock(c, model.layer(i), shard, ops, &state->layers[i]);
+    if (!layer.ok()) {
+      return absl::Status(layer.code(),
+                          absl::StrCat("layer ", i + 1, " of ", c.n_layers, ": ", layer.message()));
+    }
+    if (on_layer_done) on_layer_done(i + 1, c.n_layers);
+  }
+  return ops.Output();
+}
+
+}  // namespace lact

@@ -1,0 +1,75 @@
+// The types a shard's run is described by, shared by the schedule, the
+// backends, the collectives and the worker service. A leaf: it includes
+// nothing of worker/ but the collective interface.
+#ifndef LACT_WORKER_SCHEDULE_SHARD_H_
+#define LACT_WORKER_SCHEDULE_SHARD_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "worker/collective/collective.h"
+
+namespace gloo::rendezvous {
+class Store;
+}  // namespace gloo::rendezvous
+
+namespace lact {
+
+// Where a backend runs and with what; chosen when a worker or `lact run`
+// starts. Unknown values are refused by ValidateBackend (shard_runner.h).
+struct BackendOptions {
+  std::string backend = "cpu";                // cpu | cuda
+  int threads = 0;                            // CPU compute threads, 0 = all cores
+  int64_t tile_tokens = 0;                    // 0: the backend's default (CPU 4096, CUDA 65536)
+  int device = 0;                             // CUDA device
+  std::string precision = "fp32";             // CUDA GEMM precision: fp32 | bf16
+  std::string collective = "gloo";            // CUDA workers' transport: gloo | nccl
+  std::string collective_host = "127.0.0.1";  // address Gloo listens on
+};
+
+// What a run reports and how it is stopped.
+struct RunHooks {
+  std::function<void(int, int)> on_layer_done;  // (layers done, layers in all)
+  std::function<bool()> cancelled;              // polled between tiles
+};
+
+// The group a shard runs in; the ranks meet through `store` under `prefix`.
+struct GroupSpec {
+  gloo::rendezvous::Store* store = nullptr;  // unused for a group of one
+  std::string prefix;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{60000};
+};
+
+// A context (its outputs, and the fused state it leaves) or a query set (its
+// outputs, read against a context's fused state; always on one rank).
+enum class SequenceKind { kContext, kQuery };
+
+// This rank's part of a sequence: rows [begin, begin + L) of `total`, and
+// the collective its small exchanges (conv halos, scan summaries) go
+// through. The gradient all-reduce belongs to the backend's ops.
+struct ShardContext {
+  SequenceKind kind = SequenceKind::kContext;
+  Collective* sync = nullptr;
+  int64_t begin = 0;
+  int64_t total = 0;
+  std::function<bool()> cancelled;  // polled between tiles
+
+  bool context() const { return kind == SequenceKind::kContext; }
+  bool distributed() const { return sync->size() > 1; }
+  bool Cancelled() const { return cancelled && cancelled(); }
+};
+
+// Time spent in the gradient all-reduce and the part of it the compute
+// waited for (the rest was hidden behind the BiMamba scans).
+struct OverlapStats {
+  double allreduce_seconds = 0;
+  double waited_seconds = 0;
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_SCHEDULE_SHARD_H_
