@@ -53,7 +53,8 @@ class EventTimer {
     return absl::OkStatus();
   }
   // Seconds per call of `fn` over `reps` calls, after `warmups` untimed ones.
-  absl::StatusOr<double> Time(cudaStream_t s, int warmups, int reps, const std::function<absl::Status()>& fn) {
+  absl::StatusOr<double> Time(cudaStream_t s, int warmups, int reps,
+                              const std::function<absl::Status()>& fn) {
     for (int i = 0; i < warmups; ++i) LACT_RETURN_IF_ERROR(fn());
     LACT_CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, s));
     for (int i = 0; i < reps; ++i) LACT_RETURN_IF_ERROR(fn());
@@ -82,7 +83,8 @@ void FillUniform(std::vector<float>& v, uint64_t seed, float lo, float hi) {
 
 absl::StatusOr<cuda::DeviceBuffer> Upload(const std::vector<float>& host) {
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer b, cuda::DeviceBuffer::Allocate(host.size()));
-  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  LACT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(b.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
   return b;
 }
 
@@ -122,21 +124,22 @@ absl::StatusOr<std::pair<double, double>> GemmRates(cudaStream_t s, EventTimer& 
     half[i] = static_cast<uint16_t>(bits >> 16);
   }
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer a16, cuda::DeviceBuffer::Allocate(elements / 2));
-  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpy(a16.get(), half.data(), elements * 2, cudaMemcpyHostToDevice));
+  LACT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(a16.get(), half.data(), elements * 2, cudaMemcpyHostToDevice));
   const float alpha = 1.0f, beta = 0.0f;
   const double flops = 2.0 * n * n * n;
 
   LACT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
   LACT_ASSIGN_OR_RETURN(const double bf16, timer.Time(s, 1, kReps, [&]() -> absl::Status {
-    LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a16.get(), CUDA_R_16BF,
-                                             n, a16.get(), CUDA_R_16BF, n, &beta, c.get(), CUDA_R_32F, n,
-                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+        handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a16.get(), CUDA_R_16BF, n, a16.get(),
+        CUDA_R_16BF, n, &beta, c.get(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   }));
   LACT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(handle, CUBLAS_PEDANTIC_MATH));  // no TF32
   LACT_ASSIGN_OR_RETURN(const double fp32, timer.Time(s, 1, kReps, [&]() -> absl::Status {
-    LACT_CUBLAS_RETURN_IF_ERROR(
-        cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), n, b.get(), n, &beta, c.get(), n));
+    LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha,
+                                            a.get(), n, b.get(), n, &beta, c.get(), n));
     return absl::OkStatus();
   }));
   return std::make_pair(flops / bf16 / 1e12, flops / fp32 / 1e12);
@@ -161,21 +164,25 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y_d, cuda::DeviceBuffer::Allocate(T * width));
   const float* x = xbc_d.get();
   auto scan = [&](cuda::SsdWorkspace& ws, bool with_y) {
-    return cuda::SsdScan(s, ws, T, H, P, N, x, ld, x + width, ld, x + width + N, ld, dt_d.get(), H, a_log_d.get(),
-                         d_skip_d.get(), with_y ? y_d.get() : nullptr, width, state_d.get(), nullptr);
+    return cuda::SsdScan(s, ws, T, H, P, N, x, ld, x + width, ld, x + width + N, ld, dt_d.get(), H,
+                         a_log_d.get(), d_skip_d.get(), with_y ? y_d.get() : nullptr, width,
+                         state_d.get(), nullptr);
   };
   cuda::SsdWorkspace ws;
   LACT_ASSIGN_OR_RETURN(const double ssd, timer.Time(s, 1, kReps, [&] { return scan(ws, true); }));
-  LACT_ASSIGN_OR_RETURN(const double state_only, timer.Time(s, 1, kReps, [&] { return scan(ws, false); }));
+  LACT_ASSIGN_OR_RETURN(const double state_only,
+                        timer.Time(s, 1, kReps, [&] { return scan(ws, false); }));
   nlohmann::json windows = nlohmann::json::array();
   for (int64_t chunks : {16, 64, 256, 1024}) {
     cuda::SsdWorkspace sized(chunks);
-    LACT_ASSIGN_OR_RETURN(const double t, timer.Time(s, 1, kReps, [&] { return scan(sized, true); }));
+    LACT_ASSIGN_OR_RETURN(const double t,
+                          timer.Time(s, 1, kReps, [&] { return scan(sized, true); }));
     windows.push_back({{"window_chunks", chunks}, {"ms", 1e3 * t}});
   }
   auto recurrence = [&](int64_t tokens) {
-    return cuda::ScanRecurrence(s, tokens, H, P, N, x, ld, x + width, ld, x + width + N, ld, dt_d.get(), H,
-                                a_log_d.get(), d_skip_d.get(), y_d.get(), width, state_d.get());
+    return cuda::ScanRecurrence(s, tokens, H, P, N, x, ld, x + width, ld, x + width + N, ld,
+                                dt_d.get(), H, a_log_d.get(), d_skip_d.get(), y_d.get(), width,
+                                state_d.get());
   };
   LACT_RETURN_IF_ERROR(recurrence(64));
   LACT_ASSIGN_OR_RETURN(const double naive, timer.Time(s, 0, 1, [&] { return recurrence(T); }));
@@ -221,10 +228,12 @@ absl::StatusOr<nlohmann::json> RunMicro() {
 }
 
 absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_gemm_tflops) {
-  LACT_ASSIGN_OR_RETURN(ModelBenchResult r, RunModelBench("base", tokens, cuda::Precision::kBf16, ranks));
+  LACT_ASSIGN_OR_RETURN(ModelBenchResult r,
+                        RunModelBench("base", tokens, cuda::Precision::kBf16, ranks));
   const double tflops = r.model_flops / r.seconds * 1e-12;
-  nlohmann::json j{{"model", "preset:base"}, {"tokens", tokens},        {"precision", "bf16"},
-                   {"ranks", ranks},         {"seconds", r.seconds},   {"tokens_per_s", tokens / r.seconds},
+  nlohmann::json j{{"model", "preset:base"}, {"tokens", tokens},
+                   {"precision", "bf16"},    {"ranks", ranks},
+                   {"seconds", r.seconds},   {"tokens_per_s", tokens / r.seconds},
                    {"model_tflops", tflops}, {"of_bf16_gemm", tflops / bf16_gemm_tflops}};
   if (ranks > 1) {
     j["allreduce_seconds"] = r.allreduce_seconds;
@@ -234,8 +243,10 @@ absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_g
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"json", "tokens"});
-  absl::StatusOr<int64_t> tokens = flags.ok() ? flags->Int("tokens", 1 << 20, 2, int64_t{1} << 26) : flags.status();
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"json", "tokens"});
+  absl::StatusOr<int64_t> tokens =
+      flags.ok() ? flags->Int("tokens", 1 << 20, 2, int64_t{1} << 26) : flags.status();
   if (!tokens.ok()) {
     std::fprintf(stderr, "bench_cuda: %s\n", std::string(tokens.status().message()).c_str());
     return 2;
@@ -246,7 +257,8 @@ int Main(int argc, char** argv) {
   }
   nlohmann::json all;
   const auto save = [&] {
-    if (std::optional<std::string> path = flags->Get("json")) std::ofstream(*path) << all.dump(2) << "\n";
+    if (std::optional<std::string> path = flags->Get("json"))
+      std::ofstream(*path) << all.dump(2) << "\n";
   };
   absl::StatusOr<nlohmann::json> micro = RunMicro();
   if (!micro.ok()) {
@@ -257,9 +269,11 @@ int Main(int argc, char** argv) {
   all = *micro;
   save();
   for (int ranks : {1, 2}) {
-    absl::StatusOr<nlohmann::json> model = RunModel(*tokens, ranks, (*micro)["bf16_gemm_tflops"].get<double>());
+    absl::StatusOr<nlohmann::json> model =
+        RunModel(*tokens, ranks, (*micro)["bf16_gemm_tflops"].get<double>());
     if (!model.ok()) {
-      std::fprintf(stderr, "bench_cuda: model on %d ranks: %s\n", ranks, std::string(model.status().message()).c_str());
+      std::fprintf(stderr, "bench_cuda: model on %d ranks: %s\n", ranks,
+                   std::string(model.status().message()).c_str());
       return 1;
     }
     PrintLine(*model);

@@ -18,8 +18,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/lact_client.h"
@@ -38,7 +38,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // Single-core memcpy bandwidth over 256 MiB buffers, best of 3 (GB/s).
 double MemcpyGBps() {
@@ -78,7 +80,8 @@ absl::Status WriteContext(const std::string& path, int64_t tokens, int64_t width
   Random rng(width);
   for (int64_t r = 0; r < tokens; r += block) {
     const int64_t n = std::min(block, tokens - r);
-    for (int64_t i = 0; i < n * width; ++i) rows.data[i] = static_cast<float>(2 * rng.Uniform() - 1);
+    for (int64_t i = 0; i < n * width; ++i)
+      rows.data[i] = static_cast<float>(2 * rng.Uniform() - 1);
     LACT_RETURN_IF_ERROR(WriteTokenRows(path, tokens, width, r, rows.ptr(), n));
   }
   return absl::OkStatus();
@@ -90,8 +93,9 @@ struct Result {
   int64_t coordinator_rss, payload;
 };
 
-absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, const std::string& name, int width,
-                              const std::string& context_path, const std::string& out_path, bool by_ref) {
+absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, const std::string& name,
+                              int width, const std::string& context_path,
+                              const std::string& out_path, bool by_ref) {
   SubmitOptions o;
   o.model = model.empty() ? absl::StrCat("io", width) : model;
   o.workers = 2;
@@ -101,7 +105,8 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
     o.context_ref = context_path;
     o.output_ref = out_path;
   } else {
-    LACT_ASSIGN_OR_RETURN(context, ReadNpy(context_path));  // before the clock: the client's own input
+    LACT_ASSIGN_OR_RETURN(context,
+                          ReadNpy(context_path));  // before the clock: the client's own input
   }
   const auto t0 = Clock::now();
   LACT_ASSIGN_OR_RETURN(JobResult r, client.Submit(o, context, {}));
@@ -138,7 +143,8 @@ int Main(int argc, char** argv) {
     int v = 0;
     if (absl::SimpleAtoi(w, &v) && v > 0) widths.push_back(v);
   }
-  const std::string dir = flags->Get("dir").value_or(absl::StrCat("/tmp/lact_bench_data_", getpid()));
+  const std::string dir =
+      flags->Get("dir").value_or(absl::StrCat("/tmp/lact_bench_data_", getpid()));
   fs::create_directories(dir + "/models");
   fs::create_directories(dir + "/root");
   const double memcpy_gbps = MemcpyGBps();
@@ -164,8 +170,8 @@ int Main(int argc, char** argv) {
   sync();  // the context files' writeback would otherwise compete with the first jobs' writes
   LactClient client((*cluster)->address());
   std::vector<Result> results;
-  std::printf("%-26s %6s %8s %8s %8s %9s %8s %9s %9s %8s %8s\n", "job", "GiB", "job s", "compute", "in s",
-              "in MB/s", "out s", "out MB/s", "overhead", "coord", "payload");
+  std::printf("%-26s %6s %8s %8s %8s %9s %8s %9s %9s %8s %8s\n", "job", "GiB", "job s", "compute",
+              "in s", "in MB/s", "out s", "out MB/s", "overhead", "coord", "payload");
   for (int width : widths) {
     const std::string context = absl::StrCat(dir, "/root/context", width, ".npy");
     const std::string out = absl::StrCat(dir, "/root/out", width, ".npy");
@@ -173,15 +179,19 @@ int Main(int argc, char** argv) {
       for (int rep = 0; rep < reps; ++rep) {
         const std::string only = flags->Get("only").value_or("");
         if (!only.empty() && only != absl::StrCat(width, by_ref ? "ref" : "band")) continue;
-        const std::string name = absl::StrCat("w", width, by_ref ? " by reference" : " in band", " #", rep + 1);
+        const std::string name =
+            absl::StrCat("w", width, by_ref ? " by reference" : " in band", " #", rep + 1);
         absl::StatusOr<Result> r = RunOne(client, model, name, width, context, out, by_ref);
         if (!r.ok()) {
-          std::fprintf(stderr, "bench_data_path: %s: %s\n", name.c_str(), std::string(r.status().message()).c_str());
+          std::fprintf(stderr, "bench_data_path: %s: %s\n", name.c_str(),
+                       std::string(r.status().message()).c_str());
           return 1;
         }
-        std::printf("%-26s %6.2f %8.2f %8.2f %8.2f %9.0f %8.2f %9.0f %9.2f %6lldMi %8lld\n", name.c_str(), r->gib,
-                    r->job_s, r->compute_s, r->in_s, r->in_mbps, r->out_s, r->out_mbps, r->job_s - r->compute_s,
-                    static_cast<long long>(r->coordinator_rss >> 20), static_cast<long long>(r->payload));
+        std::printf("%-26s %6.2f %8.2f %8.2f %8.2f %9.0f %8.2f %9.0f %9.2f %6lldMi %8lld\n",
+                    name.c_str(), r->gib, r->job_s, r->compute_s, r->in_s, r->in_mbps, r->out_s,
+                    r->out_mbps, r->job_s - r->compute_s,
+                    static_cast<long long>(r->coordinator_rss >> 20),
+                    static_cast<long long>(r->payload));
         std::fflush(stdout);
         results.push_back(*r);
       }
@@ -189,17 +199,21 @@ int Main(int argc, char** argv) {
   }
   if (std::optional<std::string> json = flags->Get("json")) {
     std::ofstream f(*json);
-    f << "{\n  \"memcpy_gb_per_s\": " << memcpy_gbps << ",\n  \"tokens\": " << tokens << ",\n  \"model\": \""
-      << (model.empty() ? "io<width> (d_model 16, 1 layer)" : model) << "\",\n  \"jobs\": [\n";
+    f << "{\n  \"memcpy_gb_per_s\": " << memcpy_gbps << ",\n  \"tokens\": " << tokens
+      << ",\n  \"model\": \"" << (model.empty() ? "io<width> (d_model 16, 1 layer)" : model)
+      << "\",\n  \"jobs\": [\n";
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       f << absl::StrFormat(
-          "    {\"job\": \"%s\", \"gib\": %.3f, \"job_s\": %.3f, \"compute_s\": %.3f, \"in_s\": %.3f, "
+          "    {\"job\": \"%s\", \"gib\": %.3f, \"job_s\": %.3f, \"compute_s\": %.3f, \"in_s\": "
+          "%.3f, "
           "\"in_mb_per_s\": %.0f, \"out_s\": %.3f, \"out_mb_per_s\": %.0f, \"overhead_s\": %.3f, "
-          "\"in_vs_memcpy\": %.3f, \"coordinator_peak_rss_mib\": %lld, \"coordinator_payload_bytes\": %lld}%s\n",
-          r.name, r.gib, r.job_s, r.compute_s, r.in_s, r.in_mbps, r.out_s, r.out_mbps, r.job_s - r.compute_s,
-          r.in_mbps / 1e3 / memcpy_gbps, static_cast<long long>(r.coordinator_rss >> 20),
-          static_cast<long long>(r.payload), i + 1 < results.size() ? "," : "");
+          "\"in_vs_memcpy\": %.3f, \"coordinator_peak_rss_mib\": %lld, "
+          "\"coordinator_payload_bytes\": %lld}%s\n",
+          r.name, r.gib, r.job_s, r.compute_s, r.in_s, r.in_mbps, r.out_s, r.out_mbps,
+          r.job_s - r.compute_s, r.in_mbps / 1e3 / memcpy_gbps,
+          static_cast<long long>(r.coordinator_rss >> 20), static_cast<long long>(r.payload),
+          i + 1 < results.size() ? "," : "");
     }
     f << "  ]\n}\n";
   }

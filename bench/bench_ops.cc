@@ -59,7 +59,8 @@ std::vector<float> Normal(int64_t n, uint64_t seed, double scale = 1.0) {
 double SgemmRate() {
   const int n = 2048;
   std::vector<float> a = Normal(n * n, 1), b = Normal(n * n, 2), c(n * n);
-  const double s = BestSeconds([&] { cpu::Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+  const double s = BestSeconds(
+      [&] { cpu::Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
   return 2.0 * n * n * n / s;
 }
 
@@ -102,8 +103,10 @@ int Main(int argc, char** argv) {
   const Model model = *MakePresetModel("small", 1);
   const LayerWeights& w = model.layer(0);
   const LayerFlops f = PerTokenFlops(c);
-  const int64_t D = c.d_model, di = c.d_inner(), C = c.conv_channels(), R = c.in_proj_rows(), hs = c.ssm_heads();
-  const int64_t N = c.ssm.d_state, P = c.ssm.head_dim, F = c.mlp_hidden, dh = c.ttt.head_dim, dhh = c.fast_hidden();
+  const int64_t D = c.d_model, di = c.d_inner(), C = c.conv_channels(), R = c.in_proj_rows(),
+                hs = c.ssm_heads();
+  const int64_t N = c.ssm.d_state, P = c.ssm.head_dim, F = c.mlp_hidden, dh = c.ttt.head_dim,
+                dhh = c.fast_hidden();
 
   const double yardstick = SgemmRate();
   std::vector<Row> rows;
@@ -112,42 +115,75 @@ int Main(int argc, char** argv) {
   for (float& v : dt) v = 0.01f;
   for (int64_t k = 0; k < hs; ++k) a[k] = -std::exp(w.mamba[0].a_log[k]);
 
-  rows.push_back({"in_proj (x2 dirs)", 2 * BestSeconds([&] { cpu::Linear(h.data(), D, T, D, w.mamba[0].in_proj, R, proj.data(), R); }), f.in_proj});
+  rows.push_back({"in_proj (x2 dirs)", 2 * BestSeconds([&] {
+                                         cpu::Linear(h.data(), D, T, D, w.mamba[0].in_proj, R,
+                                                     proj.data(), R);
+                                       }),
+                  f.in_proj});
   rows.push_back({"conv (x2)", 2 * BestSeconds([&] {
-                    cpu::CausalConvSilu({T, C, c.ssm.conv_width, u.data(), C, w.mamba[0].conv_w, w.mamba[0].conv_b,
-                                         xbc.data(), C}, history.data());
-                  }), f.conv});
+                                 cpu::CausalConvSilu(
+                                     {T, C, c.ssm.conv_width, u.data(), C, w.mamba[0].conv_w,
+                                      w.mamba[0].conv_b, xbc.data(), C},
+                                     history.data());
+                               }),
+                  f.conv});
   std::vector<float> state(hs * P * N);
-  cpu::ScanParams scan{T, static_cast<int>(hs), static_cast<int>(P), static_cast<int>(N), xbc.data(), C,
-                       xbc.data() + di, C, xbc.data() + di + N, C, dt.data(), hs, a.data(), w.mamba[0].d_skip,
-                       y.data(), di};
+  cpu::ScanParams scan{T,
+                       static_cast<int>(hs),
+                       static_cast<int>(P),
+                       static_cast<int>(N),
+                       xbc.data(),
+                       C,
+                       xbc.data() + di,
+                       C,
+                       xbc.data() + di + N,
+                       C,
+                       dt.data(),
+                       hs,
+                       a.data(),
+                       w.mamba[0].d_skip,
+                       y.data(),
+                       di};
   const double ssd = 2 * BestSeconds([&] { cpu::SsdScan(scan, state.data(), nullptr); });
   rows.push_back({"SSD scan (x2)", ssd, f.scan});
   rows.push_back({"gated norm (x2)", 2 * BestSeconds([&] {
-                    cpu::GatedRmsNormRows(y.data(), di, proj.data(), R, T, di, w.mamba[0].norm);
-                  }), f.gated_norm});
-  rows.push_back({"out_proj (x2 as run)", 2 * BestSeconds([&] { cpu::Linear(y.data(), di, T, di, w.out_proj, D, out.data(), D); }), f.out_proj});
+                                       cpu::GatedRmsNormRows(y.data(), di, proj.data(), R, T, di,
+                                                             w.mamba[0].norm);
+                                     }),
+                  f.gated_norm});
+  rows.push_back(
+      {"out_proj (x2 as run)",
+       2 * BestSeconds([&] { cpu::Linear(y.data(), di, T, di, w.out_proj, D, out.data(), D); }),
+       f.out_proj});
   std::vector<float> kv(T * 2 * D), lr(T * 3 * c.ttt_heads()), q(T * D), o(T * D);
   rows.push_back({"qkv + lr", BestSeconds([&] {
                     cpu::LactKeyValueLr(c, w, h.data(), T, kv.data(), lr.data());
                     cpu::LactQuery(c, w, h.data(), T, q.data());
-                  }), f.qkv_lr});
+                  }),
+                  f.qkv_lr});
   FusedState fs = ZeroFusedState(c);
   std::vector<float> g0(fs.layers[0].w0.size()), g1(g0.size()), g2(g0.size());
   cpu::LactWorkspace ws;
   const cpu::FastWeightsRef fast{w.w0, w.w1, w.w2};
   rows.push_back({"TTT update", BestSeconds([&] {
-                    cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), T, fast, {g0.data(), g1.data(), g2.data()}, &ws);
-                  }), f.ttt_update});
-  rows.push_back({"TTT apply", BestSeconds([&] { cpu::ApplyFastWeights(c, q.data(), T, fast, o.data(), &ws); }), f.ttt_apply});
-  rows.push_back({"o_proj", BestSeconds([&] { cpu::Linear(o.data(), D, T, D, w.o_proj, D, out.data(), D); }), f.o_proj});
+                    cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), T, fast,
+                                                   {g0.data(), g1.data(), g2.data()}, &ws);
+                  }),
+                  f.ttt_update});
+  rows.push_back({"TTT apply",
+                  BestSeconds([&] { cpu::ApplyFastWeights(c, q.data(), T, fast, o.data(), &ws); }),
+                  f.ttt_apply});
+  rows.push_back({"o_proj",
+                  BestSeconds([&] { cpu::Linear(o.data(), D, T, D, w.o_proj, D, out.data(), D); }),
+                  f.o_proj});
   std::vector<float> gate(T * F), up(T * F);
   rows.push_back({"MLP", BestSeconds([&] {
                     cpu::Linear(h.data(), D, T, D, w.mlp_gate, F, gate.data(), F);
                     cpu::Linear(h.data(), D, T, D, w.mlp_up, F, up.data(), F);
                     for (int64_t i = 0; i < T * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
                     cpu::Linear(gate.data(), F, T, F, w.mlp_down, D, out.data(), D);
-                  }), f.mlp});
+                  }),
+                  f.mlp});
   std::vector<float> muon = Normal(dhh * dh, 5);
   const double muon_s = BestSeconds([&] { cpu::NewtonSchulz(muon.data(), dhh, dh, 5); });
 
@@ -185,22 +221,34 @@ int Main(int argc, char** argv) {
   std::printf("%-22s %10s %14s %12s\n", "op", "ms", "model GFLOP/s", "of sgemm");
   for (const Row& r : rows) {
     const double rate = r.flops * T / r.seconds;
-    std::printf("%-22s %10.2f %14.1f %11.1f%%\n", r.op.c_str(), 1e3 * r.seconds, rate / 1e9, 100 * rate / yardstick);
-    json["ops"].push_back({{"op", r.op}, {"ms", 1e3 * r.seconds}, {"gflops", rate / 1e9}, {"of_sgemm", rate / yardstick}});
+    std::printf("%-22s %10.2f %14.1f %11.1f%%\n", r.op.c_str(), 1e3 * r.seconds, rate / 1e9,
+                100 * rate / yardstick);
+    json["ops"].push_back({{"op", r.op},
+                           {"ms", 1e3 * r.seconds},
+                           {"gflops", rate / 1e9},
+                           {"of_sgemm", rate / yardstick}});
   }
   const double muon_rate = 3 * NewtonSchulzFlops(dh, dhh, 5) / (3 * muon_s);
-  std::printf("%-22s %10.3f %14.1f %11.1f%%   (per [%lld x %lld] matrix, 5 steps)\n", "Muon", 1e3 * muon_s,
-              muon_rate / 1e9, 100 * muon_rate / yardstick, static_cast<long long>(dhh), static_cast<long long>(dh));
-  json["ops"].push_back({{"op", "Muon"}, {"ms", 1e3 * muon_s}, {"gflops", muon_rate / 1e9}, {"of_sgemm", muon_rate / yardstick}});
+  std::printf("%-22s %10.3f %14.1f %11.1f%%   (per [%lld x %lld] matrix, 5 steps)\n", "Muon",
+              1e3 * muon_s, muon_rate / 1e9, 100 * muon_rate / yardstick,
+              static_cast<long long>(dhh), static_cast<long long>(dh));
+  json["ops"].push_back({{"op", "Muon"},
+                         {"ms", 1e3 * muon_s},
+                         {"gflops", muon_rate / 1e9},
+                         {"of_sgemm", muon_rate / yardstick}});
   const double layer_rate = f.total() * T / layer;
-  std::printf("%-22s %10.2f %14.1f %11.1f%%   (%.0f tokens/s per layer)\n", "whole layer", 1e3 * layer,
-              layer_rate / 1e9, 100 * layer_rate / yardstick, T / layer);
-  json["layer"] = {{"ms", 1e3 * layer}, {"gflops", layer_rate / 1e9}, {"of_sgemm", layer_rate / yardstick},
+  std::printf("%-22s %10.2f %14.1f %11.1f%%   (%.0f tokens/s per layer)\n", "whole layer",
+              1e3 * layer, layer_rate / 1e9, 100 * layer_rate / yardstick, T / layer);
+  json["layer"] = {{"ms", 1e3 * layer},
+                   {"gflops", layer_rate / 1e9},
+                   {"of_sgemm", layer_rate / yardstick},
                    {"tokens_per_s", T / layer}};
-  std::printf("scan, both directions: SSD chunked %.2f ms vs per-token recurrence %.2f ms (%.1fx)\n", 1e3 * ssd,
-              1e3 * naive, naive / ssd);
+  std::printf(
+      "scan, both directions: SSD chunked %.2f ms vs per-token recurrence %.2f ms (%.1fx)\n",
+      1e3 * ssd, 1e3 * naive, naive / ssd);
   json["scan"] = {{"ssd_ms", 1e3 * ssd}, {"naive_ms", 1e3 * naive}, {"speedup", naive / ssd}};
-  if (std::optional<std::string> path = flags->Get("json")) std::ofstream(*path) << json.dump(2) << "\n";
+  if (std::optional<std::string> path = flags->Get("json"))
+    std::ofstream(*path) << json.dump(2) << "\n";
   return 0;
 }
 

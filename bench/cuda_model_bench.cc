@@ -9,9 +9,9 @@
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "gloo/rendezvous/hash_store.h"
-#include "worker/cuda/cuda_runner.h"
 #include "worker/collective/gloo_collective.h"
 #include "worker/collective/host_staged_allreduce.h"
+#include "worker/cuda/cuda_runner.h"
 
 namespace lact::bench {
 namespace {
@@ -33,15 +33,18 @@ double ContextFlops(const ModelConfig& c, int64_t tokens) {
 }
 
 // One rank's context shard, run twice (a warm-up, then timed).
-absl::Status RunRank(const Model& model, cuda::Precision precision, const Tensor& shard, int64_t begin,
-                     int64_t total, Collective* sync, Collective* grads, double* seconds, OverlapStats* overlap) {
+absl::Status RunRank(const Model& model, cuda::Precision precision, const Tensor& shard,
+                     int64_t begin, int64_t total, Collective* sync, Collective* grads,
+                     double* seconds, OverlapStats* overlap) {
   const BackendOptions options{.backend = "cuda", .precision = cuda::PrecisionName(precision)};
-  LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, CudaRunner::Create(model, model.config(), options));
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner,
+                        CudaRunner::Create(model, model.config(), options));
   HostStagedAllReduce reduce(grads);
   FusedState state;
   for (int pass = 0; pass < 2; ++pass) {
     const auto start = Clock::now();
-    LACT_RETURN_IF_ERROR(runner->RunContextShard(shard, begin, total, sync, &reduce, &state).status());
+    LACT_RETURN_IF_ERROR(
+        runner->RunContextShard(shard, begin, total, sync, &reduce, &state).status());
     *seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (pass == 0) *overlap = runner->overlap();
   }
@@ -52,9 +55,10 @@ absl::Status RunRank(const Model& model, cuda::Precision precision, const Tensor
 
 }  // namespace
 
-absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_t tokens, cuda::Precision precision,
-                                               int ranks) {
-  if (ranks < 1 || ranks > 2 || tokens < ranks) return absl::InvalidArgumentError("1 or 2 ranks, >= 1 token each");
+absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_t tokens,
+                                               cuda::Precision precision, int ranks) {
+  if (ranks < 1 || ranks > 2 || tokens < ranks)
+    return absl::InvalidArgumentError("1 or 2 ranks, >= 1 token each");
   LACT_ASSIGN_OR_RETURN(Model model, MakePresetModel(preset, 1));
   const Tensor context = RandomRows(tokens, model.config().input_width(), 2);
   gloo::rendezvous::HashStore store;
@@ -82,7 +86,8 @@ absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_
         sync = *std::move(s);
         grads = *std::move(g);
       }
-      status[r] = RunRank(model, precision, shard, begin, tokens, sync.get(), grads.get(), &seconds[r], &overlap[r]);
+      status[r] = RunRank(model, precision, shard, begin, tokens, sync.get(), grads.get(),
+                          &seconds[r], &overlap[r]);
     });
   }
   for (std::thread& t : threads) t.join();

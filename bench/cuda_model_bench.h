@@ -16,16 +16,18 @@
 namespace lact::bench {
 
 struct ModelBenchResult {
-  double seconds = 0;           // context run, slowest rank, after a warm-up
-  double model_flops = 0;       // SPEC FLOPs of the context
-  double allreduce_seconds = 0; // summed over ranks
-  double waited_seconds = 0;    // the part the compute waited for
-  double hidden_fraction() const { return allreduce_seconds > 0 ? 1 - waited_seconds / allreduce_seconds : 1; }
+  double seconds = 0;            // context run, slowest rank, after a warm-up
+  double model_flops = 0;        // SPEC FLOPs of the context
+  double allreduce_seconds = 0;  // summed over ranks
+  double waited_seconds = 0;     // the part the compute waited for
+  double hidden_fraction() const {
+    return allreduce_seconds > 0 ? 1 - waited_seconds / allreduce_seconds : 1;
+  }
 };
 
 // `preset` as in MakePresetModel ("base", "small"); `ranks` 1 or 2.
-absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_t tokens, cuda::Precision precision,
-                                               int ranks);
+absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_t tokens,
+                                               cuda::Precision precision, int ranks);
 
 }  // namespace lact::bench
 

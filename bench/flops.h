@@ -13,15 +13,17 @@ namespace lact::bench {
 
 struct LayerFlops {
   double in_proj, conv, scan, gated_norm, out_proj;  // BiMamba (both directions)
-  double qkv_lr, ttt_update, ttt_apply, o_proj;       // LaCT
+  double qkv_lr, ttt_update, ttt_apply, o_proj;      // LaCT
   double mlp, norms;
   double total() const {
-    return in_proj + conv + scan + gated_norm + out_proj + qkv_lr + ttt_update + ttt_apply + o_proj + mlp + norms;
+    return in_proj + conv + scan + gated_norm + out_proj + qkv_lr + ttt_update + ttt_apply +
+           o_proj + mlp + norms;
   }
 };
 
 inline LayerFlops PerTokenFlops(const ModelConfig& c) {
-  const double D = c.d_model, di = c.d_inner(), N = c.ssm.d_state, P = c.ssm.head_dim, hs = c.ssm_heads();
+  const double D = c.d_model, di = c.d_inner(), N = c.ssm.d_state, P = c.ssm.head_dim,
+               hs = c.ssm_heads();
   const double C = c.conv_channels(), R = c.in_proj_rows(), W = c.ssm.conv_width;
   const double ht = c.ttt_heads(), dh = c.ttt.head_dim, dhh = c.fast_hidden(), F = c.mlp_hidden;
   LayerFlops f;

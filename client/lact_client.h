@@ -28,7 +28,7 @@ namespace lact {
 
 struct SubmitOptions {
   std::string model;
-  int workers = 0;                   // 0: all that hold the model
+  int workers = 0;                    // 0: all that hold the model
   std::vector<int64_t> shard_tokens;  // explicit split, or empty
   JobOptions options;
   WireType dtype = WireType::kF32;
@@ -67,11 +67,13 @@ class LactClient {
   // `progress` and `on_accepted` are called from Submit's threads, one at a
   // time; `on_accepted` gets the job's id as soon as the job is admitted.
   absl::StatusOr<JobResult> Submit(const SubmitOptions& options, const Tensor& context,
-                                   const std::vector<Tensor>& queries, const ProgressFn& progress = nullptr,
+                                   const std::vector<Tensor>& queries,
+                                   const ProgressFn& progress = nullptr,
                                    std::function<void(const std::string&)> on_accepted = nullptr);
-  absl::StatusOr<std::vector<Tensor>> Query(const std::string& job_id, const std::vector<Tensor>& queries,
-                                            WireType dtype = WireType::kF32,
-                                            std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  absl::StatusOr<std::vector<Tensor>> Query(
+      const std::string& job_id, const std::vector<Tensor>& queries,
+      WireType dtype = WireType::kF32,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id);
   // A finished job's results as its workers retained them (outputs sent in
   // band, query outputs, the fused state), fetched straight from them in
@@ -80,8 +82,9 @@ class LactClient {
   absl::StatusOr<JobResult> FetchResult(const std::string& job_id);
   // Follows a job until it ends (`on_change` sees every JobInfo the server
   // sends); returns the last, whose status is final.
-  absl::StatusOr<v1::JobInfo> WatchJob(const std::string& job_id,
-                                       const std::function<void(const v1::JobInfo&)>& on_change = nullptr);
+  absl::StatusOr<v1::JobInfo> WatchJob(
+      const std::string& job_id,
+      const std::function<void(const v1::JobInfo&)>& on_change = nullptr);
   absl::StatusOr<std::vector<v1::JobInfo>> ListJobs();
   absl::StatusOr<v1::JobInfo> CancelJob(const std::string& job_id);
   absl::Status DeleteJob(const std::string& job_id);

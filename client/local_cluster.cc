@@ -37,7 +37,8 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, int stdout_fd)
   pid_t pid;
   const int err = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (err != 0) return absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", std::strerror(err)));
+  if (err != 0)
+    return absl::InternalError(absl::StrCat("cannot start ", args[0], ": ", std::strerror(err)));
   return pid;
 }
 
@@ -55,8 +56,10 @@ void Stop(pid_t pid) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
-  if (options.workers < 1) return absl::InvalidArgumentError("a local cluster needs at least 1 worker");
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const LocalClusterOptions& options) {
+  if (options.workers < 1)
+    return absl::InvalidArgumentError("a local cluster needs at least 1 worker");
   const std::string bin = options.bin_dir.empty() ? SelfDir() : options.bin_dir;
   for (const char* name : {"lact-coordinator", "lact-worker"}) {
     if (access((bin + "/" + name).c_str(), X_OK) != 0) {
@@ -66,7 +69,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
-  std::vector<std::string> args = {bin + "/lact-coordinator", "--port", std::to_string(options.port)};
+  std::vector<std::string> args = {bin + "/lact-coordinator", "--port",
+                                   std::to_string(options.port)};
   if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
   absl::StatusOr<pid_t> coordinator = Spawn(args, pipe_fds[1]);
@@ -86,14 +90,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClu
     return absl::UnavailableError("lact-coordinator did not start (see its error above)");
   }
   cluster->address_ = text.substr(text.find(marker) + marker.size());
-  while (!cluster->address_.empty() && isspace(cluster->address_.back())) cluster->address_.pop_back();
+  while (!cluster->address_.empty() && isspace(cluster->address_.back()))
+    cluster->address_.pop_back();
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
                                                      : std::max(1, cores / options.workers);
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> w = {bin + "/lact-worker", "--coordinator", cluster->address_, "--threads",
-                                  std::to_string(threads)};
+    std::vector<std::string> w = {bin + "/lact-worker", "--coordinator", cluster->address_,
+                                  "--threads", std::to_string(threads)};
     if (!options.model_dir.empty()) {
       w.push_back("--model-dir");
       w.push_back(options.model_dir);
@@ -130,7 +135,8 @@ absl::Status LocalCluster::WaitForWorkers(int count) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return absl::DeadlineExceededError(absl::StrCat("only ", seen, " of ", count, " workers registered within 60 s"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("only ", seen, " of ", count, " workers registered within 60 s"));
 }
 
 void LocalCluster::KillWorker(int i) {

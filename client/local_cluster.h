@@ -23,7 +23,7 @@ struct LocalClusterOptions {
   // reference in (--data-root); empty = none.
   std::string data_root;
   int threads_per_worker = 0;  // 0: cores / workers, at least 1
-  std::string bin_dir;         // where lact-coordinator and lact-worker are; "" = next to this program
+  std::string bin_dir;  // where lact-coordinator and lact-worker are; "" = next to this program
   std::vector<std::string> coordinator_args;  // extra flags
   std::vector<std::string> worker_args;       // extra flags for every worker (e.g. --backend cuda)
   // CUDA devices the workers take in turn (worker i: devices[i % size]);

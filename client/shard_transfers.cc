@@ -32,7 +32,8 @@ bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set
     v1::TokenChunk head;
     head.set_set(set);
     head.set_offset(r);
-    std::shared_ptr<const std::string> encoded;  // the tensor outlives the stream; encodings need an owner
+    std::shared_ptr<const std::string>
+        encoded;  // the tensor outlives the stream; encodings need an owner
     absl::string_view data(reinterpret_cast<const char*>(first), count * width * 4);
     if (dtype != WireType::kF32) {
       encoded = std::make_shared<const std::string>(EncodeFloats(first, count * width, dtype));
@@ -47,7 +48,8 @@ bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set
 // Copies rows of an output chunk into `t`; rows outside it are an error.
 absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in, Tensor& t) {
   const int64_t width = t.dim(1), values = in.data_size / 4;
-  if (head.offset() < 0 || in.data_size % (4 * width) != 0 || head.offset() * width + values > t.size()) {
+  if (head.offset() < 0 || in.data_size % (4 * width) != 0 ||
+      head.offset() * width + values > t.size()) {
     return absl::InternalError(absl::StrCat("a worker sent output rows outside set ", head.set()));
   }
   char* out = reinterpret_cast<char*>(t.ptr() + head.offset() * width);
@@ -61,17 +63,24 @@ absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in,
 }  // namespace
 
 ShardTransfers::ShardTransfers(const v1::JobAccepted& accepted, const Tensor* context,
-                               const std::vector<Tensor>& queries, bool output_in_band, JobResult* result)
-    : accepted_(accepted), context_(context), queries_(queries), output_in_band_(output_in_band), result_(result) {}
+                               const std::vector<Tensor>& queries, bool output_in_band,
+                               JobResult* result)
+    : accepted_(accepted),
+      context_(context),
+      queries_(queries),
+      output_in_band_(output_in_band),
+      result_(result) {}
 
 ShardTransfers::~ShardTransfers() {
   Cancel();
   Join().IgnoreError();
 }
 
-std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(const v1::JobAccepted& accepted, JobResult* result) {
+std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(const v1::JobAccepted& accepted,
+                                                      JobResult* result) {
   static const std::vector<Tensor> kNoQueries;
-  auto fetch = std::make_unique<ShardTransfers>(accepted, nullptr, kNoQueries, accepted.output_in_band(), result);
+  auto fetch = std::make_unique<ShardTransfers>(accepted, nullptr, kNoQueries,
+                                                accepted.output_in_band(), result);
   fetch->fetch_ = true;
   return fetch;
 }
@@ -103,10 +112,13 @@ absl::Status ShardTransfers::Join() {
 
 absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
   const std::string& address = accepted_.shards(rank).worker();
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), BulkChannelArguments());
-  std::unique_ptr<Stream> stream(grpc::internal::ClientReaderWriterFactory<BulkOut, TransferResponseIn>::Create(
-      channel.get(), grpc::internal::RpcMethod(kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING), ctx));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), BulkChannelArguments());
+  std::unique_ptr<Stream> stream(
+      grpc::internal::ClientReaderWriterFactory<BulkOut, TransferResponseIn>::Create(
+          channel.get(),
+          grpc::internal::RpcMethod(kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING),
+          ctx));
   absl::Status uploaded = Upload(rank, stream.get());
   std::call_once(allocated_, [this] { AllocateOutputs(); });
   LACT_RETURN_IF_ERROR(Receive(rank, stream.get(), ctx));
@@ -122,7 +134,9 @@ absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
   request.set_ticket(accepted_.fetch_ticket());
   std::unique_ptr<grpc::ClientReader<TransferResponseIn>> stream(
       grpc::internal::ClientReaderFactory<TransferResponseIn>::Create(
-          channel.get(), grpc::internal::RpcMethod(kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING),
+          channel.get(),
+          grpc::internal::RpcMethod(kShardDataFetchResult,
+                                    grpc::internal::RpcMethod::SERVER_STREAMING),
           ctx, BulkOut::Whole(request)));
   return Receive(rank, stream.get(), ctx);
 }
@@ -140,8 +154,8 @@ absl::Status ShardTransfers::Receive(int rank, Stream* stream, grpc::ClientConte
   LACT_RETURN_IF_ERROR(placed);
   if (!finished.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
-                        absl::StrCat("shard ", rank, " on worker ", accepted_.shards(rank).worker(), ": ",
-                                     finished.error_message()));
+                        absl::StrCat("shard ", rank, " on worker ", accepted_.shards(rank).worker(),
+                                     ": ", finished.error_message()));
   }
   return absl::OkStatus();
 }
@@ -159,7 +173,8 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
   }
   if (rank == 0) {
     for (size_t k = 0; k < queries_.size() && ok; ++k) {
-      ok = SendRows(stream, queries_[k], 0, queries_[k].dim(0), static_cast<int>(k) + 1, dtype, nullptr);
+      ok = SendRows(stream, queries_[k], 0, queries_[k].dim(0), static_cast<int>(k) + 1, dtype,
+                    nullptr);
     }
   }
   stream->WritesDone();
@@ -170,20 +185,24 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
 absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response) {
   if (response.outer_field == kResponseOutput) {
     v1::TokenChunk head;
-    if (!head.ParseFromString(response.head)) return absl::InternalError("a worker sent a malformed output chunk");
+    if (!head.ParseFromString(response.head))
+      return absl::InternalError("a worker sent a malformed output chunk");
     if (head.set() == 0 && output_in_band_) return PlaceRows(head, response, result_->output);
     if (rank == 0 && head.set() >= 1 && head.set() <= static_cast<int>(result_->queries.size())) {
       return PlaceRows(head, response, result_->queries[head.set() - 1]);
     }
-    return absl::InternalError(absl::StrCat("worker of shard ", rank, " sent output for unexpected set ", head.set()));
+    return absl::InternalError(
+        absl::StrCat("worker of shard ", rank, " sent output for unexpected set ", head.set()));
   }
   v1::Tensor piece;
   if (response.outer_field == kResponseState && rank == 0 && piece.ParseFromString(response.head)) {
     Tensor& t = result_->state[piece.name()];
-    if (t.shape.empty()) t = Tensor(std::vector<int64_t>(piece.shape().begin(), piece.shape().end()));
+    if (t.shape.empty())
+      t = Tensor(std::vector<int64_t>(piece.shape().begin(), piece.shape().end()));
     const int64_t values = response.data_size / 4;
     if (piece.offset() < 0 || piece.offset() + values > t.size()) {
-      return absl::InternalError(absl::StrCat("state tensor '", piece.name(), "' piece outside its shape"));
+      return absl::InternalError(
+          absl::StrCat("state tensor '", piece.name(), "' piece outside its shape"));
     }
     char* out = reinterpret_cast<char*>(t.ptr() + piece.offset());
     for (absl::string_view p : response.data) {
@@ -198,7 +217,8 @@ absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response)
 void ShardTransfers::AllocateOutputs() {
   const int64_t width = accepted_.output_width();
   if (output_in_band_) result_->output = Tensor({accepted_.context_tokens(), width});
-  for (int64_t tokens : accepted_.query_tokens()) result_->queries.emplace_back(std::vector<int64_t>{tokens, width});
+  for (int64_t tokens : accepted_.query_tokens())
+    result_->queries.emplace_back(std::vector<int64_t>{tokens, width});
 }
 
 }  // namespace lact

@@ -14,14 +14,14 @@
 #ifndef LACT_CLIENT_SHARD_TRANSFERS_H_
 #define LACT_CLIENT_SHARD_TRANSFERS_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "client/lact_client.h"
@@ -35,8 +35,8 @@ class ShardTransfers {
   // `context` is null when the job reads its context by reference;
   // `output_in_band` says whether set 0 outputs come back. All must
   // outlive Join().
-  ShardTransfers(const v1::JobAccepted& accepted, const Tensor* context, const std::vector<Tensor>& queries,
-                 bool output_in_band, JobResult* result);
+  ShardTransfers(const v1::JobAccepted& accepted, const Tensor* context,
+                 const std::vector<Tensor>& queries, bool output_in_band, JobResult* result);
   // For a finished job's results (JobInfo.accepted).
   static std::unique_ptr<ShardTransfers> Fetch(const v1::JobAccepted& accepted, JobResult* result);
   ~ShardTransfers();

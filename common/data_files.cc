@@ -63,8 +63,9 @@ absl::Status FullPread(int fd, char* dst, size_t bytes, uint64_t offset, const s
     const ssize_t n = pread(fd, dst, bytes, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return absl::DataLossError(absl::StrCat("reading '", path, "' at byte ", offset, ": ",
-                                              n == 0 ? "unexpected end of file" : std::strerror(errno)));
+      return absl::DataLossError(
+          absl::StrCat("reading '", path, "' at byte ", offset, ": ",
+                       n == 0 ? "unexpected end of file" : std::strerror(errno)));
     }
     dst += n;
     bytes -= n;
@@ -73,12 +74,14 @@ absl::Status FullPread(int fd, char* dst, size_t bytes, uint64_t offset, const s
   return absl::OkStatus();
 }
 
-absl::Status FullPwrite(int fd, const char* src, size_t bytes, uint64_t offset, const std::string& path) {
+absl::Status FullPwrite(int fd, const char* src, size_t bytes, uint64_t offset,
+                        const std::string& path) {
   while (bytes > 0) {
     const ssize_t n = pwrite(fd, src, bytes, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return absl::DataLossError(absl::StrCat("writing '", path, "' at byte ", offset, ": ", std::strerror(errno)));
+      return absl::DataLossError(
+          absl::StrCat("writing '", path, "' at byte ", offset, ": ", std::strerror(errno)));
     }
     src += n;
     bytes -= n;
@@ -96,7 +99,8 @@ absl::Status WriteDirect(const std::string& path, int buffered_fd, const char* s
   if (fd.get() < 0) return FullPwrite(buffered_fd, src, bytes, offset, path);
   constexpr uint64_t kBounce = uint64_t{8} << 20;
   void* raw = nullptr;
-  if (posix_memalign(&raw, kDirectBlock, kBounce) != 0) return FullPwrite(buffered_fd, src, bytes, offset, path);
+  if (posix_memalign(&raw, kDirectBlock, kBounce) != 0)
+    return FullPwrite(buffered_fd, src, bytes, offset, path);
   std::unique_ptr<char, decltype(&std::free)> bounce(static_cast<char*>(raw), &std::free);
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t n = std::min(kBounce, bytes - done);
@@ -119,21 +123,23 @@ absl::StatusOr<WireType> NpyDType(const std::string& path, const std::string& de
   if (descr == "<f4" || descr == "=f4") return WireType::kF32;
   if (descr == "<f2" || descr == "=f2") return WireType::kF16;
   if (descr == "|V2" || descr == "<V2") return WireType::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat("npy '", path, "': dtype '", descr,
-                                                 "' is not a token dtype (allowed: <f4, <f2, |V2 = bfloat16)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("npy '", path, "': dtype '", descr,
+                   "' is not a token dtype (allowed: <f4, <f2, |V2 = bfloat16)"));
 }
 
 absl::StatusOr<TokenFileLayout> OpenNpy(const std::string& path, int fd, uint64_t file_size) {
   std::string prefix(std::min<uint64_t>(file_size, 1 << 16), '\0');
   LACT_RETURN_IF_ERROR(FullPread(fd, prefix.data(), prefix.size(), 0, path));
-  LACT_ASSIGN_OR_RETURN(NpyLayout npy,
-                        ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
+  LACT_ASSIGN_OR_RETURN(
+      NpyLayout npy,
+      ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
   TokenFileLayout layout;
   layout.path = path;
   LACT_ASSIGN_OR_RETURN(layout.dtype, NpyDType(path, npy.descr));
   if (npy.shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("npy '", path, "': shape ", ShapeString(npy.shape),
-                                                   " is not [tokens, width]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "npy '", path, "': shape ", ShapeString(npy.shape), " is not [tokens, width]"));
   }
   layout.rows = npy.shape[0];
   layout.width = npy.shape[1];
@@ -141,29 +147,39 @@ absl::StatusOr<TokenFileLayout> OpenNpy(const std::string& path, int fd, uint64_
   return layout;
 }
 
-absl::StatusOr<TokenFileLayout> OpenSafetensors(const std::string& path, const std::string& tensor) {
+absl::StatusOr<TokenFileLayout> OpenSafetensors(const std::string& path,
+                                                const std::string& tensor) {
   LACT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
   const auto& entries = file.entries();
   auto it = tensor.empty() && entries.size() == 1 ? entries.begin() : entries.find(tensor);
   if (it == entries.end()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors '", path, "' ", tensor.empty() ? "holds several tensors; name one" : "has no tensor '" + tensor + "'",
+        "safetensors '", path, "' ",
+        tensor.empty() ? "holds several tensors; name one" : "has no tensor '" + tensor + "'",
         " (DataRef.tensor)"));
   }
   const TensorEntry& e = it->second;
   TokenFileLayout layout;
   layout.path = path;
   switch (e.dtype) {
-    case DType::kF32: layout.dtype = WireType::kF32; break;
-    case DType::kF16: layout.dtype = WireType::kF16; break;
-    case DType::kBF16: layout.dtype = WireType::kBF16; break;
+    case DType::kF32:
+      layout.dtype = WireType::kF32;
+      break;
+    case DType::kF16:
+      layout.dtype = WireType::kF16;
+      break;
+    case DType::kBF16:
+      layout.dtype = WireType::kBF16;
+      break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first, "' is ",
-                                                     DTypeName(e.dtype), " (allowed: F32, F16, BF16)"));
+      return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first,
+                                                     "' is ", DTypeName(e.dtype),
+                                                     " (allowed: F32, F16, BF16)"));
   }
   if (e.shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first, "' has shape ",
-                                                   ShapeString(e.shape), ", not [tokens, width]"));
+    return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first,
+                                                   "' has shape ", ShapeString(e.shape),
+                                                   ", not [tokens, width]"));
   }
   layout.rows = e.shape[0];
   layout.width = e.shape[1];
@@ -173,17 +189,21 @@ absl::StatusOr<TokenFileLayout> OpenSafetensors(const std::string& path, const s
 
 }  // namespace
 
-absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref, bool for_output) {
+absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref,
+                                            bool for_output) {
   if (root.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("'", ref, "' names a file, but this cluster has no data root "
-                                                      "(start it with --data-root DIR to allow files by reference)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", ref,
+                     "' names a file, but this cluster has no data root "
+                     "(start it with --data-root DIR to allow files by reference)"));
   }
   absl::string_view uri = ref;
   const bool is_uri = absl::ConsumePrefix(&uri, "file://");
   std::string path(uri);
   if (is_uri) {
     if (!absl::StartsWith(path, "/")) {
-      return absl::InvalidArgumentError(absl::StrCat("'", ref, "': only file:///absolute/path URIs are allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", ref, "': only file:///absolute/path URIs are allowed"));
     }
   }
   if (path.empty()) return absl::InvalidArgumentError("DataRef.path is empty");
@@ -192,33 +212,37 @@ absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::
   std::string resolved;
   if (for_output) {
     const size_t slash = path.find_last_of('/');
-    const std::string name = path.substr(slash + 1), folder = slash == 0 ? "/" : path.substr(0, slash);
+    const std::string name = path.substr(slash + 1),
+                      folder = slash == 0 ? "/" : path.substr(0, slash);
     if (name.empty() || name == "." || name == "..") {
       return absl::InvalidArgumentError(absl::StrCat("output '", ref, "' does not name a file"));
     }
     absl::StatusOr<std::string> real_folder = RealPath(folder);
     if (!real_folder.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("output '", ref, "': its folder ", real_folder.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", ref, "': its folder ", real_folder.status().message()));
     }
     resolved = absl::StrCat(*real_folder == "/" ? "" : *real_folder, "/", name);
     struct stat st;
     if (lstat(resolved.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("output '", ref, "' exists and is not a regular file (a symlink or folder is never replaced)"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "output '", ref,
+          "' exists and is not a regular file (a symlink or folder is never replaced)"));
     }
   } else {
     LACT_ASSIGN_OR_RETURN(resolved, RealPath(path));
   }
   if (!Inside(real_root, resolved)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("'", ref, "' resolves to '", resolved, "', outside the data root '", real_root, "'"));
+    return absl::PermissionDeniedError(absl::StrCat("'", ref, "' resolves to '", resolved,
+                                                    "', outside the data root '", real_root, "'"));
   }
   return resolved;
 }
 
 absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std::string& tensor) {
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
+  if (fd.get() < 0)
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
   struct stat st;
   if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
@@ -236,25 +260,29 @@ absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std
         absl::StrCat("'", path, "' is neither an .npy file (bad magic) nor a .safetensors file"));
   }
   if (layout.rows < 1 || layout.width < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' holds ", layout.rows, " tokens of width ",
-                                                   layout.width, "; need >= 1 of each"));
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' holds ", layout.rows,
+                                                   " tokens of width ", layout.width,
+                                                   "; need >= 1 of each"));
   }
-  const uint64_t need = layout.data_offset + static_cast<uint64_t>(layout.rows * layout.width) * WireBytes(layout.dtype);
+  const uint64_t need = layout.data_offset +
+                        static_cast<uint64_t>(layout.rows * layout.width) * WireBytes(layout.dtype);
   if (size < need) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is ", size, " bytes, too short for its header's ",
-                                                   layout.rows, " x ", layout.width, " tokens (", need,
-                                                   " bytes); truncated?"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' is ", size, " bytes, too short for its header's ", layout.rows,
+                     " x ", layout.width, " tokens (", need, " bytes); truncated?"));
   }
   return layout;
 }
 
 absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n, float* dst) {
   if (begin < 0 || n < 0 || begin + n > file.rows) {
-    return absl::OutOfRangeError(absl::StrCat("rows [", begin, ", ", begin + n, ") of '", file.path, "', which has ",
-                                              file.rows));
+    return absl::OutOfRangeError(absl::StrCat("rows [", begin, ", ", begin + n, ") of '", file.path,
+                                              "', which has ", file.rows));
   }
   Fd fd(open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return absl::NotFoundError(absl::StrCat("cannot open '", file.path, "': ", std::strerror(errno)));
+  if (fd.get() < 0)
+    return absl::NotFoundError(
+        absl::StrCat("cannot open '", file.path, "': ", std::strerror(errno)));
   const int64_t elem = WireBytes(file.dtype), row_bytes = elem * file.width;
   constexpr int64_t kBlockBytes = int64_t{8} << 20;
   const int64_t rows_per_block = std::max<int64_t>(1, kBlockBytes / row_bytes);
@@ -264,14 +292,15 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
     const uint64_t offset = file.data_offset + static_cast<uint64_t>((begin + r) * row_bytes);
     float* out = dst + r * file.width;
     if (file.dtype == WireType::kF32) {
-      LACT_RETURN_IF_ERROR(FullPread(fd.get(), reinterpret_cast<char*>(out), rows * row_bytes, offset, file.path));
+      LACT_RETURN_IF_ERROR(
+          FullPread(fd.get(), reinterpret_cast<char*>(out), rows * row_bytes, offset, file.path));
       LACT_RETURN_IF_ERROR(CheckFinite(out, rows * file.width, file.width, begin + r));
     } else {
       buffer.resize(rows * row_bytes);
       LACT_RETURN_IF_ERROR(FullPread(fd.get(), buffer.data(), buffer.size(), offset, file.path));
       int64_t decoded = 0;
-      LACT_RETURN_IF_ERROR(
-          DecodeTokensInto(buffer, file.dtype, file.width, begin + r, out, rows * file.width, &decoded));
+      LACT_RETURN_IF_ERROR(DecodeTokensInto(buffer, file.dtype, file.width, begin + r, out,
+                                            rows * file.width, &decoded));
     }
   }
   return absl::OkStatus();
@@ -282,40 +311,48 @@ absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t wid
   // place, its pages reused; ftruncate sets the size either way.
   Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create output '", path, "': ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create output '", path, "': ", std::strerror(errno)));
   }
   const std::string header = NpyF32Header({rows, width});
   LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), header.data(), header.size(), 0, path));
   const off_t size = static_cast<off_t>(header.size() + rows * width * sizeof(float));
   if (ftruncate(fd.get(), size) != 0) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot size output '", path, "' to ", rows, " x ", width,
+    return absl::ResourceExhaustedError(absl::StrCat("cannot size output '", path, "' to ", rows,
+                                                     " x ", width,
                                                      " float32: ", std::strerror(errno)));
   }
   // Its blocks are reserved now: a full disk fails here, before any worker
   // computes, and the workers' writes need not allocate (several times
   // faster than filling a sparse file on ext4).
-  if (const int err = posix_fallocate(fd.get(), 0, size); err != 0 && err != EOPNOTSUPP && err != EINVAL) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", size, " bytes for output '", path,
-                                                     "': ", std::strerror(err)));
+  if (const int err = posix_fallocate(fd.get(), 0, size);
+      err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", size, " bytes for output '",
+                                                     path, "': ", std::strerror(err)));
   }
   return absl::OkStatus();
 }
 
-absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin, const float* src,
-                            int64_t n) {
+absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
+                            const float* src, int64_t n) {
   Fd fd(open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
   if (fd.get() < 0) {
-    return absl::NotFoundError(absl::StrCat("cannot open output '", path, "': ", std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open output '", path, "': ", std::strerror(errno)));
   }
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
+  if (fstat(fd.get(), &st) != 0)
+    return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
   std::string prefix(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), 1 << 16), '\0');
   LACT_RETURN_IF_ERROR(FullPread(fd.get(), prefix.data(), prefix.size(), 0, path));
-  LACT_ASSIGN_OR_RETURN(NpyLayout npy,
-                        ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
-  if (npy.descr != "<f4" || npy.shape != std::vector<int64_t>{rows, width} || begin < 0 || begin + n > rows) {
-    return absl::FailedPreconditionError(absl::StrCat("output '", path, "' is no longer a float32 [", rows, ", ",
-                                                      width, "] .npy (changed while the job ran?)"));
+  LACT_ASSIGN_OR_RETURN(
+      NpyLayout npy,
+      ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
+  if (npy.descr != "<f4" || npy.shape != std::vector<int64_t>{rows, width} || begin < 0 ||
+      begin + n > rows) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("output '", path, "' is no longer a float32 [", rows, ", ", width,
+                     "] .npy (changed while the job ran?)"));
   }
   const uint64_t offset = npy.data_offset + static_cast<uint64_t>(begin * width) * sizeof(float);
   const char* bytes = reinterpret_cast<const char*>(src);
@@ -325,7 +362,8 @@ absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width
   // rows or the header) go through the page cache.
   const uint64_t first = (offset + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
   const uint64_t last = (offset + size) / kDirectBlock * kDirectBlock;
-  if (size < kDirectMinBytes || last <= first) return FullPwrite(fd.get(), bytes, size, offset, path);
+  if (size < kDirectMinBytes || last <= first)
+    return FullPwrite(fd.get(), bytes, size, offset, path);
   LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), bytes, first - offset, offset, path));
   LACT_RETURN_IF_ERROR(WriteDirect(path, fd.get(), bytes + (first - offset), last - first, first));
   return FullPwrite(fd.get(), bytes + (last - offset), offset + size - last, last, path);

@@ -24,7 +24,8 @@ namespace lact {
 
 // The absolute, symlink-free path `ref` names inside `root`. For an output
 // the file need not exist, but its folder must.
-absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref, bool for_output);
+absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref,
+                                            bool for_output);
 
 // Where a [rows, width] token tensor lies in a file.
 struct TokenFileLayout {
@@ -55,8 +56,8 @@ absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t wid
 // their 4 KiB-aligned middle straight to the disk (O_DIRECT, where the file
 // system takes it), the rest through the page cache; shards of one file may
 // be written at once from several processes.
-absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin, const float* src,
-                            int64_t n);
+absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
+                            const float* src, int64_t n);
 
 }  // namespace lact
 

@@ -7,13 +7,16 @@
 
 namespace lact {
 
-absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const std::set<std::string>& allowed,
-                                   const std::set<std::string>& repeatable, const std::set<std::string>& switches) {
+absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
+                                   const std::set<std::string>& allowed,
+                                   const std::set<std::string>& repeatable,
+                                   const std::set<std::string>& switches) {
   Flags flags;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
     if (!absl::StartsWith(arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "' (flags are --name VALUE)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (flags are --name VALUE)"));
     }
     std::string name = arg.substr(2), value;
     if (switches.count(name)) {
@@ -29,8 +32,8 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const s
     if (!allowed.count(name) && !switches.count(name)) {
       std::vector<std::string> names(allowed.begin(), allowed.end());
       names.insert(names.end(), switches.begin(), switches.end());
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " (allowed: --", absl::StrJoin(names, ", --"), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (allowed: --",
+                                                     absl::StrJoin(names, ", --"), ")"));
     }
     if (flags.values_.count(name) && !repeatable.count(name)) {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given more than once"));
@@ -57,7 +60,8 @@ absl::StatusOr<std::string> Flags::Required(const std::string& name) const {
   return *v;
 }
 
-absl::StatusOr<std::optional<int64_t>> Flags::OptionalInt(const std::string& name, int64_t min, int64_t max) const {
+absl::StatusOr<std::optional<int64_t>> Flags::OptionalInt(const std::string& name, int64_t min,
+                                                          int64_t max) const {
   std::optional<std::string> v = Get(name);
   if (!v) return std::optional<int64_t>();
   int64_t x;
@@ -68,7 +72,8 @@ absl::StatusOr<std::optional<int64_t>> Flags::OptionalInt(const std::string& nam
   return std::optional<int64_t>(x);
 }
 
-absl::StatusOr<int64_t> Flags::Int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
+absl::StatusOr<int64_t> Flags::Int(const std::string& name, int64_t fallback, int64_t min,
+                                   int64_t max) const {
   absl::StatusOr<std::optional<int64_t>> v = OptionalInt(name, min, max);
   if (!v.ok()) return v.status();
   return v->value_or(fallback);

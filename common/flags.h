@@ -18,7 +18,8 @@ namespace lact {
 class Flags {
  public:
   // `allowed`: flag names without dashes; `repeatable`: those that may repeat.
-  static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args, const std::set<std::string>& allowed,
+  static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args,
+                                     const std::set<std::string>& allowed,
                                      const std::set<std::string>& repeatable = {},
                                      const std::set<std::string>& switches = {});
 
@@ -28,8 +29,10 @@ class Flags {
   std::vector<std::string> GetAll(const std::string& name) const;
   absl::StatusOr<std::string> Required(const std::string& name) const;
   // Integer flag within [min, max]; `fallback` when absent.
-  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const;
-  absl::StatusOr<std::optional<int64_t>> OptionalInt(const std::string& name, int64_t min, int64_t max) const;
+  absl::StatusOr<int64_t> Int(const std::string& name, int64_t fallback, int64_t min,
+                              int64_t max) const;
+  absl::StatusOr<std::optional<int64_t>> OptionalInt(const std::string& name, int64_t min,
+                                                     int64_t max) const;
 
  private:
   std::map<std::string, std::vector<std::string>> values_;

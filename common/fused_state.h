@@ -20,7 +20,7 @@ struct MambaState {
 };
 
 struct LayerState {
-  Tensor w0, w1, w2;  // [H_t, d_h, dh], [H_t, dh, d_h], [H_t, d_h, dh]
+  Tensor w0, w1, w2;    // [H_t, d_h, dh], [H_t, dh, d_h], [H_t, d_h, dh]
   MambaState mamba[2];  // indexed by Direction
 };
 

@@ -17,7 +17,9 @@ namespace {
 
 const char* kDirNames[2] = {"fwd", "bwd"};
 
-std::string LayerName(int layer, const std::string& name) { return absl::StrCat("layers.", layer, ".", name); }
+std::string LayerName(int layer, const std::string& name) {
+  return absl::StrCat("layers.", layer, ".", name);
+}
 
 }  // namespace
 
@@ -60,15 +62,16 @@ TensorShapes ExpectedTensors(const ModelConfig& c) {
   return out;
 }
 
-absl::StatusOr<Model> Model::FromTensors(const ModelConfig& config, std::map<std::string, Tensor> tensors) {
+absl::StatusOr<Model> Model::FromTensors(const ModelConfig& config,
+                                         std::map<std::string, Tensor> tensors) {
   LACT_RETURN_IF_ERROR(ValidateModelConfig(config));
   std::set<std::string> expected_names;
   for (const auto& [name, shape] : ExpectedTensors(config)) {
     expected_names.insert(name);
     auto it = tensors.find(name);
     if (it == tensors.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("model: missing tensor '", name, "' (shape ",
-                                                     ShapeString(shape), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model: missing tensor '", name, "' (shape ", ShapeString(shape), ")"));
     }
     if (it->second.shape != shape) {
       return absl::InvalidArgumentError(absl::StrCat("model: tensor '", name, "' has shape ",
@@ -135,7 +138,8 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   }
   absl::StatusOr<ModelConfig> config = ParseModelConfig(it->second);
   if (!config.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", path, "': ", config.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", path, "': ", config.status().message()));
   }
   std::map<std::string, Tensor> tensors;
   for (const auto& [name, entry] : file.entries()) {
@@ -143,7 +147,8 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   }
   absl::StatusOr<Model> model = Model::FromTensors(*config, std::move(tensors));
   if (!model.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", path, "': ", model.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", path, "': ", model.status().message()));
   }
   return model;
 }
@@ -185,12 +190,15 @@ Tensor Fill(const std::vector<int64_t>& shape, uint64_t seed, const std::string&
 
 std::function<float(Random&)> InitFor(const std::string& name, const std::vector<int64_t>& shape,
                                       const ModelConfig& c) {
-  const auto normal = [](double std) { return [std](Random& r) { return static_cast<float>(r.Normal() * std); }; };
+  const auto normal = [](double std) {
+    return [std](Random& r) { return static_cast<float>(r.Normal() * std); };
+  };
   const auto constant = [](float v) { return [v](Random&) { return v; }; };
   const auto ends = [&](const char* suffix) { return absl::EndsWith(name, suffix); };
   if (ends("norm1.weight") || ends("norm2.weight") || ends("norm.weight")) return constant(1.0f);
   if (ends(".D")) return constant(1.0f);
-  if (ends("A_log")) return [](Random& r) { return static_cast<float>(std::log(1.0 + 15.0 * r.Uniform())); };
+  if (ends("A_log"))
+    return [](Random& r) { return static_cast<float>(std::log(1.0 + 15.0 * r.Uniform())); };
   if (ends("dt_bias")) {
     return [](Random& r) {  // dt log-uniform in [1e-3, 1e-1], stored as inv_softplus(dt)
       const double dt = std::exp(std::log(1e-3) + r.Uniform() * (std::log(1e-1) - std::log(1e-3)));

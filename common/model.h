@@ -57,7 +57,8 @@ TensorShapes ExpectedTensors(const ModelConfig& config);
 
 class Model {
  public:
-  static absl::StatusOr<Model> FromTensors(const ModelConfig& config, std::map<std::string, Tensor> tensors);
+  static absl::StatusOr<Model> FromTensors(const ModelConfig& config,
+                                           std::map<std::string, Tensor> tensors);
 
   Model(Model&&) = default;
   Model& operator=(Model&&) = default;

@@ -15,7 +15,8 @@ absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("model config: ", what));
 }
 
-absl::Status CheckKeys(const json& obj, const std::string& where, const std::set<std::string>& allowed) {
+absl::Status CheckKeys(const json& obj, const std::string& where,
+                       const std::set<std::string>& allowed) {
   if (!obj.is_object()) return Bad(absl::StrCat("'", where, "' must be an object"));
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     if (!allowed.count(it.key())) {
@@ -23,15 +24,18 @@ absl::Status CheckKeys(const json& obj, const std::string& where, const std::set
     }
   }
   for (const std::string& key : allowed) {
-    if (!obj.contains(key)) return Bad(absl::StrCat("missing field '", where.empty() ? "" : where + ".", key, "'"));
+    if (!obj.contains(key))
+      return Bad(absl::StrCat("missing field '", where.empty() ? "" : where + ".", key, "'"));
   }
   return absl::OkStatus();
 }
 
-absl::Status GetInt(const json& obj, const std::string& where, const std::string& key, int min, int* out) {
+absl::Status GetInt(const json& obj, const std::string& where, const std::string& key, int min,
+                    int* out) {
   const json& v = obj[key];
   const std::string name = where.empty() ? key : where + "." + key;
-  if (!v.is_number_integer()) return Bad(absl::StrCat("'", name, "' must be an integer, got ", v.dump()));
+  if (!v.is_number_integer())
+    return Bad(absl::StrCat("'", name, "' must be an integer, got ", v.dump()));
   const int64_t x = v.get<int64_t>();
   if (x < min || x > (1 << 30)) return Bad(absl::StrCat("'", name, "' = ", x, " must be >= ", min));
   *out = static_cast<int>(x);
@@ -48,8 +52,8 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
     return Bad("ssm.expand, ssm.head_dim, ssm.d_state and ssm.conv_width must be >= 1");
   }
   if (c.d_inner() % c.ssm.head_dim != 0) {
-    return Bad(absl::StrCat("ssm.head_dim ", c.ssm.head_dim, " must divide d_inner = expand * d_model = ",
-                            c.d_inner()));
+    return Bad(absl::StrCat("ssm.head_dim ", c.ssm.head_dim,
+                            " must divide d_inner = expand * d_model = ", c.d_inner()));
   }
   if (c.ttt.head_dim < 1 || c.d_model % c.ttt.head_dim != 0) {
     return Bad(absl::StrCat("ttt.head_dim ", c.ttt.head_dim, " must divide d_model ", c.d_model));
@@ -58,7 +62,8 @@ absl::Status ValidateModelConfig(const ModelConfig& c) {
   if (!(c.ttt.base_lr > 0.0) || !(c.ttt.base_lr < 1e6)) {
     return Bad(absl::StrCat("ttt.base_lr ", c.ttt.base_lr, " must be a positive finite number"));
   }
-  if (c.ttt.muon_steps < 0 || c.ttt.chunk_tokens < 0) return Bad("ttt.muon_steps and ttt.chunk_tokens must be >= 0");
+  if (c.ttt.muon_steps < 0 || c.ttt.chunk_tokens < 0)
+    return Bad("ttt.muon_steps and ttt.chunk_tokens must be >= 0");
   return absl::OkStatus();
 }
 
@@ -66,7 +71,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   json root = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Bad("not valid JSON");
   ModelConfig c;
-  LACT_RETURN_IF_ERROR(CheckKeys(root, "", {"d_model", "n_layers", "d_input", "d_output", "ssm", "ttt", "mlp"}));
+  LACT_RETURN_IF_ERROR(
+      CheckKeys(root, "", {"d_model", "n_layers", "d_input", "d_output", "ssm", "ttt", "mlp"}));
   LACT_RETURN_IF_ERROR(GetInt(root, "", "d_model", 1, &c.d_model));
   LACT_RETURN_IF_ERROR(GetInt(root, "", "n_layers", 1, &c.n_layers));
   LACT_RETURN_IF_ERROR(GetInt(root, "", "d_input", 0, &c.d_input));
@@ -124,8 +130,8 @@ absl::StatusOr<ModelConfig> ApplyJobOptions(const ModelConfig& config, const Job
   }
   if (options.chunk_tokens) {
     if (*options.chunk_tokens < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk_tokens ", *options.chunk_tokens, " must be >= 0 (0 = one chunk of all tokens)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk_tokens ", *options.chunk_tokens, " must be >= 0 (0 = one chunk of all tokens)"));
     }
     c.ttt.chunk_tokens = *options.chunk_tokens;
   }
@@ -140,13 +146,17 @@ absl::StatusOr<JobOptions> ParseJobOptions(const std::string& json_text) {
   JobOptions o;
   for (auto it = root.begin(); it != root.end(); ++it) {
     if (!it.value().is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat("job options: '", it.key(), "' must be an integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("job options: '", it.key(), "' must be an integer"));
     }
-    if (it.key() == "muon_steps") o.muon_steps = it.value().get<int>();
-    else if (it.key() == "chunk_tokens") o.chunk_tokens = it.value().get<int>();
+    if (it.key() == "muon_steps")
+      o.muon_steps = it.value().get<int>();
+    else if (it.key() == "chunk_tokens")
+      o.chunk_tokens = it.value().get<int>();
     else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "job options: unknown field '", it.key(), "' (a job may override only muon_steps and chunk_tokens)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("job options: unknown field '", it.key(),
+                       "' (a job may override only muon_steps and chunk_tokens)"));
     }
   }
   return o;

@@ -16,9 +16,9 @@ namespace lact {
 
 struct SsmConfig {
   int expand = 2;
-  int head_dim = 64;  // P
-  int d_state = 64;   // N
-  int conv_width = 4; // W
+  int head_dim = 64;   // P
+  int d_state = 64;    // N
+  int conv_width = 4;  // W
 };
 
 struct TttConfig {

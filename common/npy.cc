@@ -92,8 +92,9 @@ absl::StatusOr<NpyLayout> ParseNpyLayout(const std::string& path, const uint8_t*
     return bad(absl::StrCat("unsupported format version ", major, " (allowed: 1, 2, 3)"));
   }
   if (start + header_len > n) return bad("truncated header");
-  LACT_ASSIGN_OR_RETURN(NpyHeader h,
-                        ParseHeader(path, std::string(reinterpret_cast<const char*>(p + start), header_len)));
+  LACT_ASSIGN_OR_RETURN(
+      NpyHeader h,
+      ParseHeader(path, std::string(reinterpret_cast<const char*>(p + start), header_len)));
   if (h.fortran_order) return bad("Fortran-order arrays are not supported; save with C order");
   return NpyLayout{h.descr, h.shape, start + header_len};
 }
@@ -103,11 +104,13 @@ std::string NpyF32Header(const std::vector<int64_t>& shape) {
   for (int64_t d : shape) absl::StrAppend(&dims, d, ",");
   if (shape.size() > 1) dims.pop_back();
   dims += ")";
-  std::string dict = absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ", dims, ", }");
+  std::string dict =
+      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ", dims, ", }");
   const size_t unpadded = 10 + dict.size() + 1;
   dict.append((64 - unpadded % 64) % 64, ' ');
   dict += '\n';
-  const char version_and_len[4] = {1, 0, static_cast<char>(dict.size() & 0xff), static_cast<char>(dict.size() >> 8)};
+  const char version_and_len[4] = {1, 0, static_cast<char>(dict.size() & 0xff),
+                                   static_cast<char>(dict.size() >> 8)};
   return absl::StrCat(absl::string_view(kMagic, 6), absl::string_view(version_and_len, 4), dict);
 }
 
@@ -119,14 +122,19 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   const uint8_t* p = file.data();
   LACT_ASSIGN_OR_RETURN(NpyLayout h, ParseNpyLayout(path, p, file.size()));
   size_t elem;
-  if (h.descr == "<f4" || h.descr == "=f4") elem = 4;
-  else if (h.descr == "<f2" || h.descr == "=f2") elem = 2;
-  else return bad(absl::StrCat("dtype '", h.descr, "' is not supported (allowed: little-endian float32 <f4, float16 <f2)"));
+  if (h.descr == "<f4" || h.descr == "=f4")
+    elem = 4;
+  else if (h.descr == "<f2" || h.descr == "=f2")
+    elem = 2;
+  else
+    return bad(
+        absl::StrCat("dtype '", h.descr,
+                     "' is not supported (allowed: little-endian float32 <f4, float16 <f2)"));
   Tensor t(h.shape);
   const size_t payload = file.size() - h.data_offset;
   if (payload != static_cast<size_t>(t.size()) * elem) {
-    return bad(absl::StrCat("payload is ", payload, " bytes but shape ", ShapeString(h.shape), " needs ",
-                            t.size() * elem, " (truncated?)"));
+    return bad(absl::StrCat("payload is ", payload, " bytes but shape ", ShapeString(h.shape),
+                            " needs ", t.size() * elem, " (truncated?)"));
   }
   const uint8_t* src = p + h.data_offset;
   if (elem == 4) {
@@ -146,7 +154,8 @@ absl::Status WriteNpy(const std::string& path, const Tensor& tensor) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(tensor.ptr()), static_cast<std::streamsize>(tensor.size() * 4));
+  out.write(reinterpret_cast<const char*>(tensor.ptr()),
+            static_cast<std::streamsize>(tensor.size() * 4));
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat("writing '", path, "' failed"));
   return absl::OkStatus();

@@ -11,7 +11,8 @@ int64_t PeakRssBytes() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
   }
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);

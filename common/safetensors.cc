@@ -18,20 +18,29 @@ constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kF64: return 8;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kF64:
+      return 8;
   }
   return 0;
 }
 
 bool ParseDType(const std::string& s, DType* out) {
-  if (s == "F32") *out = DType::kF32;
-  else if (s == "F16") *out = DType::kF16;
-  else if (s == "BF16") *out = DType::kBF16;
-  else if (s == "F64") *out = DType::kF64;
-  else return false;
+  if (s == "F32")
+    *out = DType::kF32;
+  else if (s == "F16")
+    *out = DType::kF16;
+  else if (s == "BF16")
+    *out = DType::kBF16;
+  else if (s == "F64")
+    *out = DType::kF64;
+  else
+    return false;
   return true;
 }
 
@@ -44,10 +53,26 @@ uint64_t ReadLe64(const uint8_t* p) {
 template <typename T>
 T Element(DType dtype, const uint8_t* p) {
   switch (dtype) {
-    case DType::kF32: { float f; std::memcpy(&f, p, 4); return static_cast<T>(f); }
-    case DType::kF64: { double d; std::memcpy(&d, p, 8); return static_cast<T>(d); }
-    case DType::kF16: { uint16_t h; std::memcpy(&h, p, 2); return static_cast<T>(HalfToFloat(h)); }
-    case DType::kBF16: { uint16_t b; std::memcpy(&b, p, 2); return static_cast<T>(BFloat16ToFloat(b)); }
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return static_cast<T>(f);
+    }
+    case DType::kF64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return static_cast<T>(d);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return static_cast<T>(HalfToFloat(h));
+    }
+    case DType::kBF16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return static_cast<T>(BFloat16ToFloat(b));
+    }
   }
   return T();
 }
@@ -61,10 +86,14 @@ absl::Status EntryError(const std::string& path, const std::string& name, const 
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kF64: return "F64";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF64:
+      return "F64";
   }
   return "?";
 }
@@ -76,7 +105,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   };
   if (file.size() < 8) return bad("file is shorter than the 8-byte header length (truncated?)");
   const uint64_t header_len = ReadLe64(file.data());
-  if (header_len > kMaxHeaderBytes) return bad(absl::StrCat("header length ", header_len, " is implausible"));
+  if (header_len > kMaxHeaderBytes)
+    return bad(absl::StrCat("header length ", header_len, " is implausible"));
   if (header_len > file.size() - 8) {
     return bad(absl::StrCat("header length ", header_len, " exceeds the file size ", file.size(),
                             " (truncated?)"));
@@ -106,13 +136,15 @@ absl::Status SafetensorsFile::ParseHeader(const std::string& header) {
       }
       continue;
     }
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
       return EntryError(path, name, "needs dtype, shape and data_offsets");
     }
     TensorEntry e;
     if (!v["dtype"].is_string() || !ParseDType(v["dtype"].get<std::string>(), &e.dtype)) {
-      return EntryError(path, name,
-                        absl::StrCat("unsupported dtype ", v["dtype"].dump(), " (allowed: F32, F16, BF16, F64)"));
+      return EntryError(
+          path, name,
+          absl::StrCat("unsupported dtype ", v["dtype"].dump(), " (allowed: F32, F16, BF16, F64)"));
     }
     if (!v["shape"].is_array()) return EntryError(path, name, "shape must be an array");
     uint64_t numel = 1;
@@ -125,19 +157,21 @@ absl::Status SafetensorsFile::ParseHeader(const std::string& header) {
       if (numel > (1ull << 40)) return EntryError(path, name, "too many elements");
     }
     const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned()) {
       return EntryError(path, name, "data_offsets must be two non-negative integers");
     }
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size) {
       return EntryError(path, name,
-                        absl::StrCat("data_offsets [", begin, ", ", end, ") outside the ", data_size,
-                                     "-byte data section (truncated file?)"));
+                        absl::StrCat("data_offsets [", begin, ", ", end, ") outside the ",
+                                     data_size, "-byte data section (truncated file?)"));
     }
     if (end - begin != numel * DTypeSize(e.dtype)) {
-      return EntryError(path, name,
-                        absl::StrCat("has ", end - begin, " bytes but shape ", ShapeString(e.shape), " of ",
-                                     DTypeName(e.dtype), " needs ", numel * DTypeSize(e.dtype)));
+      return EntryError(
+          path, name,
+          absl::StrCat("has ", end - begin, " bytes but shape ", ShapeString(e.shape), " of ",
+                       DTypeName(e.dtype), " needs ", numel * DTypeSize(e.dtype)));
     }
     e.offset = begin;
     e.nbytes = end - begin;
@@ -150,7 +184,8 @@ template <typename T>
 absl::StatusOr<BasicTensor<T>> SafetensorsFile::Read(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
-    return absl::NotFoundError(absl::StrCat("safetensors '", file_.path(), "': no tensor '", name, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("safetensors '", file_.path(), "': no tensor '", name, "'"));
   }
   const TensorEntry& e = it->second;
   BasicTensor<T> t(e.shape);
@@ -160,8 +195,12 @@ absl::StatusOr<BasicTensor<T>> SafetensorsFile::Read(const std::string& name) co
   return t;
 }
 
-absl::StatusOr<Tensor> SafetensorsFile::ReadFloat(const std::string& name) const { return Read<float>(name); }
-absl::StatusOr<TensorD> SafetensorsFile::ReadDouble(const std::string& name) const { return Read<double>(name); }
+absl::StatusOr<Tensor> SafetensorsFile::ReadFloat(const std::string& name) const {
+  return Read<float>(name);
+}
+absl::StatusOr<TensorD> SafetensorsFile::ReadDouble(const std::string& name) const {
+  return Read<double>(name);
+}
 
 absl::Status SafetensorsWriter::Write(const std::string& path) const {
   json header = json::object();
@@ -169,7 +208,8 @@ absl::Status SafetensorsWriter::Write(const std::string& path) const {
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors_) {
     const uint64_t nbytes = static_cast<uint64_t>(t->size()) * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {offset, offset + nbytes}}};
+    header[name] = {
+        {"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
   std::string text = header.dump();
@@ -177,11 +217,13 @@ absl::Status SafetensorsWriter::Write(const std::string& path) const {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
   uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
   out.write(reinterpret_cast<const char*>(len), 8);
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   for (const auto& [name, t] : tensors_) {
-    out.write(reinterpret_cast<const char*>(t->ptr()), static_cast<std::streamsize>(t->size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(t->ptr()),
+              static_cast<std::streamsize>(t->size() * sizeof(float)));
   }
   out.close();
   if (!out) return absl::DataLossError(absl::StrCat("writing '", path, "' failed (disk full?)"));

@@ -45,7 +45,8 @@ class SafetensorsFile {
   absl::StatusOr<TensorD> ReadDouble(const std::string& name) const;
 
  private:
-  SafetensorsFile(MappedFile file, size_t data_start) : file_(std::move(file)), data_start_(data_start) {}
+  SafetensorsFile(MappedFile file, size_t data_start)
+      : file_(std::move(file)), data_start_(data_start) {}
   absl::Status ParseHeader(const std::string& header);
   template <typename T>
   absl::StatusOr<BasicTensor<T>> Read(const std::string& name) const;

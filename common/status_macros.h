@@ -6,10 +6,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define LACT_RETURN_IF_ERROR(expr)                 \
-  do {                                             \
-    ::absl::Status lact_status_ = (expr);          \
-    if (!lact_status_.ok()) return lact_status_;   \
+#define LACT_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status lact_status_ = (expr);        \
+    if (!lact_status_.ok()) return lact_status_; \
   } while (0)
 
 #define LACT_CONCAT_INNER_(a, b) a##b

@@ -20,23 +20,26 @@ absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int6
   if (any == 0) return absl::OkStatus();
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("token ", first_token + i / width, " feature ", i % width,
-                                                     " is ", values[i], "; tokens must be finite"));
+      return absl::InvalidArgumentError(absl::StrCat("token ", first_token + i / width, " feature ",
+                                                     i % width, " is ", values[i],
+                                                     "; tokens must be finite"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width, int64_t first_token,
-                              float* dst, int64_t capacity, int64_t* tokens) {
+absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width,
+                              int64_t first_token, float* dst, int64_t capacity, int64_t* tokens) {
   const int64_t elem = WireBytes(type), row = elem * width;
   if (width < 1 || bytes.size() % row != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes.size(), " bytes is not a whole number of ",
-                                                   width, "-wide tokens of ", elem, " bytes per value"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes.size(),
+                                                   " bytes is not a whole number of ", width,
+                                                   "-wide tokens of ", elem, " bytes per value"));
   }
   const int64_t count = static_cast<int64_t>(bytes.size()) / elem;
   if (count > capacity) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk runs past token ", first_token + capacity / width));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk runs past token ", first_token + capacity / width));
   }
   const char* src = bytes.data();
   if (type == WireType::kF32) {
@@ -52,9 +55,11 @@ absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t wi
   return CheckFinite(dst, count, width, first_token);
 }
 
-absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces, WireType type, int64_t width,
-                                   int64_t first_token, float* dst, int64_t capacity, int64_t* tokens) {
-  if (pieces.size() == 1) return DecodeTokensInto(pieces[0], type, width, first_token, dst, capacity, tokens);
+absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces, WireType type,
+                                   int64_t width, int64_t first_token, float* dst, int64_t capacity,
+                                   int64_t* tokens) {
+  if (pieces.size() == 1)
+    return DecodeTokensInto(pieces[0], type, width, first_token, dst, capacity, tokens);
   int64_t bytes = 0;
   for (absl::string_view p : pieces) bytes += static_cast<int64_t>(p.size());
   if (type != WireType::kF32) {
@@ -65,11 +70,13 @@ absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces,
   }
   const int64_t row = 4 * width;
   if (width < 1 || bytes % row != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes is not a whole number of ", width,
+    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes,
+                                                   " bytes is not a whole number of ", width,
                                                    "-wide tokens of 4 bytes per value"));
   }
   if (bytes / 4 > capacity) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk runs past token ", first_token + capacity / width));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk runs past token ", first_token + capacity / width));
   }
   char* out = reinterpret_cast<char*>(dst);
   for (absl::string_view p : pieces) {
@@ -80,8 +87,8 @@ absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces,
   return CheckFinite(dst, bytes / 4, width, first_token);
 }
 
-absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
-                          std::vector<float>* out) {
+absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width,
+                          int64_t first_token, std::vector<float>* out) {
   const size_t start = out->size();
   out->resize(start + bytes.size() / WireBytes(type));
   int64_t tokens = 0;
@@ -92,7 +99,8 @@ absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width
 }
 
 std::string EncodeFloats(const float* data, int64_t count, WireType type) {
-  if (type == WireType::kF32) return std::string(reinterpret_cast<const char*>(data), count * sizeof(float));
+  if (type == WireType::kF32)
+    return std::string(reinterpret_cast<const char*>(data), count * sizeof(float));
   std::string out(count * WireBytes(type), '\0');
   for (int64_t i = 0; i < count; ++i) {
     uint16_t v;

@@ -18,18 +18,19 @@ enum class WireType { kF32 = 1, kBF16 = 2, kF16 = 3 };
 int WireBytes(WireType type);
 
 // Appends the decoded floats to *out.
-absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width, int64_t first_token,
-                          std::vector<float>* out);
+absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width,
+                          int64_t first_token, std::vector<float>* out);
 
 // Decodes into dst, which has room for `capacity` floats (INVALID_ARGUMENT
 // when the chunk is larger); *tokens receives the number of tokens.
-absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width, int64_t first_token,
-                              float* dst, int64_t capacity, int64_t* tokens);
+absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width,
+                              int64_t first_token, float* dst, int64_t capacity, int64_t* tokens);
 
 // As DecodeTokensInto, for bytes that arrive in pieces (gRPC's slices): the
 // pieces are read in order as one run of bytes.
-absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces, WireType type, int64_t width,
-                                   int64_t first_token, float* dst, int64_t capacity, int64_t* tokens);
+absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces, WireType type,
+                                   int64_t width, int64_t first_token, float* dst, int64_t capacity,
+                                   int64_t* tokens);
 
 // INVALID_ARGUMENT naming the first NaN or Inf among count floats.
 absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int64_t first_token);

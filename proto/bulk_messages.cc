@@ -95,18 +95,22 @@ bool CopyField(SliceReader& r, uint64_t tag, std::string* out) {
       if (!r.Varint(&v)) return false;
       PutVarint(v, out);
       return true;
-    case 1: return r.Append(8, out);
-    case 5: return r.Append(4, out);
+    case 1:
+      return r.Append(8, out);
+    case 5:
+      return r.Append(4, out);
     case 2:
       if (!r.Varint(&v)) return false;
       PutVarint(v, out);
       return r.Append(v, out);
-    default: return false;
+    default:
+      return false;
   }
 }
 
 grpc::Status Malformed(const char* what) {
-  return grpc::Status(grpc::StatusCode::INTERNAL, std::string("malformed ShardData message: ") + what);
+  return grpc::Status(grpc::StatusCode::INTERNAL,
+                      std::string("malformed ShardData message: ") + what);
 }
 
 // The inner message of `length` bytes: every field but data into head, data as pieces.

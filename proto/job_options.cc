@@ -16,18 +16,25 @@ void ToProto(const JobOptions& options, v1::JobOptions* out) {
 
 absl::StatusOr<WireType> FromProto(v1::DType dtype) {
   switch (dtype) {
-    case v1::F32: return WireType::kF32;
-    case v1::BF16: return WireType::kBF16;
-    case v1::F16: return WireType::kF16;
-    default: return absl::InvalidArgumentError("dtype must be F32, BF16 or F16");
+    case v1::F32:
+      return WireType::kF32;
+    case v1::BF16:
+      return WireType::kBF16;
+    case v1::F16:
+      return WireType::kF16;
+    default:
+      return absl::InvalidArgumentError("dtype must be F32, BF16 or F16");
   }
 }
 
 v1::DType ToProto(WireType type) {
   switch (type) {
-    case WireType::kF32: return v1::F32;
-    case WireType::kBF16: return v1::BF16;
-    case WireType::kF16: return v1::F16;
+    case WireType::kF32:
+      return v1::F32;
+    case WireType::kBF16:
+      return v1::BF16;
+    case WireType::kF16:
+      return v1::F16;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

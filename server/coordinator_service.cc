@@ -14,16 +14,19 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext*, const v1::GetJobRe
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
+                                          const v1::GetJobRequest* request,
                                           grpc::ServerWriter<v1::JobInfo>* writer) {
   uint64_t seen = 0;
   while (!context->IsCancelled()) {
     const uint64_t before = seen;  // the 1 s wake-up only looks for a watcher that went away
-    absl::StatusOr<v1::JobInfo> info = c_.jobs->WaitForChange(request->job_id(), &seen, std::chrono::seconds(1));
+    absl::StatusOr<v1::JobInfo> info =
+        c_.jobs->WaitForChange(request->job_id(), &seen, std::chrono::seconds(1));
     if (!info.ok()) return ToGrpcStatus(info.status());
     if (seen == before) continue;
     if (!writer->Write(*info)) break;
-    if (info->status() != v1::JobInfo::RUNNING && info->status() != v1::JobInfo::QUEUED) return grpc::Status::OK;
+    if (info->status() != v1::JobInfo::RUNNING && info->status() != v1::JobInfo::QUEUED)
+      return grpc::Status::OK;
   }
   return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
 }
@@ -38,7 +41,8 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext*, const v1::ListJo
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*,
+                                           const v1::CancelJobRequest* request,
                                            v1::JobInfo* response) {
   absl::StatusOr<v1::JobInfo> info = c_.jobs->Cancel(request->job_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
@@ -46,7 +50,8 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext*, const v1::Cance
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*,
+                                           const v1::DeleteJobRequest* request,
                                            v1::DeleteJobResponse*) {
   absl::StatusOr<v1::JobInfo> deleted = c_.jobs->Delete(request->job_id());
   if (!deleted.ok()) return ToGrpcStatus(deleted.status());
@@ -54,7 +59,8 @@ grpc::Status CoordinatorService::DeleteJob(grpc::ServerContext*, const v1::Delet
   // forget it; an ended one's workers are told here.
   if (deleted->status() == v1::JobInfo::SUCCEEDED) {
     std::vector<std::string> workers;
-    for (const v1::ShardRange& shard : deleted->accepted().shards()) workers.push_back(shard.worker());
+    for (const v1::ShardRange& shard : deleted->accepted().shards())
+      workers.push_back(shard.worker());
     ForgetOnWorkers(request->job_id(), deleted->accepted().fetch_ticket(), workers);
   }
   return grpc::Status::OK;

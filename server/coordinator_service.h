@@ -12,21 +12,26 @@ class CoordinatorService final : public v1::Coordinator::Service {
  public:
   explicit CoordinatorService(Coordinator coordinator) : c_(coordinator) {}
 
-  grpc::Status Submit(grpc::ServerContext* context,
-                      grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream) override {
+  grpc::Status Submit(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream) override {
     return RunSubmit(c_, context, stream);
   }
-  grpc::Status Query(grpc::ServerContext* context,
-                     grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream) override {
+  grpc::Status Query(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream) override {
     return RunQuery(c_, context, stream);
   }
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::JobInfo*) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                         grpc::ServerWriter<v1::JobInfo>* writer) override;
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+                        v1::ListJobsResponse*) override;
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::JobInfo*) override;
-  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest*, v1::DeleteJobResponse*) override;
-  grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest*, v1::ListModelsResponse*) override;
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest*,
+                         v1::DeleteJobResponse*) override;
+  grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+                          v1::ListModelsResponse*) override;
 
  private:
   Coordinator c_;

@@ -19,8 +19,8 @@
 namespace lact::server {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 std::map<std::string, ModelConfig> Presets() { return {{"preset:small", *PresetConfig("small")}}; }
 
@@ -74,9 +74,11 @@ TEST(WorkerRegistry, LeasesAreExclusiveAndWaitForRelease) {
   WorkerRegistry registry(milliseconds(10000));
   registry.Register("a:1", "cpu", Presets());
   registry.Register("b:2", "cpu", Presets());
-  absl::StatusOr<std::vector<std::string>> first = registry.Acquire("preset:small", 2, milliseconds(0));
+  absl::StatusOr<std::vector<std::string>> first =
+      registry.Acquire("preset:small", 2, milliseconds(0));
   ASSERT_TRUE(first.ok());
-  absl::StatusOr<std::vector<std::string>> second = registry.Acquire("preset:small", 1, milliseconds(30));
+  absl::StatusOr<std::vector<std::string>> second =
+      registry.Acquire("preset:small", 1, milliseconds(30));
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(second.status().message()), HasSubstr("0 are idle"));
   std::thread releaser([&] {
@@ -94,7 +96,8 @@ TEST(WorkerRegistry, WaitersAreServedFirstComeFirstServed) {
   WorkerRegistry registry(milliseconds(10000));
   registry.Register("a:1", "cpu", Presets());
   registry.Register("b:2", "cpu", Presets());
-  absl::StatusOr<std::vector<std::string>> held = registry.Acquire("preset:small", 2, milliseconds(0));
+  absl::StatusOr<std::vector<std::string>> held =
+      registry.Acquire("preset:small", 2, milliseconds(0));
   ASSERT_TRUE(held.ok());
   // A job for both workers waits first; a later one-worker job must not
   // overtake it when one worker frees up.
@@ -169,7 +172,8 @@ TEST(FairLine, FirstComeFirstServedWithinATenantRoundRobinAcross) {
 TEST(WorkerRegistry, TenantsTakeTurns) {
   WorkerRegistry registry(milliseconds(10000));
   registry.Register("a:1", "cpu", Presets());
-  absl::StatusOr<std::vector<std::string>> held = registry.Acquire("preset:small", 1, milliseconds(0));
+  absl::StatusOr<std::vector<std::string>> held =
+      registry.Acquire("preset:small", 1, milliseconds(0));
   ASSERT_TRUE(held.ok());
   std::mutex mu;
   std::vector<std::string> order;
@@ -206,22 +210,27 @@ TEST(WorkerRegistry, TenantsTakeTurns) {
 TEST(WorkerRegistry, FullQueueAndCancelledWaiters) {
   WorkerRegistry registry(milliseconds(10000));
   registry.Register("a:1", "cpu", Presets());
-  absl::StatusOr<std::vector<std::string>> held = registry.Acquire("preset:small", 1, milliseconds(0));
+  absl::StatusOr<std::vector<std::string>> held =
+      registry.Acquire("preset:small", 1, milliseconds(0));
   ASSERT_TRUE(held.ok());
   std::atomic<bool> leave{false}, in_line{false};
   std::thread waiter([&] {
-    WorkerRegistry::Wait wait{milliseconds(10000), 1, [&] { return leave.load(); }, [&](int) { in_line = true; }};
+    WorkerRegistry::Wait wait{milliseconds(10000), 1, [&] { return leave.load(); },
+                              [&](int) { in_line = true; }};
     absl::StatusOr<std::vector<std::string>> got = registry.Acquire("preset:small", 1, wait);
     EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
   });
   while (!in_line) std::this_thread::sleep_for(milliseconds(1));
-  absl::StatusOr<std::vector<std::string>> refused = registry.Acquire("preset:small", 1, {milliseconds(10000), 1});
+  absl::StatusOr<std::vector<std::string>> refused =
+      registry.Acquire("preset:small", 1, {milliseconds(10000), 1});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("the queue is full: 1 jobs already wait"));
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("the queue is full: 1 jobs already wait"));
   leave = true;
   waiter.join();
   registry.Release(*held);
-  EXPECT_TRUE(registry.Acquire("preset:small", 1, {milliseconds(1000), 1}).ok()) << "the cancelled one left the line";
+  EXPECT_TRUE(registry.Acquire("preset:small", 1, {milliseconds(1000), 1}).ok())
+      << "the cancelled one left the line";
 }
 
 TEST(KvStore, GetWaitsForKeysAndTimesOut) {
@@ -234,7 +243,8 @@ TEST(KvStore, GetWaitsForKeysAndTimesOut) {
   setter.join();
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->at(0), "1");
-  EXPECT_EQ(kv.Get({"job/b"}, milliseconds(10)).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(kv.Get({"job/b"}, milliseconds(10)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
   kv.Set("other/c", "2");
   kv.ErasePrefix("job/");
   EXPECT_EQ(kv.size(), 1u);
@@ -289,7 +299,8 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   absl::StatusOr<v1::JobInfo> deleted = jobs.Delete(done);
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(deleted->status(), v1::JobInfo::SUCCEEDED);
-  ASSERT_EQ(deleted->accepted().shards_size(), 2) << "where its workers are, to tell them to forget it";
+  ASSERT_EQ(deleted->accepted().shards_size(), 2)
+      << "where its workers are, to tell them to forget it";
   EXPECT_EQ(deleted->accepted().shards(1).worker(), "b:2");
   EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
 
@@ -298,7 +309,8 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   JobMachine waiting(queued);
   jobs.SetCanceller(queued, [&](CancelCause cause) { return waiting.Cancel(cause); });
   ASSERT_TRUE(jobs.Delete(queued).ok());
-  EXPECT_EQ(waiting.outcome(), absl::CancelledError(absl::StrCat("job ", queued, " cancelled: deleted by DeleteJob")));
+  EXPECT_EQ(waiting.outcome(),
+            absl::CancelledError(absl::StrCat("job ", queued, " cancelled: deleted by DeleteJob")));
 }
 
 TEST(JobStore, ForgetsFinishedRecordsAfterTheirTtl) {

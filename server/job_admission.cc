@@ -25,16 +25,20 @@ std::vector<std::pair<int64_t, int64_t>> SplitContext(int64_t total, int parts) 
   return shards;
 }
 
-absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& tokens, const AdmissionLimits& limits) {
+absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& tokens,
+                            const AdmissionLimits& limits) {
   if (tokens.size() > limits.max_query_sets) {
-    return Invalid(absl::StrCat(tokens.size(), " query sets; at most ", limits.max_query_sets, " are allowed"));
+    return Invalid(absl::StrCat(tokens.size(), " query sets; at most ", limits.max_query_sets,
+                                " are allowed"));
   }
   int64_t sum = 0;
   for (int k = 0; k < tokens.size(); ++k) {
-    if (tokens[k] < 1) return Invalid(absl::StrCat("query set ", k, " has ", tokens[k], " tokens; need >= 1"));
+    if (tokens[k] < 1)
+      return Invalid(absl::StrCat("query set ", k, " has ", tokens[k], " tokens; need >= 1"));
     sum += tokens[k];
     if (sum > limits.max_query_tokens) {
-      return Invalid(absl::StrCat("query sets hold more than ", limits.max_query_tokens, " tokens in all"));
+      return Invalid(
+          absl::StrCat("query sets hold more than ", limits.max_query_tokens, " tokens in all"));
     }
   }
   return absl::OkStatus();
@@ -42,18 +46,21 @@ absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& toke
 
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& registry,
                                 const AdmissionLimits& limits) {
-  if (spec.model().empty()) return Invalid("JobSpec.model is empty; ListModels shows the available models");
+  if (spec.model().empty())
+    return Invalid("JobSpec.model is empty; ListModels shows the available models");
   const std::string& tenant = spec.tenant();
   if (tenant.size() > 64 || !std::all_of(tenant.begin(), tenant.end(), [](char ch) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+        return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+               ch == '.';
       })) {
     return Invalid(absl::StrCat("JobSpec.tenant '", tenant.substr(0, 80),
                                 "' must be at most 64 letters, digits, '-', '_' or '.'"));
   }
   absl::StatusOr<ModelConfig> model = registry.FindModel(spec.model());
   if (!model.ok()) {
-    return model.status().code() == absl::StatusCode::kNotFound ? Invalid(std::string(model.status().message()))
-                                                                 : model.status();
+    return model.status().code() == absl::StatusCode::kNotFound
+               ? Invalid(std::string(model.status().message()))
+               : model.status();
   }
   JobPlan plan;
   LACT_ASSIGN_OR_RETURN(plan.dtype, FromProto(spec.dtype()));
@@ -62,26 +69,31 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   plan.config = *config;
   const int64_t L = spec.context_tokens();
   if (L < 1 || L > limits.max_context_tokens) {
-    return Invalid(absl::StrCat("context_tokens ", L, " is out of range (allowed: 1..", limits.max_context_tokens,
-                                ")"));
+    return Invalid(absl::StrCat("context_tokens ", L, " is out of range (allowed: 1..",
+                                limits.max_context_tokens, ")"));
   }
   if (spec.token_width() != plan.config.input_width()) {
-    return Invalid(absl::StrCat("token_width ", spec.token_width(), " does not match model '", spec.model(),
-                                "', which takes ", plan.config.input_width(), " features per token"));
+    return Invalid(absl::StrCat("token_width ", spec.token_width(), " does not match model '",
+                                spec.model(), "', which takes ", plan.config.input_width(),
+                                " features per token"));
   }
   LACT_RETURN_IF_ERROR(CheckQuerySets(spec.query_tokens(), limits));
   const int holding = registry.CountHolding(spec.model());
   int workers = spec.workers();
   if (spec.shard_tokens_size() > 0) {
     if (workers != 0 && workers != spec.shard_tokens_size()) {
-      return Invalid(absl::StrCat("workers ", workers, " disagrees with the ", spec.shard_tokens_size(),
-                                  " shard_tokens given"));
+      return Invalid(absl::StrCat("workers ", workers, " disagrees with the ",
+                                  spec.shard_tokens_size(), " shard_tokens given"));
     }
     workers = spec.shard_tokens_size();
   }
-  if (workers < 0) return Invalid(absl::StrCat("workers ", workers, " must be >= 0 (0 = all that hold the model)"));
+  if (workers < 0)
+    return Invalid(
+        absl::StrCat("workers ", workers, " must be >= 0 (0 = all that hold the model)"));
   if (workers == 0) workers = static_cast<int>(std::min<int64_t>(holding, L));
-  if (workers < 1) return absl::UnavailableError(absl::StrCat("no healthy worker holds model '", spec.model(), "'"));
+  if (workers < 1)
+    return absl::UnavailableError(
+        absl::StrCat("no healthy worker holds model '", spec.model(), "'"));
   if (workers > holding) {
     return Invalid(absl::StrCat("the job asks for ", workers, " workers but ", holding,
                                 " healthy workers hold model '", spec.model(), "'"));
@@ -92,8 +104,9 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   }
   constexpr int64_t kMaxRetainSeconds = int64_t{30} * 24 * 3600;
   if (spec.retain_seconds() < 0 || spec.retain_seconds() > kMaxRetainSeconds) {
-    return Invalid(absl::StrCat("retain_seconds ", spec.retain_seconds(), " is out of range (allowed: 0..",
-                                kMaxRetainSeconds, ", 30 days; 0 = the server default)"));
+    return Invalid(absl::StrCat("retain_seconds ", spec.retain_seconds(),
+                                " is out of range (allowed: 0..", kMaxRetainSeconds,
+                                ", 30 days; 0 = the server default)"));
   }
   plan.workers = workers;
   plan.shards = SplitContext(L, workers);
@@ -101,8 +114,11 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
     int64_t begin = 0;
     for (int r = 0; r < workers; ++r) {
       const int64_t n = spec.shard_tokens(r);
-      if (n > L - begin) return Invalid(absl::StrCat("shard_tokens add up to more than context_tokens ", L));
-      if (n < 1) return Invalid(absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
+      if (n > L - begin)
+        return Invalid(absl::StrCat("shard_tokens add up to more than context_tokens ", L));
+      if (n < 1)
+        return Invalid(
+            absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
       plan.shards[r] = {begin, n};
       begin += n;
     }

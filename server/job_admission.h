@@ -34,7 +34,8 @@ struct JobPlan {
 // `total` tokens in `parts` contiguous shards whose sizes differ by at most 1.
 std::vector<std::pair<int64_t, int64_t>> SplitContext(int64_t total, int parts);
 
-absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& tokens, const AdmissionLimits& limits);
+absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& tokens,
+                            const AdmissionLimits& limits);
 
 absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& registry,
                                 const AdmissionLimits& limits);

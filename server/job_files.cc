@@ -14,14 +14,16 @@ absl::Status MatchSpec(const TokenFileLayout& file, v1::JobSpec* spec) {
   if (spec->token_width() == 0) spec->set_token_width(static_cast<int32_t>(file.width));
   if (spec->dtype() == v1::DTYPE_UNSPECIFIED) spec->set_dtype(ToProto(file.dtype));
   if (spec->context_tokens() != file.rows || spec->token_width() != file.width) {
-    return absl::InvalidArgumentError(absl::StrCat("context '", file.path, "' holds ", file.rows, " x ", file.width,
-                                                   " tokens but the JobSpec says ", spec->context_tokens(), " x ",
-                                                   spec->token_width(), " (leave them 0 to take the file's)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("context '", file.path, "' holds ", file.rows, " x ", file.width,
+                     " tokens but the JobSpec says ", spec->context_tokens(), " x ",
+                     spec->token_width(), " (leave them 0 to take the file's)"));
   }
   if (spec->dtype() != ToProto(file.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat("context '", file.path, "' is ", v1::DType_Name(ToProto(file.dtype)),
-                                                   " but the JobSpec says ", v1::DType_Name(spec->dtype()),
-                                                   " (leave it unspecified to take the file's)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("context '", file.path, "' is ", v1::DType_Name(ToProto(file.dtype)),
+                     " but the JobSpec says ", v1::DType_Name(spec->dtype()),
+                     " (leave it unspecified to take the file's)"));
   }
   return absl::OkStatus();
 }
@@ -31,14 +33,18 @@ absl::Status MatchSpec(const TokenFileLayout& file, v1::JobSpec* spec) {
 absl::StatusOr<JobFiles> ResolveJobFiles(const std::string& data_root, v1::JobSpec* spec) {
   JobFiles files;
   if (spec->has_context_ref()) {
-    LACT_ASSIGN_OR_RETURN(files.context, ResolveDataPath(data_root, spec->context_ref().path(), false));
-    LACT_ASSIGN_OR_RETURN(TokenFileLayout layout, OpenTokenFile(files.context, spec->context_ref().tensor()));
+    LACT_ASSIGN_OR_RETURN(files.context,
+                          ResolveDataPath(data_root, spec->context_ref().path(), false));
+    LACT_ASSIGN_OR_RETURN(TokenFileLayout layout,
+                          OpenTokenFile(files.context, spec->context_ref().tensor()));
     LACT_RETURN_IF_ERROR(MatchSpec(layout, spec));
   }
   if (spec->has_output_ref()) {
-    LACT_ASSIGN_OR_RETURN(files.output, ResolveDataPath(data_root, spec->output_ref().path(), true));
+    LACT_ASSIGN_OR_RETURN(files.output,
+                          ResolveDataPath(data_root, spec->output_ref().path(), true));
     if (files.output == files.context) {
-      return absl::InvalidArgumentError(absl::StrCat("output '", files.output, "' is the context file itself"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", files.output, "' is the context file itself"));
     }
   }
   return files;

@@ -79,8 +79,8 @@ void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const s
   ChangedLocked(r);
 }
 
-void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
-                      std::chrono::seconds ttl) {
+void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state,
+                      bool results, std::chrono::seconds ttl) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
@@ -90,7 +90,8 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   it->second.info.set_state_retained(true);
   it->second.info.set_results_retained(results);
   it->second.info.set_expires_unix_seconds(
-      std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch())
+          .count());
   ChangedLocked(it->second);
 }
 
@@ -147,8 +148,9 @@ absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return Unknown(id);
-    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' has ended or is being cancelled (status ",
-                                                      v1::JobInfo::Status_Name(it->second.info.status()), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' has ended or is being cancelled (status ",
+                     v1::JobInfo::Status_Name(it->second.info.status()), ")"));
   }
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
@@ -183,9 +185,9 @@ absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::
   if (it == jobs_.end()) return Unknown(id);
   const Record& r = it->second;
   if (!r.state || std::chrono::system_clock::now() >= r.expires) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' has no retained state (status ",
-                                                      v1::JobInfo::Status_Name(r.info.status()),
-                                                      r.state ? ", expired" : "", ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' has no retained state (status ",
+                     v1::JobInfo::Status_Name(r.info.status()), r.state ? ", expired" : "", ")"));
   }
   return r.state;
 }
@@ -205,7 +207,8 @@ void JobStore::ExpireLocked() {
       r.info.set_results_retained(false);
     }
     const bool finished = Ended(r.info) && !r.cancel;
-    if (finished && r.forget_after.time_since_epoch().count() != 0 && now >= r.forget_after && !r.state) {
+    if (finished && r.forget_after.time_since_epoch().count() != 0 && now >= r.forget_after &&
+        !r.state) {
       it = jobs_.erase(it);
     } else {
       ++it;

@@ -31,7 +31,8 @@ struct RetainedState {
 
 class JobStore {
  public:
-  explicit JobStore(std::chrono::seconds record_ttl = std::chrono::hours(1)) : record_ttl_(record_ttl) {}
+  explicit JobStore(std::chrono::seconds record_ttl = std::chrono::hours(1))
+      : record_ttl_(record_ttl) {}
 
   // A new QUEUED job; returns its id.
   std::string Create(const v1::JobSpec& spec);
@@ -52,7 +53,8 @@ class JobStore {
   // The job's info once it changed after version `*seen` (0: at once),
   // waiting up to `wait`; *seen becomes the version returned. NOT_FOUND if
   // the job is unknown or was deleted.
-  absl::StatusOr<v1::JobInfo> WaitForChange(const std::string& id, uint64_t* seen, std::chrono::milliseconds wait);
+  absl::StatusOr<v1::JobInfo> WaitForChange(const std::string& id, uint64_t* seen,
+                                            std::chrono::milliseconds wait);
   std::vector<v1::JobInfo> List() const;
   // NOT_FOUND, or FAILED_PRECONDITION if the job has ended.
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& id);
@@ -71,9 +73,9 @@ class JobStore {
     v1::JobInfo info;
     std::function<bool(CancelCause)> cancel;
     std::shared_ptr<const RetainedState> state;
-    std::chrono::system_clock::time_point expires;     // of the retained state
+    std::chrono::system_clock::time_point expires;       // of the retained state
     std::chrono::system_clock::time_point forget_after;  // of the record, once finished
-    uint64_t version = 1;                                 // bumped at every change
+    uint64_t version = 1;                                // bumped at every change
   };
   void ChangedLocked(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Ended(const v1::JobInfo& info);

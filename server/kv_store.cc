@@ -15,10 +15,11 @@ absl::StatusOr<std::vector<std::string>> KvStore::Get(const std::vector<std::str
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
   for (const std::string& key : keys) {
-    const auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return values_.count(key) > 0; };
+    const auto present = [this, &key]()
+                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return values_.count(key) > 0; };
     if (!mu_.AwaitWithDeadline(absl::Condition(&present), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("rendezvous key '", key, "' did not appear within ",
-                                                      timeout.count(), " ms"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rendezvous key '", key, "' did not appear within ", timeout.count(), " ms"));
     }
   }
   std::vector<std::string> out;
@@ -28,7 +29,8 @@ absl::StatusOr<std::vector<std::string>> KvStore::Get(const std::vector<std::str
 
 void KvStore::ErasePrefix(const std::string& prefix) {
   absl::MutexLock lock(&mu_);
-  for (auto it = values_.lower_bound(prefix); it != values_.end() && absl::StartsWith(it->first, prefix);) {
+  for (auto it = values_.lower_bound(prefix);
+       it != values_.end() && absl::StartsWith(it->first, prefix);) {
     it = values_.erase(it);
   }
 }

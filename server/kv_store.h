@@ -20,7 +20,7 @@ class KvStore {
   // The values of all keys, waiting until each exists; DEADLINE_EXCEEDED
   // naming the first missing key after `timeout`.
   absl::StatusOr<std::vector<std::string>> Get(const std::vector<std::string>& keys,
-                                                std::chrono::milliseconds timeout);
+                                               std::chrono::milliseconds timeout);
   // Removes every key starting with `prefix` (a finished job's keys).
   void ErasePrefix(const std::string& prefix);
   size_t size() const;

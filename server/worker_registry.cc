@@ -57,8 +57,9 @@ absl::StatusOr<ModelConfig> WorkerRegistry::FindModel(const std::string& model) 
     for (const auto& [name, config] : w.models) names.insert(name);
   }
   if (names.empty()) return absl::UnavailableError("no healthy worker is registered");
-  return absl::NotFoundError(absl::StrCat("unknown model '", model, "' (available: ",
-                                          absl::StrJoin(names, ", "), "; presets take an optional :SEED)"));
+  return absl::NotFoundError(absl::StrCat("unknown model '", model,
+                                          "' (available: ", absl::StrJoin(names, ", "),
+                                          "; presets take an optional :SEED)"));
 }
 
 std::vector<ModelEntry> WorkerRegistry::Models() const {
@@ -86,14 +87,14 @@ int WorkerRegistry::CountHolding(const std::string& model) const {
   return n;
 }
 
-absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::string& model, int count,
-                                                                 const Wait& wait) {
+absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::string& model,
+                                                                 int count, const Wait& wait) {
   const std::string key = ModelKey(model);
   absl::MutexLock lock(&mu_);
   if (line_.size() >= wait.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat("the queue is full: ", line_.size(),
-                                                     " jobs already wait for workers (at most ", wait.max_waiting,
-                                                     "); retry later"));
+                                                     " jobs already wait for workers (at most ",
+                                                     wait.max_waiting, "); retry later"));
   }
   const uint64_t ticket = line_.Join(wait.tenant);
   std::vector<std::string> picked;
@@ -122,18 +123,19 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
     }
     if (wait.cancelled && wait.cancelled()) {
       leave();
-      return absl::CancelledError("the job left the queue: it was cancelled while it waited for workers");
+      return absl::CancelledError(
+          "the job left the queue: it was cancelled while it waited for workers");
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       idle();
       leave();
       return absl::ResourceExhaustedError(absl::StrCat(
-          "waited ", wait.limit.count(), " ms in line for ", count, " idle workers holding '", model, "'; ",
-          picked.size(), " are idle now; retry later or ask for fewer"));
+          "waited ", wait.limit.count(), " ms in line for ", count, " idle workers holding '",
+          model, "'; ", picked.size(), " are idle now; retry later or ask for fewer"));
     }
-    released_.WaitWithTimeout(
-        &mu_, absl::FromChrono(std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(100))));
+    released_.WaitWithTimeout(&mu_, absl::FromChrono(std::min<std::chrono::steady_clock::duration>(
+                                        deadline - now, std::chrono::milliseconds(100))));
   }
   picked.resize(count);
   for (const std::string& a : picked) workers_[a].busy = true;

@@ -38,7 +38,8 @@ struct ModelEntry {
 
 class WorkerRegistry {
  public:
-  explicit WorkerRegistry(std::chrono::milliseconds heartbeat_interval) : interval_(heartbeat_interval) {}
+  explicit WorkerRegistry(std::chrono::milliseconds heartbeat_interval)
+      : interval_(heartbeat_interval) {}
 
   // Registers (or re-registers, by address) a worker; returns its id.
   std::string Register(const std::string& address, const std::string& backend,
@@ -56,11 +57,11 @@ class WorkerRegistry {
 
   // How a caller of Acquire waits in line.
   struct Wait {
-    std::chrono::milliseconds limit{0};        // longest time in line
-    int max_waiting = 64;                      // callers in line beyond which one is refused at once
-    std::function<bool()> cancelled;           // polled; true leaves the line (CANCELLED)
-    std::function<void(int)> on_position;      // the caller's place in line (1 = next) when it changes
-    std::string tenant;                        // whose job; the line is fair across tenants (fair_line.h)
+    std::chrono::milliseconds limit{0};    // longest time in line
+    int max_waiting = 64;                  // callers in line beyond which one is refused at once
+    std::function<bool()> cancelled;       // polled; true leaves the line (CANCELLED)
+    std::function<void(int)> on_position;  // the caller's place in line (1 = next) when it changes
+    std::string tenant;  // whose job; the line is fair across tenants (fair_line.h)
   };
 
   // Leases `count` idle healthy workers holding `model`, in the line's
@@ -69,7 +70,8 @@ class WorkerRegistry {
   // for many workers is not overtaken by later small ones) until the
   // workers are free. RESOURCE_EXHAUSTED at once when `max_waiting` callers already
   // wait (naming the line's size), or after `limit` in line.
-  absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count, const Wait& wait);
+  absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
+                                                   const Wait& wait);
   absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
                                                    std::chrono::milliseconds limit) {
     return Acquire(model, count, Wait{limit});

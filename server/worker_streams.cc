@@ -42,7 +42,8 @@ absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
     *request.mutable_spec() = specs[r];
     if (!streams_.back()->Write(request)) {
       broken_rank_ = r;
-      return absl::UnavailableError(absl::StrCat("worker ", addresses_[r], " (rank ", r, ") did not take the shard"));
+      return absl::UnavailableError(
+          absl::StrCat("worker ", addresses_[r], " (rank ", r, ") did not take the shard"));
     }
   }
   return absl::OkStatus();

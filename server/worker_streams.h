@@ -35,7 +35,8 @@ class WorkerStreams {
   explicit WorkerStreams(std::vector<std::string> addresses) : addresses_(std::move(addresses)) {}
 
   // Opens every stream and sends specs[r] to rank r.
-  absl::Status Open(const std::vector<v1::ShardSpec>& specs, std::chrono::system_clock::time_point deadline);
+  absl::Status Open(const std::vector<v1::ShardSpec>& specs,
+                    std::chrono::system_clock::time_point deadline);
   void Cancel();
 
   int size() const { return static_cast<int>(addresses_.size()); }

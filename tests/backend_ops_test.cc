@@ -127,7 +127,8 @@ class BackendOpsTest : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(BackendOpsTest, EmbeddingAndOutput) {
-  ExpectSame("x after LoadTokens", [&](BackendOps& ops) { return Rows(ops, Activation::kResidual); });
+  ExpectSame("x after LoadTokens",
+             [&](BackendOps& ops) { return Rows(ops, Activation::kResidual); });
   ExpectSame("Output", [&](BackendOps& ops) { return *ops.Output(); });
 }
 

@@ -3,9 +3,8 @@
 // compared with expected.safetensors; and its usage errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <chrono>
@@ -44,12 +43,16 @@ TEST_P(CliGoldenTest, ReproducesExpected) {
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
   ASSERT_TRUE(golden.ok()) << golden.status();
   const std::string dir = GoldenDir() + "/" + name;
-  const std::string out = absl::StrCat(::testing::TempDir(), "/lact_cli_", getpid(), "_", name, ".safetensors");
+  const std::string out =
+      absl::StrCat(::testing::TempDir(), "/lact_cli_", getpid(), "_", name, ".safetensors");
   std::string args = absl::StrCat("run --model ", dir, "/model.safetensors --context ", dir,
                                   "/context.npy --threads ", threads, " --out ", out);
-  for (size_t k = 0; k < golden->queries.size(); ++k) absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
-  if (golden->options.muon_steps) absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
-  if (golden->options.chunk_tokens) absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
+  for (size_t k = 0; k < golden->queries.size(); ++k)
+    absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
+  if (golden->options.muon_steps)
+    absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
+  if (golden->options.chunk_tokens)
+    absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
   CommandResult r = RunLact(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, ::testing::HasSubstr("tokens/s"));
@@ -68,7 +71,8 @@ TEST_P(CliGoldenTest, ReproducesExpected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CliGoldenTest,
-                         ::testing::Combine(::testing::ValuesIn(GoldenCaseNames()), ::testing::Values(1, 2)));
+                         ::testing::Combine(::testing::ValuesIn(GoldenCaseNames()),
+                                            ::testing::Values(1, 2)));
 
 // The acceptance path: `lact local --workers 3`, then `lact submit`
 // of every golden case (the CLI's output file read back).
@@ -76,11 +80,13 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
   const std::string models = absl::StrCat(::testing::TempDir(), "/lact_cli_models_", getpid());
   std::filesystem::create_directories(models);
   for (const std::string& name : GoldenCaseNames()) {
-    std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors", models + "/" + name + ".safetensors");
+    std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors",
+                                    models + "/" + name + ".safetensors");
   }
   const std::string log = models + "/local.log";
-  const std::string start = absl::StrCat(LACT_CLI_PATH, " local --workers 3 --threads-per-worker 1 --model-dir ",
-                                         models, " > ", log, " 2>&1 & echo $!");
+  const std::string start =
+      absl::StrCat(LACT_CLI_PATH, " local --workers 3 --threads-per-worker 1 --model-dir ", models,
+                   " > ", log, " 2>&1 & echo $!");
   FILE* pipe = popen(start.c_str(), "r");
   long pid = 0;
   ASSERT_EQ(fscanf(pipe, "%ld", &pid), 1);
@@ -97,12 +103,16 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
   for (const std::string& name : GoldenCaseNames()) {
     absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
     ASSERT_TRUE(golden.ok()) << golden.status();
-    const std::string dir = GoldenDir() + "/" + name, out = models + "/" + name + ".out.safetensors";
-    std::string args = absl::StrCat("submit --server ", server, " --model ", name, " --context ", dir,
-                                    "/context.npy --workers 3 --out ", out);
-    for (size_t k = 0; k < golden->queries.size(); ++k) absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
-    if (golden->options.muon_steps) absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
-    if (golden->options.chunk_tokens) absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
+    const std::string dir = GoldenDir() + "/" + name,
+                      out = models + "/" + name + ".out.safetensors";
+    std::string args = absl::StrCat("submit --server ", server, " --model ", name, " --context ",
+                                    dir, "/context.npy --workers 3 --out ", out);
+    for (size_t k = 0; k < golden->queries.size(); ++k)
+      absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
+    if (golden->options.muon_steps)
+      absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
+    if (golden->options.chunk_tokens)
+      absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
     CommandResult r = RunLact(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_THAT(r.output, ::testing::HasSubstr("done on 3 workers"));
@@ -128,14 +138,18 @@ TEST(CliErrors, NameTheProblem) {
   } cases[] = {
       {"frobnicate", "unknown command 'frobnicate'"},
       {"run --model preset:small --context random:8", "missing required flag --out"},
-      {"run --model preset:small --context random:8 --out /tmp/x --colour red", "unknown flag --colour"},
+      {"run --model preset:small --context random:8 --out /tmp/x --colour red",
+       "unknown flag --colour"},
       {"run --model preset:small --context random:8 --out /tmp/x --threads many",
        "--threads 'many' must be an integer in [0, 1024]"},
-      {"run --model preset:small --context random:0 --out /tmp/x", "expected random:L[:SEED] with 1 <= L"},
-      {"run --model /nonexistent.safetensors --context random:8 --out /tmp/x", "cannot open '/nonexistent.safetensors'"},
+      {"run --model preset:small --context random:0 --out /tmp/x",
+       "expected random:L[:SEED] with 1 <= L"},
+      {"run --model /nonexistent.safetensors --context random:8 --out /tmp/x",
+       "cannot open '/nonexistent.safetensors'"},
       {"run --model preset:small --context " + golden + "/context.npy --out /tmp/x",
        "context has shape [37, 32]; the model takes [L, 256] tokens"},
-      {"run --model preset:small --context random:4 --muon-steps -2 --out /tmp/x", "--muon-steps '-2' must be"},
+      {"run --model preset:small --context random:4 --muon-steps -2 --out /tmp/x",
+       "--muon-steps '-2' must be"},
       {"run --model preset:small --context random:4 --out", "flag --out needs a value"},
   };
   for (const Case& c : cases) {

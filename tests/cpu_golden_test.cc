@@ -40,7 +40,8 @@ TEST_P(CpuGoldenTest, MatchesExpected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CpuGoldenTest,
-                         ::testing::Combine(::testing::ValuesIn(GoldenCaseNames()), ::testing::Values(1, 2),
+                         ::testing::Combine(::testing::ValuesIn(GoldenCaseNames()),
+                                            ::testing::Values(1, 2),
                                             ::testing::Values(4096, 7, 2)));
 
 }  // namespace

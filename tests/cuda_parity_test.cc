@@ -20,8 +20,8 @@
 #include "tests/golden_case.h"
 #include "tests/parity_cases.h"
 #include "tests/random_model.h"
-#include "worker/cuda/cuda_runner.h"
 #include "worker/collective/host_staged_allreduce.h"
+#include "worker/cuda/cuda_runner.h"
 
 namespace lact::testing {
 namespace {
@@ -41,7 +41,8 @@ TEST_P(CudaGoldenTest, MatchesExpected) {
   LACT_SKIP_WITHOUT_GPU();
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase(GetParam());
   ASSERT_TRUE(golden.ok()) << golden.status();
-  absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(golden->model, golden->config);
+  absl::StatusOr<std::unique_ptr<CudaRunner>> runner =
+      CudaRunner::Create(golden->model, golden->config);
   ASSERT_TRUE(runner.ok()) << runner.status();
   FusedState state;
   absl::StatusOr<Tensor> output = (*runner)->RunContext(golden->context, &state);
@@ -84,16 +85,17 @@ TEST_P(CudaDistributedGoldenTest, MatchesExpected) {
   for (int r = 1; r < ranks; ++r) begins[r] = begins[r - 1] + split.lengths[r - 1];
   std::vector<Tensor> outputs(ranks);
   std::vector<FusedState> states(ranks);
-  const std::vector<absl::Status> statuses = RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
-    BackendOptions options{.backend = "cuda", .tile_tokens = split.tile};
-    auto runner = CudaRunner::Create(golden->model, golden->config, options);
-    if (!runner.ok()) return runner.status();
-    HostStagedAllReduce reduce(grads);
-    auto out = (*runner)->RunContextShard(Rows(golden->context, begins[r], split.lengths[r]), begins[r], total, sync,
-                                          &reduce, &states[r]);
-    if (out.ok()) outputs[r] = *std::move(out);
-    return out.status();
-  });
+  const std::vector<absl::Status> statuses =
+      RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
+        BackendOptions options{.backend = "cuda", .tile_tokens = split.tile};
+        auto runner = CudaRunner::Create(golden->model, golden->config, options);
+        if (!runner.ok()) return runner.status();
+        HostStagedAllReduce reduce(grads);
+        auto out = (*runner)->RunContextShard(Rows(golden->context, begins[r], split.lengths[r]),
+                                              begins[r], total, sync, &reduce, &states[r]);
+        if (out.ok()) outputs[r] = *std::move(out);
+        return out.status();
+      });
   Tensor output({total, width});
   int64_t row = 0;
   for (int r = 0; r < ranks; ++r) {
@@ -110,7 +112,8 @@ TEST_P(CudaDistributedGoldenTest, MatchesExpected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, CudaDistributedGoldenTest,
-                         ::testing::Values(GoldenSplit{"tiny", {18, 19}, 65536}, GoldenSplit{"tiny", {1, 35, 1}, 4},
+                         ::testing::Values(GoldenSplit{"tiny", {18, 19}, 65536},
+                                           GoldenSplit{"tiny", {1, 35, 1}, 4},
                                            GoldenSplit{"tiny_embed_chunked_muon", {30, 34}, 65536},
                                            GoldenSplit{"tiny_embed_chunked_muon", {20, 5, 39}, 7},
                                            GoldenSplit{"tiny_job_overrides", {14, 15}, 65536}));
@@ -121,8 +124,9 @@ struct Outputs {
   FusedState state;
 };
 
-absl::StatusOr<Outputs> RunOnGpu(const Model& model, const ModelConfig& config, const Tensor& context,
-                                 const std::vector<Tensor>& queries, cuda::Precision precision, int64_t tile) {
+absl::StatusOr<Outputs> RunOnGpu(const Model& model, const ModelConfig& config,
+                                 const Tensor& context, const std::vector<Tensor>& queries,
+                                 cuda::Precision precision, int64_t tile) {
   const BackendOptions options{
       .backend = "cuda", .tile_tokens = tile, .precision = cuda::PrecisionName(precision)};
   absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(model, config, options);
@@ -146,7 +150,9 @@ struct Job {
 };
 
 Job MakeJob(const ParityCase& pc) {
-  Job job{RandomTestModel(pc.config, 7), RandomTokens(pc.context_tokens, pc.config.input_width(), 1), {}};
+  Job job{RandomTestModel(pc.config, 7),
+          RandomTokens(pc.context_tokens, pc.config.input_width(), 1),
+          {}};
   for (size_t k = 0; k < pc.query_tokens.size(); ++k) {
     job.queries.push_back(RandomTokens(pc.query_tokens[k], pc.config.input_width(), 100 + k));
   }
@@ -160,7 +166,8 @@ TEST_P(CudaParityTest, Fp32MatchesFloat64Reference) {
   const ParityCase& pc = GetParam();
   const Job job = MakeJob(pc);
   reference::JobOutputs want = reference::RunJob(job.model, pc.config, job.context, job.queries);
-  absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kFp32, pc.tile);
+  absl::StatusOr<Outputs> got =
+      RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kFp32, pc.tile);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_LE(RelativeError(got->output, want.output), 1e-4) << "output";
   for (size_t k = 0; k < job.queries.size(); ++k) {
@@ -174,15 +181,19 @@ TEST_P(CudaParityTest, Fp32MatchesFloat64Reference) {
 // The largest relative error over a job's tensors (output, queries, state).
 double JobError(const Outputs& got, const reference::JobOutputs& want) {
   double worst = RelativeError(got.output, want.output);
-  for (size_t k = 0; k < got.queries.size(); ++k) worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
-  for (const auto& [name, t] : FusedStateTensors(got.state)) worst = std::max(worst, RelativeError(*t, want.state.at(name)));
+  for (size_t k = 0; k < got.queries.size(); ++k)
+    worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
+  for (const auto& [name, t] : FusedStateTensors(got.state))
+    worst = std::max(worst, RelativeError(*t, want.state.at(name)));
   return worst;
 }
 
 double JobError(const reference::JobOutputs& got, const reference::JobOutputs& want) {
   double worst = RelativeError(got.output, want.output);
-  for (size_t k = 0; k < got.queries.size(); ++k) worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
-  for (const auto& [name, t] : got.state) worst = std::max(worst, RelativeError(t, want.state.at(name)));
+  for (size_t k = 0; k < got.queries.size(); ++k)
+    worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
+  for (const auto& [name, t] : got.state)
+    worst = std::max(worst, RelativeError(t, want.state.at(name)));
   return worst;
 }
 
@@ -193,14 +204,16 @@ TEST_P(CudaParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedInputs) {
   LACT_SKIP_WITHOUT_GPU();
   const ParityCase& pc = GetParam();
   const Job job = MakeJob(pc);
-  const reference::JobOutputs want = reference::RunJob(job.model, pc.config, job.context, job.queries);
+  const reference::JobOutputs want =
+      reference::RunJob(job.model, pc.config, job.context, job.queries);
   const reference::JobOutputs rounded =
       reference::RunJob(job.model, pc.config, job.context, job.queries, {.bf16_operands = true});
-  absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kBf16, pc.tile);
+  absl::StatusOr<Outputs> got =
+      RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kBf16, pc.tile);
   ASSERT_TRUE(got.ok()) << got.status();
   const double baseline = JobError(rounded, want), error = JobError(*got, want);
-  std::printf("bf16 %s: error %.3g, bf16-input reference %.3g, ratio %.2f\n", pc.name.c_str(), error, baseline,
-              error / baseline);
+  std::printf("bf16 %s: error %.3g, bf16-input reference %.3g, ratio %.2f\n", pc.name.c_str(),
+              error, baseline, error / baseline);
   EXPECT_LE(error, 2 * baseline);
 }
 
@@ -217,7 +230,8 @@ TEST(CudaRunner, NoSuchDeviceIsAFailedPrecondition) {
       CudaRunner::Create(job.model, FixedParityCases()[0].config, options);
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(runner.status().message().find(absl::StrCat("no CUDA device ", options.device)), std::string::npos)
+  EXPECT_NE(runner.status().message().find(absl::StrCat("no CUDA device ", options.device)),
+            std::string::npos)
       << runner.status();
 }
 
@@ -229,7 +243,8 @@ TEST(CudaRunner, RejectsBadTokens) {
   ASSERT_TRUE(runner.ok()) << runner.status();
   FusedState state;
   Tensor wrong({3, pc.config.input_width() + 1});
-  EXPECT_EQ((*runner)->RunContext(wrong, &state).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*runner)->RunContext(wrong, &state).status().code(),
+            absl::StatusCode::kInvalidArgument);
   Tensor nan = job.context;
   nan.data[5] = std::nanf("");
   absl::Status s = (*runner)->RunContext(nan, &state).status();

@@ -17,7 +17,8 @@ namespace {
 
 TEST(CudaService, GoldenCasesThroughOneAndTwoCudaWorkers) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {"--backend", "cuda", "--device", "0"});
+  std::unique_ptr<LocalCluster> cluster =
+      StartTestCluster(2, {"--backend", "cuda", "--device", "0"});
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
   for (const std::string& name : GoldenCaseNames()) {
@@ -46,7 +47,8 @@ TEST(CudaService, Bf16WorkersFinish) {
   ASSERT_TRUE(golden.ok()) << golden.status();
   SubmitOptions o = GoldenOptions(*golden);
   o.workers = 2;
-  absl::StatusOr<JobResult> got = LactClient(cluster->address()).Submit(o, golden->context, golden->queries);
+  absl::StatusOr<JobResult> got =
+      LactClient(cluster->address()).Submit(o, golden->context, golden->queries);
   ASSERT_TRUE(got.ok()) << got.status();
   for (float v : got->output.data) ASSERT_TRUE(std::isfinite(v));
   // bf16 GEMM operands: far from fp32's 1e-4, far closer than noise.

@@ -33,7 +33,8 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // max|got - want| / max|want| over a [rows, cols] block (absolute when want
 // is all zeros); infinity when got has a non-finite value.
-double RelError(int64_t rows, int64_t cols, const float* got, int64_t ldg, const float* want, int64_t ldw) {
+double RelError(int64_t rows, int64_t cols, const float* got, int64_t ldg, const float* want,
+                int64_t ldw) {
   double diff = 0, scale = 0;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t k = 0; k < cols; ++k) {
@@ -70,7 +71,9 @@ struct Inputs {
 // a_log uniform in [0, log a_max], a non-zero initial state and log decay.
 Inputs MakeInputs(const Shape& s, uint64_t seed, double dt_lo, double dt_hi, double a_max) {
   Random r(seed);
-  auto uniform = [&r](double lo, double hi) { return static_cast<float>(lo + (hi - lo) * r.Uniform()); };
+  auto uniform = [&r](double lo, double hi) {
+    return static_cast<float>(lo + (hi - lo) * r.Uniform());
+  };
   Inputs in;
   in.s = s;
   in.ld = s.width() + 2 * s.d_state + 1;
@@ -79,9 +82,11 @@ Inputs MakeInputs(const Shape& s, uint64_t seed, double dt_lo, double dt_hi, dou
   in.xbc.resize(s.tokens * in.ld);
   in.dt.resize(s.tokens * in.lddt);
   for (int64_t t = 0; t < s.tokens; ++t) {
-    for (int64_t k = 0; k < in.ld; ++k) in.xbc[t * in.ld + k] = k + 1 < in.ld ? uniform(-1, 1) : kNaN;
+    for (int64_t k = 0; k < in.ld; ++k)
+      in.xbc[t * in.ld + k] = k + 1 < in.ld ? uniform(-1, 1) : kNaN;
     for (int64_t h = 0; h < in.lddt; ++h) {
-      in.dt[t * in.lddt + h] = h < s.heads ? static_cast<float>(dt_lo * std::pow(dt_hi / dt_lo, r.Uniform())) : kNaN;
+      in.dt[t * in.lddt + h] =
+          h < s.heads ? static_cast<float>(dt_lo * std::pow(dt_hi / dt_lo, r.Uniform())) : kNaN;
     }
   }
   for (int h = 0; h < s.heads; ++h) {
@@ -104,9 +109,22 @@ Result RunCpu(const Inputs& in, bool with_y) {
   const Shape& s = in.s;
   Result r{std::vector<float>(with_y ? s.tokens * in.ldy : 0, kSentinel), in.state, in.log_decay};
   const float* x = in.xbc.data();
-  const cpu::ScanParams p{s.tokens, s.heads, s.head_dim, s.d_state, x, in.ld, x + s.width(), in.ld,
-                          x + s.width() + s.d_state, in.ld, in.dt.data(), in.lddt, in.a.data(),
-                          in.skip ? in.d_skip.data() : nullptr, r.y.data(), in.ldy};
+  const cpu::ScanParams p{s.tokens,
+                          s.heads,
+                          s.head_dim,
+                          s.d_state,
+                          x,
+                          in.ld,
+                          x + s.width(),
+                          in.ld,
+                          x + s.width() + s.d_state,
+                          in.ld,
+                          in.dt.data(),
+                          in.lddt,
+                          in.a.data(),
+                          in.skip ? in.d_skip.data() : nullptr,
+                          r.y.data(),
+                          in.ldy};
   if (with_y) {
     cpu::SsdScan(p, r.state.data(), r.log_decay.data());
   } else {
@@ -117,8 +135,8 @@ Result RunCpu(const Inputs& in, bool with_y) {
 
 // cuda::SsdScan on the same inputs; with_log_decay false passes null for it
 // (the result's log_decay then keeps its initial value).
-absl::StatusOr<Result> RunGpu(cuda::CudaContext& ctx, const Inputs& in, bool with_y, cuda::SsdWorkspace& ws,
-                              bool with_log_decay = true) {
+absl::StatusOr<Result> RunGpu(cuda::CudaContext& ctx, const Inputs& in, bool with_y,
+                              cuda::SsdWorkspace& ws, bool with_log_decay = true) {
   const Shape& s = in.s;
   Result r{std::vector<float>(with_y ? s.tokens * in.ldy : 0, kSentinel), in.state, in.log_decay};
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer xbc, ctx.Upload(in.xbc.data(), in.xbc.size()));
@@ -126,13 +144,15 @@ absl::StatusOr<Result> RunGpu(cuda::CudaContext& ctx, const Inputs& in, bool wit
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer a_log, ctx.Upload(in.a_log.data(), in.a_log.size()));
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_skip, ctx.Upload(in.d_skip.data(), in.d_skip.size()));
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer state, ctx.Upload(r.state.data(), r.state.size()));
-  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer log_decay, ctx.Upload(r.log_decay.data(), r.log_decay.size()));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer log_decay,
+                        ctx.Upload(r.log_decay.data(), r.log_decay.size()));
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y, ctx.Upload(r.y.data(), r.y.size()));
   const float* x = xbc.get();
-  LACT_RETURN_IF_ERROR(cuda::SsdScan(ctx.stream(), ws, s.tokens, s.heads, s.head_dim, s.d_state, x, in.ld,
-                                     x + s.width(), in.ld, x + s.width() + s.d_state, in.ld, dt.get(), in.lddt,
-                                     a_log.get(), in.skip ? d_skip.get() : nullptr, with_y ? y.get() : nullptr,
-                                     in.ldy, state.get(), with_log_decay ? log_decay.get() : nullptr));
+  LACT_RETURN_IF_ERROR(
+      cuda::SsdScan(ctx.stream(), ws, s.tokens, s.heads, s.head_dim, s.d_state, x, in.ld,
+                    x + s.width(), in.ld, x + s.width() + s.d_state, in.ld, dt.get(), in.lddt,
+                    a_log.get(), in.skip ? d_skip.get() : nullptr, with_y ? y.get() : nullptr,
+                    in.ldy, state.get(), with_log_decay ? log_decay.get() : nullptr));
   LACT_RETURN_IF_ERROR(ctx.Download(y.get(), r.y.size(), r.y.data()));
   LACT_RETURN_IF_ERROR(ctx.Download(state.get(), r.state.size(), r.state.data()));
   LACT_RETURN_IF_ERROR(ctx.Download(log_decay.get(), r.log_decay.size(), r.log_decay.data()));
@@ -145,7 +165,9 @@ void ExpectClose(const Result& got, const Result& want, const Inputs& in, const 
   const Shape& s = in.s;
   if (!want.y.empty()) {
     ASSERT_EQ(got.y.size(), want.y.size()) << what;
-    EXPECT_LE(RelError(s.tokens, s.width(), got.y.data(), in.ldy, want.y.data(), in.ldy), kTolerance) << what << " y";
+    EXPECT_LE(RelError(s.tokens, s.width(), got.y.data(), in.ldy, want.y.data(), in.ldy),
+              kTolerance)
+        << what << " y";
     int64_t touched = 0;
     for (int64_t t = 0; t < s.tokens; ++t) {
       for (int64_t k = s.width(); k < in.ldy; ++k) touched += got.y[t * in.ldy + k] != kSentinel;
@@ -206,7 +228,8 @@ std::string SweepName(const ::testing::TestParamInfo<SweepParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SsdSweepTest,
                          ::testing::Combine(::testing::Values<int64_t>(1, 2, 63, 64, 65, 197, 1000),
-                                            ::testing::Values(1, 3, 8, 64), ::testing::Values(1, 5, 16, 128),
+                                            ::testing::Values(1, 3, 8, 64),
+                                            ::testing::Values(1, 5, 16, 128),
                                             ::testing::Values(1, 3, 4)),
                          SweepName);
 
@@ -249,8 +272,8 @@ TEST_F(SsdTest, RejectsBadArguments) {
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   float* any = buffer->get();
   auto scan = [&](int64_t tokens, int heads, int64_t ldx, float* state) {
-    return cuda::SsdScan(ctx_->stream(), ws, tokens, heads, 4, 8, any, ldx, any, 8, any, 8, any, heads, any, any, any,
-                         heads * 4, state, nullptr);
+    return cuda::SsdScan(ctx_->stream(), ws, tokens, heads, 4, 8, any, ldx, any, 8, any, 8, any,
+                         heads, any, any, any, heads * 4, state, nullptr);
   };
   EXPECT_EQ(scan(-1, 2, 8, any).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(scan(10, 0, 8, any).code(), absl::StatusCode::kInvalidArgument);
@@ -283,7 +306,8 @@ TEST_F(SsdTest, LongSequenceMatchesRecurrence) {
   const Shape s{200000, 8, 64, 64};
   Inputs in = MakeInputs(s, 4, 0.5, 1.5, 4.0);
   for (int64_t t = 0; t < s.tokens; ++t) {
-    for (int h = 0; h < s.heads; ++h) in.dt[t * in.lddt + h] *= static_cast<float>(0.5 * std::pow(10.0, -4.0 * h / 7));
+    for (int h = 0; h < s.heads; ++h)
+      in.dt[t * in.lddt + h] *= static_cast<float>(0.5 * std::pow(10.0, -4.0 * h / 7));
   }
   for (float& d : in.d_skip) d = 0.0f;
   cuda::SsdWorkspace ws;
@@ -299,11 +323,13 @@ TEST_F(SsdTest, LongSequenceMatchesRecurrence) {
   absl::StatusOr<cuda::DeviceBuffer> d_skip = ctx.Upload(in.d_skip.data(), in.d_skip.size());
   absl::StatusOr<cuda::DeviceBuffer> state = ctx.Upload(in.state.data(), in.state.size());
   absl::StatusOr<cuda::DeviceBuffer> y = cuda::DeviceBuffer::Allocate(s.tokens * in.ldy);
-  for (const auto* b : {&xbc, &dt, &a_log, &d_skip, &state, &y}) ASSERT_TRUE(b->ok()) << b->status();
+  for (const auto* b : {&xbc, &dt, &a_log, &d_skip, &state, &y})
+    ASSERT_TRUE(b->ok()) << b->status();
   const float* x = xbc->get();
-  ASSERT_TRUE(cuda::ScanRecurrence(ctx.stream(), s.tokens, s.heads, s.head_dim, s.d_state, x, in.ld, x + s.width(),
-                                   in.ld, x + s.width() + s.d_state, in.ld, dt->get(), in.lddt, a_log->get(),
-                                   d_skip->get(), y->get(), in.ldy, state->get())
+  ASSERT_TRUE(cuda::ScanRecurrence(ctx.stream(), s.tokens, s.heads, s.head_dim, s.d_state, x, in.ld,
+                                   x + s.width(), in.ld, x + s.width() + s.d_state, in.ld,
+                                   dt->get(), in.lddt, a_log->get(), d_skip->get(), y->get(),
+                                   in.ldy, state->get())
                   .ok());
   std::vector<float> want_y(s.tokens * in.ldy), want_state(in.state.size());
   ASSERT_TRUE(ctx.Download(y->get(), want_y.size(), want_y.data()).ok());
@@ -312,16 +338,21 @@ TEST_F(SsdTest, LongSequenceMatchesRecurrence) {
   const int64_t per_head = int64_t{s.head_dim} * s.d_state;
   for (int h = 0; h < s.heads; ++h) {
     const int64_t col = int64_t{h} * s.head_dim;
-    EXPECT_LE(RelError(s.tokens, s.head_dim, ssd->y.data() + col, in.ldy, want_y.data() + col, in.ldy), kTolerance)
+    EXPECT_LE(
+        RelError(s.tokens, s.head_dim, ssd->y.data() + col, in.ldy, want_y.data() + col, in.ldy),
+        kTolerance)
         << "y, head " << h;
-    EXPECT_LE(RelError(1, per_head, ssd->state.data() + h * per_head, 0, want_state.data() + h * per_head, 0),
+    EXPECT_LE(RelError(1, per_head, ssd->state.data() + h * per_head, 0,
+                       want_state.data() + h * per_head, 0),
               kTolerance)
         << "state, head " << h;
-    EXPECT_LE(RelError(1, per_head, summary->state.data() + h * per_head, 0, want_state.data() + h * per_head, 0),
+    EXPECT_LE(RelError(1, per_head, summary->state.data() + h * per_head, 0,
+                       want_state.data() + h * per_head, 0),
               kTolerance)
         << "state-only state, head " << h;
     double log_decay = in.log_decay[h];
-    for (int64_t t = 0; t < s.tokens; ++t) log_decay += static_cast<double>(in.dt[t * in.lddt + h]) * in.a[h];
+    for (int64_t t = 0; t < s.tokens; ++t)
+      log_decay += static_cast<double>(in.dt[t * in.lddt + h]) * in.a[h];
     EXPECT_NEAR(ssd->log_decay[h], log_decay, kTolerance * std::abs(log_decay)) << "head " << h;
     EXPECT_NEAR(summary->log_decay[h], log_decay, kTolerance * std::abs(log_decay)) << "head " << h;
   }

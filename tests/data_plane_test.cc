@@ -83,8 +83,8 @@ class DataPlaneTest : public ::testing::Test {
 
   // The job in band, then by reference (context from an .npy, output to
   // one); both results must be equal bit for bit.
-  void ExpectSameBothWays(SubmitOptions o, const Tensor& context, const std::vector<Tensor>& queries,
-                          const std::string& name) {
+  void ExpectSameBothWays(SubmitOptions o, const Tensor& context,
+                          const std::vector<Tensor>& queries, const std::string& name) {
     SCOPED_TRACE(name);
     absl::StatusOr<JobResult> in_band = Client().Submit(o, context, queries);
     ASSERT_TRUE(in_band.ok()) << in_band.status();
@@ -104,7 +104,8 @@ class DataPlaneTest : public ::testing::Test {
       EXPECT_TRUE(by_ref->queries[k].data == in_band->queries[k].data);
     }
     ASSERT_EQ(by_ref->state.size(), in_band->state.size());
-    for (const auto& [tensor, t] : in_band->state) EXPECT_TRUE(by_ref->state.at(tensor).data == t.data) << tensor;
+    for (const auto& [tensor, t] : in_band->state)
+      EXPECT_TRUE(by_ref->state.at(tensor).data == t.data) << tensor;
   }
 
   static LocalCluster* cluster_;
@@ -146,7 +147,8 @@ TEST_F(DataPlaneTest, Bf16FileEqualsBf16OnTheWire) {
   ASSERT_TRUE(wire.ok()) << wire.status();
   std::string header = NpyF32Header({64, 32});
   header.replace(header.find("'<f4'"), 5, "'|V2'");
-  std::ofstream(Path("bf16.npy"), std::ios::binary) << header << EncodeFloats(context.ptr(), context.size(), WireType::kBF16);
+  std::ofstream(Path("bf16.npy"), std::ios::binary)
+      << header << EncodeFloats(context.ptr(), context.size(), WireType::kBF16);
   o.context_ref = Path("bf16.npy");
   absl::StatusOr<JobResult> file = Client().Submit(o, Tensor(), {});
   ASSERT_TRUE(file.ok()) << file.status();
@@ -176,13 +178,19 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
       {outside + "/secret.npy", "", absl::StatusCode::kPermissionDenied, "outside the data root"},
       {"../outside/secret.npy", "", absl::StatusCode::kPermissionDenied, "outside the data root"},
       {Path("missing.npy"), "", absl::StatusCode::kNotFound, "does not exist"},
-      {Path("short.npy"), "", absl::StatusCode::kInvalidArgument, "too short for its header's 16 x 32 tokens"},
+      {Path("short.npy"), "", absl::StatusCode::kInvalidArgument,
+       "too short for its header's 16 x 32 tokens"},
       {Path("f64.npy"), "", absl::StatusCode::kInvalidArgument, "dtype '<f8' is not a token dtype"},
-      {Path("wide.npy"), "", absl::StatusCode::kInvalidArgument, "token_width 33 does not match model 'tiny'"},
-      {Path("good.npy"), outside + "/out.npy", absl::StatusCode::kPermissionDenied, "outside the data root"},
-      {Path("good.npy"), Path("no/such/folder/out.npy"), absl::StatusCode::kInvalidArgument, "its folder"},
-      {Path("good.npy"), Path("a_folder.npy"), absl::StatusCode::kPermissionDenied, "is not a regular file"},
-      {Path("good.npy"), Path("good.npy"), absl::StatusCode::kInvalidArgument, "is the context file itself"},
+      {Path("wide.npy"), "", absl::StatusCode::kInvalidArgument,
+       "token_width 33 does not match model 'tiny'"},
+      {Path("good.npy"), outside + "/out.npy", absl::StatusCode::kPermissionDenied,
+       "outside the data root"},
+      {Path("good.npy"), Path("no/such/folder/out.npy"), absl::StatusCode::kInvalidArgument,
+       "its folder"},
+      {Path("good.npy"), Path("a_folder.npy"), absl::StatusCode::kPermissionDenied,
+       "is not a regular file"},
+      {Path("good.npy"), Path("good.npy"), absl::StatusCode::kInvalidArgument,
+       "is the context file itself"},
   };
   for (const Case& c : cases) {
     SubmitOptions o;
@@ -191,8 +199,10 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
     o.context_ref = c.context;
     o.output_ref = c.output;
     bool accepted = false;
-    absl::StatusOr<JobResult> got = Client().Submit(o, Tensor(), {}, nullptr, [&](const std::string&) { accepted = true; });
-    EXPECT_EQ(got.status().code(), c.code) << c.context << " -> " << c.output << ": " << got.status();
+    absl::StatusOr<JobResult> got =
+        Client().Submit(o, Tensor(), {}, nullptr, [&](const std::string&) { accepted = true; });
+    EXPECT_EQ(got.status().code(), c.code)
+        << c.context << " -> " << c.output << ": " << got.status();
     EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.context;
     EXPECT_FALSE(accepted) << "refused before a worker was given the job";
   }
@@ -218,7 +228,8 @@ TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
   absl::StatusOr<JobResult> detached = Client().Submit(o, Tensor(), {});
   ASSERT_TRUE(detached.ok()) << detached.status();
   int changes = 0;
-  absl::StatusOr<v1::JobInfo> end = Client().WatchJob(detached->job_id, [&](const v1::JobInfo&) { ++changes; });
+  absl::StatusOr<v1::JobInfo> end =
+      Client().WatchJob(detached->job_id, [&](const v1::JobInfo&) { ++changes; });
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << end->error();
   EXPECT_GE(changes, 2) << "progress while it ran, then its end";
@@ -236,7 +247,8 @@ TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
   EXPECT_FALSE(fs::exists(Path("detached.out.npy"))) << "a cancelled job's output file is removed";
 
   o = SubmitOptions{.model = "tiny", .detach = true};
-  EXPECT_EQ(Client().Submit(o, RandomTokens(4, 32, 1), {}).status().code(), absl::StatusCode::kInvalidArgument)
+  EXPECT_EQ(Client().Submit(o, RandomTokens(4, 32, 1), {}).status().code(),
+            absl::StatusCode::kInvalidArgument)
       << "a job with tokens in band cannot detach before its upload";
   EXPECT_EQ(Client().WatchJob("job-0-none").status().code(), absl::StatusCode::kNotFound);
 }
@@ -255,7 +267,8 @@ v1::TransferRequest Chunk(int set, int64_t offset, const std::vector<float>& val
   v1::TransferRequest r;
   r.mutable_chunk()->set_set(set);
   r.mutable_chunk()->set_offset(offset);
-  r.mutable_chunk()->set_data(EncodeFloats(values.data(), static_cast<int64_t>(values.size()), WireType::kF32));
+  r.mutable_chunk()->set_data(
+      EncodeFloats(values.data(), static_cast<int64_t>(values.size()), WireType::kF32));
   return r;
 }
 
@@ -281,10 +294,12 @@ TEST_F(DataPlaneTest, BadChunksEndTheJobWithAMessage) {
     RawJob::Transfer t = job.Open(0, job.accepted().ticket());
     for (const v1::TransferRequest& chunk : c.chunks) t.stream->Write(chunk);
     const grpc::Status transfer = t.Close();
-    EXPECT_EQ(transfer.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message << ": " << transfer.error_message();
+    EXPECT_EQ(transfer.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.message << ": " << transfer.error_message();
     EXPECT_THAT(transfer.error_message(), HasSubstr(c.message));
     const grpc::Status s = job.Finish();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message << ": " << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.message << ": " << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(c.message));
   }
 }
@@ -319,7 +334,8 @@ TEST_F(DataPlaneTest, ClientDisconnectsMidUpload) {
     job_id = job.accepted().job_id();
     RawJob::Transfer t = job.Open(0, job.accepted().ticket());
     t.stream->Write(Chunk(0, 0, std::vector<float>(32 * 10, 0.1f)));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the chunk is in; the idle limit is 1 s
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(300));  // the chunk is in; the idle limit is 1 s
     t.ctx->TryCancel();
     t.stream->Finish().IgnoreError();
     job.Finish().IgnoreError();
@@ -329,13 +345,15 @@ TEST_F(DataPlaneTest, ClientDisconnectsMidUpload) {
   do {
     info = Client().GetJob(job_id);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  } while (info.ok() && info->status() == v1::JobInfo::RUNNING && std::chrono::steady_clock::now() < deadline);
+  } while (info.ok() && info->status() == v1::JobInfo::RUNNING &&
+           std::chrono::steady_clock::now() < deadline);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_NE(info->status(), v1::JobInfo::SUCCEEDED);
   EXPECT_THAT(info->error(), HasSubstr("went away"));
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
   ASSERT_TRUE(golden.ok());
-  absl::StatusOr<JobResult> next = Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
+  absl::StatusOr<JobResult> next =
+      Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
   ASSERT_TRUE(next.ok()) << next.status();
   ExpectGolden(*golden, *next);
 }

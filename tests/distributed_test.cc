@@ -16,8 +16,8 @@
 #include "tests/gloo_ranks.h"
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
-#include "worker/cpu/cpu_runner.h"
 #include "worker/collective/gloo_collective.h"
+#include "worker/cpu/cpu_runner.h"
 
 namespace lact::testing {
 namespace {
@@ -33,27 +33,30 @@ Tensor Rows(const Tensor& t, int64_t begin, int64_t count) {
   return out;
 }
 
-DistributedResult RunDistributed(const Model& model, const ModelConfig& config, const Tensor& context,
-                                 const std::vector<int64_t>& lengths) {
+DistributedResult RunDistributed(const Model& model, const ModelConfig& config,
+                                 const Tensor& context, const std::vector<int64_t>& lengths) {
   const int ranks = static_cast<int>(lengths.size());
   const int64_t total = context.dim(0);
   std::vector<int64_t> begins(ranks, 0);
   for (int r = 1; r < ranks; ++r) begins[r] = begins[r - 1] + lengths[r - 1];
   std::vector<Tensor> outputs(ranks);
   std::vector<FusedState> states(ranks);
-  const std::vector<absl::Status> statuses = RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
-    CpuRunner runner(model, config, {.threads = 1, .tile_tokens = 5});
-    auto out = runner.RunContextShard(Rows(context, begins[r], lengths[r]), begins[r], total, sync, grads, &states[r]);
-    if (out.ok()) outputs[r] = *std::move(out);
-    return out.status();
-  });
+  const std::vector<absl::Status> statuses =
+      RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
+        CpuRunner runner(model, config, {.threads = 1, .tile_tokens = 5});
+        auto out = runner.RunContextShard(Rows(context, begins[r], lengths[r]), begins[r], total,
+                                          sync, grads, &states[r]);
+        if (out.ok()) outputs[r] = *std::move(out);
+        return out.status();
+      });
   DistributedResult result;
   result.output = Tensor({total, config.output_width()});
   int64_t row = 0;
   for (int r = 0; r < ranks; ++r) {
     EXPECT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
     if (!statuses[r].ok()) continue;
-    std::copy(outputs[r].data.begin(), outputs[r].data.end(), result.output.ptr() + row * config.output_width());
+    std::copy(outputs[r].data.begin(), outputs[r].data.end(),
+              result.output.ptr() + row * config.output_width());
     row += lengths[r];
   }
   result.states = std::move(states);
@@ -74,7 +77,9 @@ struct GoldenSplit {
   std::vector<int64_t> lengths;
 };
 
-void PrintTo(const GoldenSplit& s, std::ostream* os) { *os << s.name << " [" << absl::StrJoin(s.lengths, ",") << "]"; }
+void PrintTo(const GoldenSplit& s, std::ostream* os) {
+  *os << s.name << " [" << absl::StrJoin(s.lengths, ",") << "]";
+}
 
 class DistributedGoldenTest : public ::testing::TestWithParam<GoldenSplit> {};
 
@@ -82,8 +87,10 @@ TEST_P(DistributedGoldenTest, MatchesExpected) {
   const GoldenSplit& split = GetParam();
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase(split.name);
   ASSERT_TRUE(golden.ok()) << golden.status();
-  ASSERT_EQ(std::accumulate(split.lengths.begin(), split.lengths.end(), int64_t{0}), golden->context.dim(0));
-  DistributedResult got = RunDistributed(golden->model, golden->config, golden->context, split.lengths);
+  ASSERT_EQ(std::accumulate(split.lengths.begin(), split.lengths.end(), int64_t{0}),
+            golden->context.dim(0));
+  DistributedResult got =
+      RunDistributed(golden->model, golden->config, golden->context, split.lengths);
   EXPECT_LE(RelativeError(got.output, golden->expected.at("output")), 1e-4);
   ExpectSameStateOnEveryRank(got.states);
   for (const auto& [name, t] : FusedStateTensors(got.states.back())) {
@@ -93,19 +100,23 @@ TEST_P(DistributedGoldenTest, MatchesExpected) {
   for (size_t k = 0; k < golden->queries.size(); ++k) {
     auto q = runner.RunQuery(golden->queries[k], got.states[0]);
     ASSERT_TRUE(q.ok()) << q.status();
-    EXPECT_LE(RelativeError(*q, golden->expected.at(absl::StrCat("query_", k))), 1e-4) << "query " << k;
+    EXPECT_LE(RelativeError(*q, golden->expected.at(absl::StrCat("query_", k))), 1e-4)
+        << "query " << k;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Splits, DistributedGoldenTest,
-    ::testing::Values(GoldenSplit{"tiny", {37}}, GoldenSplit{"tiny", {18, 19}}, GoldenSplit{"tiny", {12, 13, 12}},
-                      GoldenSplit{"tiny", {1, 35, 1}}, GoldenSplit{"tiny", {2, 1, 34}},
-                      GoldenSplit{"tiny", {30, 2, 1, 4}}, GoldenSplit{"tiny_embed_chunked_muon", {30, 34}},
-                      GoldenSplit{"tiny_embed_chunked_muon", {1, 62, 1}},
-                      GoldenSplit{"tiny_embed_chunked_muon", {20, 5, 39}},
-                      GoldenSplit{"tiny_job_overrides", {5, 3, 21}}, GoldenSplit{"tiny_job_overrides", {1, 1, 1, 26}},
-                      GoldenSplit{"tiny_job_overrides", {14, 15}}));
+INSTANTIATE_TEST_SUITE_P(Splits, DistributedGoldenTest,
+                         ::testing::Values(GoldenSplit{"tiny", {37}}, GoldenSplit{"tiny", {18, 19}},
+                                           GoldenSplit{"tiny", {12, 13, 12}},
+                                           GoldenSplit{"tiny", {1, 35, 1}},
+                                           GoldenSplit{"tiny", {2, 1, 34}},
+                                           GoldenSplit{"tiny", {30, 2, 1, 4}},
+                                           GoldenSplit{"tiny_embed_chunked_muon", {30, 34}},
+                                           GoldenSplit{"tiny_embed_chunked_muon", {1, 62, 1}},
+                                           GoldenSplit{"tiny_embed_chunked_muon", {20, 5, 39}},
+                                           GoldenSplit{"tiny_job_overrides", {5, 3, 21}},
+                                           GoldenSplit{"tiny_job_overrides", {1, 1, 1, 26}},
+                                           GoldenSplit{"tiny_job_overrides", {14, 15}}));
 
 class DistributedRandomTest : public ::testing::TestWithParam<int> {};
 
@@ -126,14 +137,15 @@ TEST_P(DistributedRandomTest, IndependentOfRankCount) {
   c.mlp_hidden = 24;
   const int64_t total = 4 + r.NextU64() % 40;
   if (r.NextU64() % 2) c.ttt.chunk_tokens = 3 + static_cast<int>(r.NextU64() % 12);
-  if (c.ttt.muon_steps > 0) c.ttt.chunk_tokens = 0;  // Muon on many tiny chunks is ill-conditioned (README)
+  if (c.ttt.muon_steps > 0)
+    c.ttt.chunk_tokens = 0;  // Muon on many tiny chunks is ill-conditioned (README)
   Model model = RandomTestModel(c, GetParam());
   Tensor context = RandomTokens(total, c.d_model, GetParam() + 5);
   reference::JobOutputs want = reference::RunJob(model, c, context, {});
   for (int ranks = 1; ranks <= 4; ++ranks) {
     std::vector<int64_t> lengths = RandomSplit(r, total, ranks);
-    SCOPED_TRACE(absl::StrCat("ranks ", ranks, " split [", absl::StrJoin(lengths, ","), "] conv width ",
-                              c.ssm.conv_width, " chunk ", c.ttt.chunk_tokens));
+    SCOPED_TRACE(absl::StrCat("ranks ", ranks, " split [", absl::StrJoin(lengths, ","),
+                              "] conv width ", c.ssm.conv_width, " chunk ", c.ttt.chunk_tokens));
     DistributedResult got = RunDistributed(model, c, context, lengths);
     EXPECT_LE(RelativeError(got.output, want.output), 1e-4);
     ExpectSameStateOnEveryRank(got.states);

@@ -7,8 +7,8 @@
 
 namespace lact::testing {
 
-std::vector<absl::Status> RunGlooRanks(int ranks,
-                                       const std::function<absl::Status(int, Collective*, Collective*)>& fn) {
+std::vector<absl::Status> RunGlooRanks(
+    int ranks, const std::function<absl::Status(int, Collective*, Collective*)>& fn) {
   gloo::rendezvous::HashStore store;
   std::vector<absl::Status> statuses(ranks);
   std::vector<std::thread> threads;

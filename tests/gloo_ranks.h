@@ -14,8 +14,8 @@ namespace lact::testing {
 // Runs fn(rank, sync, grads) for every rank on its own thread, each with two
 // fresh Gloo collectives of `ranks` ranks; returns each rank's status (a
 // failure to connect included) once all have finished.
-std::vector<absl::Status> RunGlooRanks(int ranks,
-                                       const std::function<absl::Status(int, Collective*, Collective*)>& fn);
+std::vector<absl::Status> RunGlooRanks(
+    int ranks, const std::function<absl::Status(int, Collective*, Collective*)>& fn);
 
 }  // namespace lact::testing
 

@@ -31,7 +31,8 @@ std::vector<std::string> GoldenCaseNames() {
 absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& name) {
   const std::string dir = GoldenDir() + "/" + name;
   LACT_ASSIGN_OR_RETURN(Model model, LoadModel(dir + "/model.safetensors"));
-  LACT_ASSIGN_OR_RETURN(SafetensorsFile expected, SafetensorsFile::Open(dir + "/expected.safetensors"));
+  LACT_ASSIGN_OR_RETURN(SafetensorsFile expected,
+                        SafetensorsFile::Open(dir + "/expected.safetensors"));
   JobOptions options;
   if (auto it = expected.metadata().find("job.options"); it != expected.metadata().end()) {
     LACT_ASSIGN_OR_RETURN(options, ParseJobOptions(it->second));
@@ -49,7 +50,9 @@ absl::StatusOr<GoldenCase> LoadGoldenCase(const std::string& name) {
   for (const auto& [tensor_name, entry] : expected.entries()) {
     LACT_ASSIGN_OR_RETURN(want[tensor_name], expected.ReadDouble(tensor_name));
   }
-  return GoldenCase{name, std::move(model), config, options, std::move(context), std::move(queries), std::move(want)};
+  return GoldenCase{name,           std::move(model),   config,
+                    options,        std::move(context), std::move(queries),
+                    std::move(want)};
 }
 
 template <typename G, typename W>

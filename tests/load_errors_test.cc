@@ -61,12 +61,14 @@ TEST(SafetensorsErrors, MalformedFiles) {
       {SafetensorsBytes("{not json", ""), "header is not a JSON object"},
       {SafetensorsBytes(R"({"t":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})", "12345678"),
        "tensor 't': unsupported dtype \"I32\" (allowed: F32, F16, BF16, F64)"},
-      {SafetensorsBytes(ok_entry, "1234"), "tensor 't': data_offsets [0, 8) outside the 4-byte data section"},
+      {SafetensorsBytes(ok_entry, "1234"),
+       "tensor 't': data_offsets [0, 8) outside the 4-byte data section"},
       {SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "12345678"),
        "tensor 't': has 8 bytes but shape [3] of F32 needs 12"},
       {SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", "12345678"),
        "shape entries must be non-negative integers"},
-      {SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[2]}})", "12345678"), "needs dtype, shape and data_offsets"},
+      {SafetensorsBytes(R"({"t":{"dtype":"F32","shape":[2]}})", "12345678"),
+       "needs dtype, shape and data_offsets"},
   };
   for (const Case& c : cases) {
     WriteBytes(path, c.bytes);
@@ -140,7 +142,8 @@ TEST_F(ModelFileTest, LoadsBf16AndF16Upcast) {
 TEST_F(ModelFileTest, MissingTensor) {
   tensors_.erase("layers.1.ttt.o_norm.weight");
   Write("F32", ModelConfigToJson(config_));
-  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("missing tensor 'layers.1.ttt.o_norm.weight' (shape [16])"));
+  EXPECT_THAT(ErrorOf(LoadModel(path_)),
+              HasSubstr("missing tensor 'layers.1.ttt.o_norm.weight' (shape [16])"));
 }
 
 TEST_F(ModelFileTest, ExtraTensor) {
@@ -152,7 +155,8 @@ TEST_F(ModelFileTest, ExtraTensor) {
 TEST_F(ModelFileTest, MisShapedTensor) {
   tensors_["layers.0.mamba.fwd.A_log"] = Tensor({7});
   Write("F32", ModelConfigToJson(config_));
-  EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("tensor 'layers.0.mamba.fwd.A_log' has shape [7], expected [8]"));
+  EXPECT_THAT(ErrorOf(LoadModel(path_)),
+              HasSubstr("tensor 'layers.0.mamba.fwd.A_log' has shape [7], expected [8]"));
 }
 
 TEST_F(ModelFileTest, MissingConfig) {
@@ -180,9 +184,11 @@ TEST_F(ModelFileTest, BadConfigs) {
       {[](json& j) { j["ttt"]["lr"] = 3; }, "unknown field 'ttt.lr'"},
       {[](json& j) { j["n_layers"] = "two"; }, "'n_layers' must be an integer, got \"two\""},
       {[](json& j) { j["d_model"] = 0; }, "'d_model' = 0 must be >= 1"},
-      {[](json& j) { j["ssm"]["head_dim"] = 5; }, "ssm.head_dim 5 must divide d_inner = expand * d_model = 64"},
+      {[](json& j) { j["ssm"]["head_dim"] = 5; },
+       "ssm.head_dim 5 must divide d_inner = expand * d_model = 64"},
       {[](json& j) { j["ttt"]["head_dim"] = 5; }, "ttt.head_dim 5 must divide d_model 32"},
-      {[](json& j) { j["ttt"]["base_lr"] = -1; }, "ttt.base_lr -1 must be a positive finite number"},
+      {[](json& j) { j["ttt"]["base_lr"] = -1; },
+       "ttt.base_lr -1 must be a positive finite number"},
   };
   for (const Case& c : cases) {
     json j = base;
@@ -195,9 +201,11 @@ TEST_F(ModelFileTest, BadConfigs) {
 }
 
 TEST(PresetErrors, UnknownPresetAndBadSeed) {
-  EXPECT_THAT(ErrorOf(ResolveModel("preset:huge")), HasSubstr("unknown preset 'huge' (allowed: small, base)"));
+  EXPECT_THAT(ErrorOf(ResolveModel("preset:huge")),
+              HasSubstr("unknown preset 'huge' (allowed: small, base)"));
   EXPECT_THAT(ErrorOf(ResolveModel("preset:small:x")), HasSubstr("expected preset:NAME[:SEED]"));
-  auto a = ResolveModel("preset:small:3"), b = ResolveModel("preset:small:3"), c = ResolveModel("preset:small:4");
+  auto a = ResolveModel("preset:small:3"), b = ResolveModel("preset:small:3"),
+       c = ResolveModel("preset:small:4");
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(a->tensors().at("layers.1.ttt.w1").data, b->tensors().at("layers.1.ttt.w1").data);
   EXPECT_NE(a->tensors().at("layers.1.ttt.w1").data, c->tensors().at("layers.1.ttt.w1").data);
@@ -221,13 +229,16 @@ TEST(NpyErrors, MalformedFiles) {
       {"PK\x03\x04 not npy", "not a .npy file (bad magic)"},
       {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", payload, 7),
        "unsupported format version 7"},
-      {NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", payload), "Fortran-order"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", payload),
+       "Fortran-order"},
       {NpyBytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", payload),
        "dtype '<f8' is not supported (allowed: little-endian float32 <f4, float16 <f2)"},
       {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", payload),
        "payload is 8 bytes but shape [3] needs 12"},
-      {NpyBytes("{'descr': '<f4', 'shape': (2,), }", payload), "header lacks descr, fortran_order or shape"},
-      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (x,), }", payload), "is not a tuple"},
+      {NpyBytes("{'descr': '<f4', 'shape': (2,), }", payload),
+       "header lacks descr, fortran_order or shape"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (x,), }", payload),
+       "is not a tuple"},
   };
   for (const Case& c : cases) {
     WriteBytes(path, c.bytes);
@@ -276,12 +287,15 @@ TEST(RunnerErrors, BadTokens) {
   FusedState state;
   EXPECT_THAT(ErrorOf(runner.RunContext(Tensor({4, 15}), &state)),
               HasSubstr("context has shape [4, 15]; the model takes [L, 16] tokens"));
-  EXPECT_THAT(ErrorOf(runner.RunContext(Tensor({0, 16}), &state)), HasSubstr("context has no tokens"));
+  EXPECT_THAT(ErrorOf(runner.RunContext(Tensor({0, 16}), &state)),
+              HasSubstr("context has no tokens"));
   Tensor nan = RandomTokens(3, 16, 1);
   nan.data[2 * 16 + 5] = std::nanf("");
-  EXPECT_THAT(ErrorOf(runner.RunContext(nan, &state)), HasSubstr("non-finite value at token 2, feature 5"));
+  EXPECT_THAT(ErrorOf(runner.RunContext(nan, &state)),
+              HasSubstr("non-finite value at token 2, feature 5"));
   ASSERT_TRUE(runner.RunContext(RandomTokens(3, 16, 1), &state).ok());
-  EXPECT_THAT(ErrorOf(runner.RunQuery(Tensor({2, 3}), state)), HasSubstr("query set has shape [2, 3]"));
+  EXPECT_THAT(ErrorOf(runner.RunQuery(Tensor({2, 3}), state)),
+              HasSubstr("query set has shape [2, 3]"));
 }
 
 TEST(RunnerCancellation, StopsBetweenTiles) {
@@ -289,7 +303,8 @@ TEST(RunnerCancellation, StopsBetweenTiles) {
   Model model = RandomTestModel(c, 1);
   int polls = 0;
   // One-token tiles: the first layer alone polls hundreds of times; stop on the 5th.
-  CpuRunner runner(model, c, {.threads = 1, .tile_tokens = 1}, {.cancelled = [&] { return ++polls >= 5; }});
+  CpuRunner runner(model, c, {.threads = 1, .tile_tokens = 1},
+                   {.cancelled = [&] { return ++polls >= 5; }});
   FusedState state;
   absl::StatusOr<Tensor> out = runner.RunContext(RandomTokens(300, 16, 2), &state);
   EXPECT_EQ(out.status().code(), absl::StatusCode::kCancelled) << out.status();
@@ -302,8 +317,9 @@ TEST(JobOptionErrors, OutOfRange) {
               HasSubstr("muon_steps -1 is out of range (allowed: 0..100)"));
   EXPECT_THAT(ErrorOf(ApplyJobOptions(c, {std::nullopt, std::optional<int>(-5)})),
               HasSubstr("chunk_tokens -5 must be >= 0"));
-  EXPECT_THAT(ErrorOf(ParseJobOptions(R"({"d_model": 3})")),
-              HasSubstr("unknown field 'd_model' (a job may override only muon_steps and chunk_tokens)"));
+  EXPECT_THAT(
+      ErrorOf(ParseJobOptions(R"({"d_model": 3})")),
+      HasSubstr("unknown field 'd_model' (a job may override only muon_steps and chunk_tokens)"));
 }
 
 }  // namespace

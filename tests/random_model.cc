@@ -13,7 +13,8 @@ Model RandomTestModel(const ModelConfig& config, uint64_t seed) {
   std::map<std::string, Tensor> tensors = base.tensors();
   Random rng(seed ^ 0x5eedull);
   for (auto& [name, t] : tensors) {
-    const bool scale_like = absl::EndsWith(name, "norm.weight") || absl::EndsWith(name, "norm1.weight") ||
+    const bool scale_like = absl::EndsWith(name, "norm.weight") ||
+                            absl::EndsWith(name, "norm1.weight") ||
                             absl::EndsWith(name, "norm2.weight") || absl::EndsWith(name, ".D");
     const bool bias_like = absl::EndsWith(name, "bias");
     for (float& v : t.data) {

@@ -13,10 +13,12 @@ class ReferenceGoldenTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ReferenceGoldenTest, MatchesExpected) {
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase(GetParam());
   ASSERT_TRUE(golden.ok()) << golden.status();
-  reference::JobOutputs got = reference::RunJob(golden->model, golden->config, golden->context, golden->queries);
+  reference::JobOutputs got =
+      reference::RunJob(golden->model, golden->config, golden->context, golden->queries);
   ASSERT_EQ(got.queries.size(), golden->queries.size());
   std::map<std::string, const TensorD*> outputs = {{"output", &got.output}};
-  for (size_t k = 0; k < got.queries.size(); ++k) outputs["query_" + std::to_string(k)] = &got.queries[k];
+  for (size_t k = 0; k < got.queries.size(); ++k)
+    outputs["query_" + std::to_string(k)] = &got.queries[k];
   for (const auto& [name, t] : got.state) outputs[name] = &t;
   ASSERT_EQ(outputs.size(), golden->expected.size());
   for (const auto& [name, want] : golden->expected) {
@@ -28,8 +30,9 @@ TEST_P(ReferenceGoldenTest, MatchesExpected) {
 INSTANTIATE_TEST_SUITE_P(Golden, ReferenceGoldenTest, ::testing::ValuesIn(GoldenCaseNames()));
 
 TEST(GoldenFiles, ArePresent) {
-  ASSERT_GE(GoldenCaseNames().size(), 3u) << "golden cases not found under " << GoldenDir()
-                                          << "; the tests read ../shared/golden next to the repository";
+  ASSERT_GE(GoldenCaseNames().size(), 3u)
+      << "golden cases not found under " << GoldenDir()
+      << "; the tests read ../shared/golden next to the repository";
 }
 
 }  // namespace

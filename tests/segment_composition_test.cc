@@ -57,7 +57,8 @@ struct ScanData {
     ScanData r = *this;
     const auto flip = [&](std::vector<float>& v, int64_t width) {
       for (int64_t t = 0; t < T / 2; ++t)
-        std::swap_ranges(v.begin() + t * width, v.begin() + (t + 1) * width, v.begin() + (T - 1 - t) * width);
+        std::swap_ranges(v.begin() + t * width, v.begin() + (t + 1) * width,
+                         v.begin() + (T - 1 - t) * width);
     };
     flip(r.x, H * P);
     flip(r.b, N);
@@ -66,14 +67,36 @@ struct ScanData {
     return r;
   }
   cpu::ScanParams Params(int64_t t0, int64_t n, float* y) {
-    return {n,      H,  P,  N, x.data() + t0 * H * P, H * P, b.data() + t0 * N, N, c.data() + t0 * N, N,
-            dt.data() + t0 * H, H, a.data(), d.data(), y + t0 * H * P, H * P};
+    return {n,
+            H,
+            P,
+            N,
+            x.data() + t0 * H * P,
+            H * P,
+            b.data() + t0 * N,
+            N,
+            c.data() + t0 * N,
+            N,
+            dt.data() + t0 * H,
+            H,
+            a.data(),
+            d.data(),
+            y + t0 * H * P,
+            H * P};
   }
 };
 
 ScanData RandomScanData(Random& r, int64_t T) {
-  ScanData s{T, 1 + static_cast<int>(r.NextU64() % 3), 1 + static_cast<int>(r.NextU64() % 6),
-             1 + static_cast<int>(r.NextU64() % 6), {}, {}, {}, {}, {}, {}};
+  ScanData s{T,
+             1 + static_cast<int>(r.NextU64() % 3),
+             1 + static_cast<int>(r.NextU64() % 6),
+             1 + static_cast<int>(r.NextU64() % 6),
+             {},
+             {},
+             {},
+             {},
+             {},
+             {}};
   s.x = Normal(r, T * s.H * s.P);
   s.b = Normal(r, T * s.N);
   s.c = Normal(r, T * s.N);
@@ -107,12 +130,13 @@ TEST_P(ScanCompositionTest, SegmentsFromZeroComposeToWhole) {
       cpu::ScanParams p = s.Params(t0, n, y.data());
       cpu::SsdScan(p, state.data(), log_decay.data());  // from zero
       cpu::SsdAddCarry(p, carry.data());
-      cpu::ComposeScanSummary(s.H, per_head, carry.data(), carry_log.data(), state.data(), log_decay.data(),
-                              carry.data(), carry_log.data());
+      cpu::ComposeScanSummary(s.H, per_head, carry.data(), carry_log.data(), state.data(),
+                              log_decay.data(), carry.data(), carry_log.data());
       t0 += n;
     }
     EXPECT_LE(MaxRelDiff(y, want_y), 1e-5) << (backward ? "backward" : "forward") << " T=" << T;
-    EXPECT_LE(MaxRelDiff(carry, want_state), 1e-5) << (backward ? "backward" : "forward") << " T=" << T;
+    EXPECT_LE(MaxRelDiff(carry, want_state), 1e-5)
+        << (backward ? "backward" : "forward") << " T=" << T;
   }
 }
 
@@ -129,10 +153,12 @@ TEST_P(ConvCompositionTest, HistoriesFromNeighboursGiveWhole) {
     std::vector<float> seq = u;  // scan order
     if (backward)
       for (int64_t t = 0; t < T / 2; ++t)
-        std::swap_ranges(seq.begin() + t * C, seq.begin() + (t + 1) * C, seq.begin() + (T - 1 - t) * C);
+        std::swap_ranges(seq.begin() + t * C, seq.begin() + (t + 1) * C,
+                         seq.begin() + (T - 1 - t) * C);
     const std::vector<float> initial = Normal(r, (W - 1) * C);
     std::vector<float> want(T * C), want_history = initial;
-    cpu::CausalConvSilu({T, C, W, seq.data(), C, weight.data(), bias.data(), want.data(), C}, want_history.data());
+    cpu::CausalConvSilu({T, C, W, seq.data(), C, weight.data(), bias.data(), want.data(), C},
+                        want_history.data());
 
     const std::vector<int64_t> lengths = RandomSegments(r, T);
     // Boundary rows each segment receives: the composed tails of everything
@@ -148,7 +174,8 @@ TEST_P(ConvCompositionTest, HistoriesFromNeighboursGiveWhole) {
     std::vector<float> got(T * C);
     t0 = 0;
     for (size_t k = 0; k < lengths.size(); ++k) {
-      cpu::CausalConvSilu({lengths[k], C, W, seq.data() + t0 * C, C, weight.data(), bias.data(), got.data() + t0 * C, C},
+      cpu::CausalConvSilu({lengths[k], C, W, seq.data() + t0 * C, C, weight.data(), bias.data(),
+                           got.data() + t0 * C, C},
                           halos[k].data());
       t0 += lengths[k];
     }
@@ -181,7 +208,8 @@ TEST_P(LactPartialSumTest, PartitionSumsEqualWholeChunk) {
   cpu::LactWorkspace ws;
 
   std::vector<float> want0(fast_size), want1(fast_size), want2(fast_size);
-  cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), T, fast, {want0.data(), want1.data(), want2.data()}, &ws);
+  cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), T, fast,
+                                 {want0.data(), want1.data(), want2.data()}, &ws);
 
   // A random partition of the tokens (not contiguous): gather each part.
   std::vector<int64_t> order(T);
@@ -195,8 +223,8 @@ TEST_P(LactPartialSumTest, PartitionSumsEqualWholeChunk) {
       std::copy_n(kv.begin() + order[start + i] * 2 * D, 2 * D, part_kv.begin() + i * 2 * D);
       std::copy_n(lr.begin() + order[start + i] * 3 * ht, 3 * ht, part_lr.begin() + i * 3 * ht);
     }
-    cpu::AccumulateFastWeightGrads(c, part_kv.data(), part_lr.data(), n, fast, {got0.data(), got1.data(), got2.data()},
-                                   &ws);
+    cpu::AccumulateFastWeightGrads(c, part_kv.data(), part_lr.data(), n, fast,
+                                   {got0.data(), got1.data(), got2.data()}, &ws);
     start += n;
   }
   EXPECT_LE(MaxRelDiff(got0, want0), 1e-5);
@@ -204,8 +232,10 @@ TEST_P(LactPartialSumTest, PartitionSumsEqualWholeChunk) {
   EXPECT_LE(MaxRelDiff(got2, want2), 1e-5);
 
   std::vector<float> a0 = w0, a1 = w1, a2 = w2, b0 = w0, b1 = w1, b2 = w2;
-  cpu::UpdateFastWeights(c, {want0.data(), want1.data(), want2.data()}, fast, a0.data(), a1.data(), a2.data());
-  cpu::UpdateFastWeights(c, {got0.data(), got1.data(), got2.data()}, fast, b0.data(), b1.data(), b2.data());
+  cpu::UpdateFastWeights(c, {want0.data(), want1.data(), want2.data()}, fast, a0.data(), a1.data(),
+                         a2.data());
+  cpu::UpdateFastWeights(c, {got0.data(), got1.data(), got2.data()}, fast, b0.data(), b1.data(),
+                         b2.data());
   EXPECT_LE(MaxRelDiff(b0, a0), 1e-5);
   EXPECT_LE(MaxRelDiff(b1, a1), 1e-5);
   EXPECT_LE(MaxRelDiff(b2, a2), 1e-5);

@@ -17,7 +17,8 @@ std::string ModelDir() {
     std::filesystem::remove_all(d);  // left by an earlier process with the same pid
     std::filesystem::create_directories(d);
     for (const std::string& name : GoldenCaseNames()) {
-      std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors", d + "/" + name + ".safetensors");
+      std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors",
+                                      d + "/" + name + ".safetensors");
     }
     return d;
   }();
@@ -28,7 +29,8 @@ void ExpectGolden(const GoldenCase& golden, const JobResult& got) {
   EXPECT_LE(RelativeError(got.output, golden.expected.at("output")), 1e-4);
   ASSERT_EQ(got.queries.size(), golden.queries.size());
   for (size_t k = 0; k < got.queries.size(); ++k) {
-    EXPECT_LE(RelativeError(got.queries[k], golden.expected.at(absl::StrCat("query_", k))), 1e-4) << k;
+    EXPECT_LE(RelativeError(got.queries[k], golden.expected.at(absl::StrCat("query_", k))), 1e-4)
+        << k;
   }
   for (const auto& [name, want] : golden.expected) {
     if (name == "output" || name.rfind("query_", 0) == 0) continue;
@@ -55,8 +57,9 @@ std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::str
   options.worker_args = std::move(worker_args);
   const char* bin_dir = std::getenv("LACT_BIN_DIR");  // a moved build (scripts/gpu-check's bundle)
   options.bin_dir = bin_dir != nullptr ? bin_dir : LACT_BIN_DIR;
-  options.coordinator_args = {"--collective-timeout-ms", "5000", "--acquire-timeout-ms", "5000", "--heartbeat-ms",
-                              "300", "--upload-idle-timeout-ms", "1000"};
+  options.coordinator_args = {
+      "--collective-timeout-ms", "5000", "--acquire-timeout-ms",     "5000",
+      "--heartbeat-ms",          "300",  "--upload-idle-timeout-ms", "1000"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   return cluster.ok() ? *std::move(cluster) : nullptr;

@@ -28,7 +28,8 @@ SubmitOptions GoldenOptions(const GoldenCase& golden);
 // `worker_args` added to every worker's flags and `data_root` (if any) as
 // the cluster's --data-root; null (and a test failure) if it does not
 // start. The binaries are the build's, or $LACT_BIN_DIR's.
-std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::string> worker_args = {},
+std::unique_ptr<LocalCluster> StartTestCluster(int workers,
+                                               std::vector<std::string> worker_args = {},
                                                std::string data_root = "");
 
 }  // namespace lact::testing

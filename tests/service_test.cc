@@ -20,8 +20,8 @@
 #include "common/token_codec.h"
 #include "lact/v1/coordinator.grpc.pb.h"
 #include "tests/golden_case.h"
-#include "tests/service_support.h"
 #include "tests/random_model.h"
+#include "tests/service_support.h"
 
 namespace lact::testing {
 namespace {
@@ -65,7 +65,8 @@ TEST_F(ServiceTest, GoldenCasesOverOneTwoAndThreeWorkers) {
 TEST_F(ServiceTest, QueryAgainstRetainedJobEqualsQueriesSentWithIt) {
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
   ASSERT_TRUE(golden.ok()) << golden.status();
-  absl::StatusOr<JobResult> job = Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
+  absl::StatusOr<JobResult> job =
+      Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::vector<Tensor>> later = Client().Query(job->job_id, golden->queries);
   ASSERT_TRUE(later.ok()) << later.status();
@@ -79,7 +80,8 @@ TEST_F(ServiceTest, QueryAgainstRetainedJobEqualsQueriesSentWithIt) {
   EXPECT_EQ(info->status(), v1::JobInfo::SUCCEEDED);
   EXPECT_TRUE(info->state_retained());
   ASSERT_TRUE(Client().DeleteJob(job->job_id).ok());
-  EXPECT_EQ(Client().Query(job->job_id, golden->queries).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Client().Query(job->job_id, golden->queries).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(ServiceTest, RandomModelIndependentOfWorkerCount) {
@@ -94,7 +96,8 @@ TEST_F(ServiceTest, RandomModelIndependentOfWorkerCount) {
   base.timeout = std::chrono::seconds(60);
   absl::StatusOr<JobResult> one = Client().Submit(base, context, queries);
   ASSERT_TRUE(one.ok()) << one.status();
-  for (std::vector<int64_t> split : std::vector<std::vector<int64_t>>{{20, 20}, {1, 2, 37}, {18, 1, 21}, {38, 1, 1}}) {
+  for (std::vector<int64_t> split :
+       std::vector<std::vector<int64_t>>{{20, 20}, {1, 2, 37}, {18, 1, 21}, {38, 1, 1}}) {
     SubmitOptions o = base;
     o.workers = 0;
     o.shard_tokens = split;
@@ -120,7 +123,8 @@ TEST_F(ServiceTest, RandomModelIndependentOfWorkerCount) {
 class RawSubmit {
  public:
   explicit RawSubmit(const std::string& address)
-      : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+      : stub_(v1::Coordinator::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
     ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     stream_ = stub_->Submit(&ctx_);
   }
@@ -171,18 +175,30 @@ TEST_F(ServiceTest, BadJobSpecsAreRejectedWithAMessage) {
       {[](auto& r) { r.mutable_spec()->set_model(""); }, "JobSpec.model is empty"},
       {[](auto& r) { r.mutable_spec()->set_token_width(31); },
        "token_width 31 does not match model 'tiny', which takes 32 features per token"},
-      {[](auto& r) { r.mutable_spec()->set_context_tokens(0); }, "context_tokens 0 is out of range (allowed: 1.."},
-      {[](auto& r) { r.mutable_spec()->set_dtype(v1::DTYPE_UNSPECIFIED); }, "dtype must be F32, BF16 or F16"},
-      {[](auto& r) { r.mutable_spec()->set_workers(9); }, "asks for 9 workers but 3 healthy workers hold model 'tiny'"},
-      {[](auto& r) { r.mutable_spec()->set_context_tokens(2); r.mutable_spec()->set_workers(3); },
+      {[](auto& r) { r.mutable_spec()->set_context_tokens(0); },
+       "context_tokens 0 is out of range (allowed: 1.."},
+      {[](auto& r) { r.mutable_spec()->set_dtype(v1::DTYPE_UNSPECIFIED); },
+       "dtype must be F32, BF16 or F16"},
+      {[](auto& r) { r.mutable_spec()->set_workers(9); },
+       "asks for 9 workers but 3 healthy workers hold model 'tiny'"},
+      {[](auto& r) {
+         r.mutable_spec()->set_context_tokens(2);
+         r.mutable_spec()->set_workers(3);
+       },
        "cannot shard 2 context tokens over 3 workers"},
-      {[](auto& r) { r.mutable_spec()->mutable_options()->set_muon_steps(-1); }, "muon_steps -1 is out of range"},
-      {[](auto& r) { r.mutable_spec()->add_query_tokens(0); }, "query set 0 has 0 tokens; need >= 1"},
-      {[](auto& r) { r.mutable_spec()->add_shard_tokens(3); r.mutable_spec()->add_shard_tokens(3); },
+      {[](auto& r) { r.mutable_spec()->mutable_options()->set_muon_steps(-1); },
+       "muon_steps -1 is out of range"},
+      {[](auto& r) { r.mutable_spec()->add_query_tokens(0); },
+       "query set 0 has 0 tokens; need >= 1"},
+      {[](auto& r) {
+         r.mutable_spec()->add_shard_tokens(3);
+         r.mutable_spec()->add_shard_tokens(3);
+       },
        "shard_tokens add up to 6, not context_tokens 8"},
       {[](auto& r) { r.mutable_spec()->set_tenant("team a/../b"); },
        "JobSpec.tenant 'team a/../b' must be at most 64 letters, digits, '-', '_' or '.'"},
-      {[](auto& r) { r.mutable_spec()->set_tenant(std::string(65, 't')); }, "must be at most 64 letters"},
+      {[](auto& r) { r.mutable_spec()->set_tenant(std::string(65, 't')); },
+       "must be at most 64 letters"},
       {[](auto& r) { r.mutable_spec()->set_retain_seconds(int64_t{1} << 62); },
        "retain_seconds 4611686018427387904 is out of range (allowed: 0..2592000"},
   };
@@ -192,12 +208,14 @@ TEST_F(ServiceTest, BadJobSpecsAreRejectedWithAMessage) {
     RawSubmit raw(cluster_->address());
     raw.Send(spec);
     grpc::Status s = raw.Close();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message << ": " << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.message << ": " << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(c.message));
   }
   RawSubmit no_spec(cluster_->address());
   no_spec.Send(v1::SubmitRequest());
-  EXPECT_THAT(no_spec.Close().error_message(), HasSubstr("the first Submit message must be a JobSpec"));
+  EXPECT_THAT(no_spec.Close().error_message(),
+              HasSubstr("the first Submit message must be a JobSpec"));
   RawSubmit by_ref(cluster_->address());
   v1::SubmitRequest ref = Spec("tiny", 8, 32);
   ref.mutable_spec()->mutable_context_ref()->set_path("/tmp/x.npy");
@@ -268,7 +286,8 @@ TEST_F(ServiceTest, CoordinatorNeverHoldsTheContext) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->stats.coordinator_payload_bytes(), 0);
   EXPECT_GT(got->stats.coordinator_peak_rss_bytes(), 0);
-  EXPECT_LT(got->stats.coordinator_peak_rss_bytes() - small->stats.coordinator_peak_rss_bytes(), int64_t{32} << 20)
+  EXPECT_LT(got->stats.coordinator_peak_rss_bytes() - small->stats.coordinator_peak_rss_bytes(),
+            int64_t{32} << 20)
       << "the coordinator's peak RSS grew with the context";
   EXPECT_GT(got->stats.upload_mb_per_second(), 0.0);
   EXPECT_GT(got->stats.download_mb_per_second(), 0.0);
@@ -294,7 +313,8 @@ TEST_P(CancelTest, CancelJobMidRun) {
   absl::StatusOr<JobResult> got = Client().Submit(
       LongJob(3), context, {},
       [&](const v1::Progress& p) {
-        if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD)) trigger = true;
+        if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD))
+          trigger = true;
       },
       [&](const std::string& id) { job_id = id; });
   done = true;
@@ -307,8 +327,9 @@ TEST_P(CancelTest, CancelJobMidRun) {
   ExpectClusterStillWorks(Client(), 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Phases, CancelTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "DuringCompute" : "DuringUpload"; });
+INSTANTIATE_TEST_SUITE_P(Phases, CancelTest, ::testing::Values(false, true), [](const auto& info) {
+  return info.param ? "DuringCompute" : "DuringUpload";
+});
 
 TEST_F(ServiceTest, DeadlineThatExpires) {
   SubmitOptions o = LongJob(3);
@@ -333,10 +354,10 @@ TEST_P(ServiceFaultTest, WorkerKilledMidJob) {
     cluster->KillWorker(1);
   });
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<JobResult> got = client.Submit(
-      LongJob(2), RandomTokens(65536, 256, 11), {},
-      [&](const v1::Progress& p) {
-        if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD)) trigger = true;
+  absl::StatusOr<JobResult> got =
+      client.Submit(LongJob(2), RandomTokens(65536, 256, 11), {}, [&](const v1::Progress& p) {
+        if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD))
+          trigger = true;
       });
   trigger = true;  // in case the job ended before the trigger
   killer.join();
@@ -349,8 +370,9 @@ TEST_P(ServiceFaultTest, WorkerKilledMidJob) {
   ExpectClusterStillWorks(std::move(client), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Phases, ServiceFaultTest, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param == 0 ? "DuringUpload" : "DuringCompute"; });
+INSTANTIATE_TEST_SUITE_P(Phases, ServiceFaultTest, ::testing::Values(0, 1), [](const auto& info) {
+  return info.param == 0 ? "DuringUpload" : "DuringCompute";
+});
 
 // A worker that cannot run its backend refuses to start, naming the problem
 // and the allowed values, before it registers anywhere.

@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/data_files.h"
+#include "common/model.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
-#include "common/model.h"
 #include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
 #include "worker/token_receiver.h"
@@ -48,11 +48,12 @@ class DataRoot : public ::testing::Test {
     std::ofstream(path, std::ios::binary) << bytes;
   }
   // An .npy of `descr` with 2-byte values `bits` per element.
-  static void WriteNpy16(const std::string& path, const std::string& descr, int64_t rows, int64_t width,
-                         const std::vector<uint16_t>& bits) {
+  static void WriteNpy16(const std::string& path, const std::string& descr, int64_t rows,
+                         int64_t width, const std::vector<uint16_t>& bits) {
     std::string header = NpyF32Header({rows, width});
     header.replace(header.find("'<f4'"), 5, "'" + descr + "'");
-    WriteBytes(path, header + std::string(reinterpret_cast<const char*>(bits.data()), bits.size() * 2));
+    WriteBytes(path,
+               header + std::string(reinterpret_cast<const char*>(bits.data()), bits.size() * 2));
   }
 
   std::string base_, root_;
@@ -66,11 +67,14 @@ TEST_F(DataRoot, PathsResolveInsideTheRootOnly) {
   fs::create_symlink(base_ + "/outside", root_ + "/escape");
   fs::create_symlink(root_ + "/sub/a.npy", root_ + "/inner_link.npy");
 
-  EXPECT_EQ(*ResolveDataPath(root_, root_ + "/sub/a.npy", false), fs::canonical(root_ + "/sub/a.npy").string());
-  EXPECT_EQ(*ResolveDataPath(root_, "sub/a.npy", false), fs::canonical(root_ + "/sub/a.npy").string());
+  EXPECT_EQ(*ResolveDataPath(root_, root_ + "/sub/a.npy", false),
+            fs::canonical(root_ + "/sub/a.npy").string());
+  EXPECT_EQ(*ResolveDataPath(root_, "sub/a.npy", false),
+            fs::canonical(root_ + "/sub/a.npy").string());
   EXPECT_EQ(*ResolveDataPath(root_, "file://" + root_ + "/sub/a.npy", false),
             fs::canonical(root_ + "/sub/a.npy").string());
-  EXPECT_TRUE(ResolveDataPath(root_, "inner_link.npy", false).ok()) << "a link that stays inside is fine";
+  EXPECT_TRUE(ResolveDataPath(root_, "inner_link.npy", false).ok())
+      << "a link that stays inside is fine";
 
   struct Case {
     std::string ref;
@@ -78,8 +82,10 @@ TEST_F(DataRoot, PathsResolveInsideTheRootOnly) {
     absl::StatusCode code;
     std::string message;
   } cases[] = {
-      {base_ + "/outside/secret.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
-      {"../outside/secret.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {base_ + "/outside/secret.npy", false, absl::StatusCode::kPermissionDenied,
+       "outside the data root"},
+      {"../outside/secret.npy", false, absl::StatusCode::kPermissionDenied,
+       "outside the data root"},
       {"link.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
       {"escape/secret.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
       {"escape/new.npy", true, absl::StatusCode::kPermissionDenied, "outside the data root"},
@@ -88,7 +94,8 @@ TEST_F(DataRoot, PathsResolveInsideTheRootOnly) {
       {"sub", true, absl::StatusCode::kPermissionDenied, "is not a regular file"},
       {"missing.npy", false, absl::StatusCode::kNotFound, "does not exist"},
       {"nofolder/x.npy", true, absl::StatusCode::kInvalidArgument, "its folder"},
-      {"file://host/x.npy", false, absl::StatusCode::kInvalidArgument, "only file:///absolute/path"},
+      {"file://host/x.npy", false, absl::StatusCode::kInvalidArgument,
+       "only file:///absolute/path"},
       {"", false, absl::StatusCode::kInvalidArgument, "empty"},
   };
   for (const Case& c : cases) {
@@ -173,7 +180,8 @@ TEST_F(DataRoot, BadTokenFilesAreRefusedWithAMessage) {
   };
   for (const Case& c : cases) {
     absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/" + c.file, "");
-    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << c.file << ": " << file.status();
+    EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.file << ": " << file.status();
     EXPECT_THAT(std::string(file.status().message()), HasSubstr(c.message)) << c.file;
   }
   absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/nan.npy", "");
@@ -194,10 +202,12 @@ TEST_F(DataRoot, OutputFilledAtRowOffsetsIsTheWholeTensor) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->shape, t.shape);
   EXPECT_EQ(back->data, t.data);
-  EXPECT_EQ(WriteTokenRows(path, 10, 4, 0, t.ptr(), 1).code(), absl::StatusCode::kFailedPrecondition)
+  EXPECT_EQ(WriteTokenRows(path, 10, 4, 0, t.ptr(), 1).code(),
+            absl::StatusCode::kFailedPrecondition)
       << "a shape that disagrees with the header";
   fs::create_symlink(base_ + "/outside/target.npy", root_ + "/sym.npy");
-  EXPECT_FALSE(CreateOutputFile(root_ + "/sym.npy", 1, 1).ok()) << "never written through a symlink";
+  EXPECT_FALSE(CreateOutputFile(root_ + "/sym.npy", 1, 1).ok())
+      << "never written through a symlink";
   EXPECT_FALSE(fs::exists(base_ + "/outside/target.npy"));
 }
 
@@ -215,7 +225,8 @@ TEST_F(DataRoot, LargeShardsWrittenAtOnceAroundTheCacheEqualTheWholeTensor) {
     std::vector<absl::Status> statuses(3);
     for (int r = 0; r < 3; ++r) {
       shards.emplace_back([&, r] {
-        statuses[r] = WriteTokenRows(path, rows, width, begins[r], t.ptr() + begins[r] * width, begins[r + 1] - begins[r]);
+        statuses[r] = WriteTokenRows(path, rows, width, begins[r], t.ptr() + begins[r] * width,
+                                     begins[r + 1] - begins[r]);
       });
     }
     for (std::thread& s : shards) s.join();
@@ -227,7 +238,8 @@ TEST_F(DataRoot, LargeShardsWrittenAtOnceAroundTheCacheEqualTheWholeTensor) {
   }
 }
 
-v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v, WireType dtype = WireType::kF32) {
+v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v,
+                     WireType dtype = WireType::kF32) {
   v1::TokenChunk c;
   c.set_set(set);
   c.set_offset(offset);
@@ -241,8 +253,9 @@ TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {
   ASSERT_TRUE(receiver.Accept(Chunk(1, 0, {9, 9, 8, 8}, WireType::kBF16)).ok());
   EXPECT_THAT(std::string(receiver.CheckComplete().message()),
               HasSubstr("after 2 of the 3 tokens of the shard's context"));
-  EXPECT_THAT(std::string(receiver.Accept(Chunk(0, 2, {5, std::nanf("")}, WireType::kBF16)).message()),
-              HasSubstr("token 102 feature 1 is nan"));
+  EXPECT_THAT(
+      std::string(receiver.Accept(Chunk(0, 2, {5, std::nanf("")}, WireType::kBF16)).message()),
+      HasSubstr("token 102 feature 1 is nan"));
   ASSERT_TRUE(receiver.Accept(Chunk(0, 2, {5, 6}, WireType::kBF16)).ok());
   ASSERT_TRUE(receiver.CheckComplete().ok());
   EXPECT_EQ(receiver.bytes_received(), 5 * 2 * 2);
@@ -255,9 +268,11 @@ TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {
 }
 
 TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
-  auto transfer = std::make_shared<ShardTransfer>("secret", TokenReceiver({2}, 1, WireType::kF32, 0));
+  auto transfer =
+      std::make_shared<ShardTransfer>("secret", TokenReceiver({2}, 1, WireType::kF32, 0));
   TransferBoard board;
-  EXPECT_EQ(board.Find("job", 0, "secret", std::chrono::milliseconds(10)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(board.Find("job", 0, "secret", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
   board.Register("job", 0, transfer);
   EXPECT_EQ(board.Find("job", 0, "secreT", std::chrono::milliseconds(10)).status().code(),
             absl::StatusCode::kPermissionDenied);
@@ -278,7 +293,8 @@ TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
   });
   ASSERT_TRUE(transfer->AwaitUpload(std::chrono::seconds(5), [] { return false; }).ok());
   EXPECT_EQ(transfer->receiver().TakeSet(0).data, (std::vector<float>{1.5f, 2.5f}));
-  EXPECT_EQ(transfer->Attach(nullptr).code(), absl::StatusCode::kFailedPrecondition) << "one stream per shard";
+  EXPECT_EQ(transfer->Attach(nullptr).code(), absl::StatusCode::kFailedPrecondition)
+      << "one stream per shard";
   auto rows = std::make_shared<const Tensor>(Tensor({1, 2}));
   transfer->Publish({0, 0, "", rows});
   transfer->Publish({1, 0, "", rows});
@@ -309,7 +325,8 @@ TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
   unread.EndPublishing();
   s = unread.AwaitDownload(std::chrono::milliseconds(100), [] { return false; });
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(s.message()), HasSubstr("no Transfer stream from the client for 100 ms to take the results"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("no Transfer stream from the client for 100 ms to take the results"));
 }
 
 TEST(ShardTransfer, FailuresReachTheOtherSide) {
@@ -327,7 +344,8 @@ TEST(ShardTransfer, FailuresReachTheOtherSide) {
   std::thread runshard([&] { aborted.Abort(absl::UnavailableError("a peer died")); });
   absl::StatusOr<std::optional<ShardTransfer::Item>> item = aborted.NextItem();
   runshard.join();
-  EXPECT_EQ(item.status().code(), absl::StatusCode::kUnavailable) << "the waiting stream wakes with the cause";
+  EXPECT_EQ(item.status().code(), absl::StatusCode::kUnavailable)
+      << "the waiting stream wakes with the cause";
 
   ShardTransfer cancelled("t", TokenReceiver({1}, 1, WireType::kF32, 0));
   s = cancelled.AwaitUpload(std::chrono::seconds(5), [] { return true; });
@@ -345,9 +363,12 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   ASSERT_GT(state_bytes, 0);
   auto rows = std::make_shared<const Tensor>(std::vector<int64_t>{100, 64});
   const int64_t one = state_bytes + rows->size() * 4;  // a rank 0 job: state and outputs
-  RetainedResults results(one * 5 / 2);  // room for two
-  const auto rank0 = [&] { return RetainedResult{"preset:small", {}, "t", 0, state, {{0, 0, "", rows}}}; };
-  for (const char* job : {"a", "b", "c"}) ASSERT_TRUE(results.Put(job, rank0(), std::chrono::seconds(60)).ok());
+  RetainedResults results(one * 5 / 2);                // room for two
+  const auto rank0 = [&] {
+    return RetainedResult{"preset:small", {}, "t", 0, state, {{0, 0, "", rows}}};
+  };
+  for (const char* job : {"a", "b", "c"})
+    ASSERT_TRUE(results.Put(job, rank0(), std::chrono::seconds(60)).ok());
   EXPECT_EQ(results.bytes(), 2 * one);
   absl::StatusOr<RetainedResult> evicted = results.Get("a");
   EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound);
@@ -364,7 +385,10 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   EXPECT_EQ(results.bytes(), one) << "b is left";
   results.Put("d", rank0(), std::chrono::seconds(0)).IgnoreError();
   EXPECT_THAT(std::string(results.Get("d").status().message()), HasSubstr("expired"));
-  ASSERT_TRUE(results.Put("e", {"preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}}, std::chrono::seconds(60)).ok());
+  ASSERT_TRUE(results
+                  .Put("e", {"preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}},
+                       std::chrono::seconds(60))
+                  .ok());
   EXPECT_EQ(results.bytes(), one + rows->size() * 4) << "a rank > 0 keeps only its outputs";
   // Outputs that reached their client are kept only for a grace; a rank 0
   // job keeps its state, and says where its outputs went.
@@ -374,13 +398,15 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   ASSERT_TRUE(results.Get("b").ok());
   EXPECT_TRUE(results.Get("b")->outputs.empty());
   EXPECT_THAT(results.Get("b")->outputs_dropped, HasSubstr("they reached the job's client"));
-  EXPECT_THAT(std::string(results.Get("e").status().message()), HasSubstr("they reached the job's client"));
+  EXPECT_THAT(std::string(results.Get("e").status().message()),
+              HasSubstr("they reached the job's client"));
   RetainedResults small(one / 2);
   const absl::Status too_big = small.Put("big", rank0(), std::chrono::seconds(60));
   EXPECT_EQ(too_big.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(small.bytes(), 0) << "the cap holds";
   EXPECT_THAT(std::string(small.Get("big").status().message()),
-              HasSubstr(absl::StrCat("not retained: its ", one, " bytes exceed the worker's --retain-bytes ", one / 2)));
+              HasSubstr(absl::StrCat("not retained: its ", one,
+                                     " bytes exceed the worker's --retain-bytes ", one / 2)));
 }
 
 }  // namespace

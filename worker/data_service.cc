@@ -7,7 +7,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/wire_limits.h"
 #include "lact/v1/data.pb.h"
 #include "proto/status_conversion.h"
@@ -36,7 +35,8 @@ bool SendItem(const ResultItem& item, Writer* stream) {
       for (int64_t d : t.shape) head.add_shape(d);
       head.set_offset(e);
       const int64_t n = std::max<int64_t>(0, std::min(per_message, t.size() - e));
-      if (!stream->Write(BulkOut::Chunk(kResponseState, head, {bytes + 4 * e, static_cast<size_t>(4 * n)}, item.tensor))) {
+      if (!stream->Write(BulkOut::Chunk(
+              kResponseState, head, {bytes + 4 * e, static_cast<size_t>(4 * n)}, item.tensor))) {
         return false;
       }
     }
@@ -54,12 +54,14 @@ bool SendItem(const ResultItem& item, Writer* stream) {
   return true;
 }
 
-grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context, DataService::Stream* stream) {
+grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context,
+                   DataService::Stream* stream) {
   TransferRequestIn request;
   while (stream->Read(&request)) {
     v1::TokenChunk head;
     if (request.outer_field != kRequestChunk || !head.ParseFromString(request.head)) {
-      const absl::Status bad = absl::InvalidArgumentError("after the TransferTicket, Transfer takes only token chunks");
+      const absl::Status bad =
+          absl::InvalidArgumentError("after the TransferTicket, Transfer takes only token chunks");
       transfer.Fail(bad);
       return ToGrpcStatus(bad);
     }
@@ -81,7 +83,8 @@ grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context, DataSe
     if (!item.ok()) return ToGrpcStatus(item.status());
     if (!item->has_value()) break;
     if (!SendItem(**item, stream)) {
-      const absl::Status gone = absl::CancelledError("the client went away while its outputs were sent");
+      const absl::Status gone =
+          absl::CancelledError("the client went away while its outputs were sent");
       transfer.Fail(gone);
       return ToGrpcStatus(gone);
     }
@@ -92,7 +95,8 @@ grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context, DataSe
 
 }  // namespace
 
-DataService::DataService(TransferBoard* board, RetainedResults* results) : board_(board), results_(results) {
+DataService::DataService(TransferBoard* board, RetainedResults* results)
+    : board_(board), results_(results) {
   AddMethod(new grpc::internal::RpcServiceMethod(
       kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING,
       new grpc::internal::BidiStreamingHandler<DataService, TransferRequestIn, BulkOut>(
@@ -104,20 +108,25 @@ DataService::DataService(TransferBoard* board, RetainedResults* results) : board
       kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING,
       new grpc::internal::ServerStreamingHandler<DataService, v1::FetchRequest, BulkOut>(
           [](DataService* service, grpc::ServerContext* context, const v1::FetchRequest* request,
-             grpc::ServerWriter<BulkOut>* writer) { return service->FetchResult(context, request, writer); },
+             grpc::ServerWriter<BulkOut>* writer) {
+            return service->FetchResult(context, request, writer);
+          },
           this)));
 }
 
 grpc::Status DataService::Transfer(grpc::ServerContext* context, Stream* stream) {
   TransferRequestIn request;
   v1::TransferTicket ticket;
-  if (!stream->Read(&request) || request.outer_field != kRequestTicket || !ticket.ParseFromString(request.head)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first Transfer message must be a TransferTicket");
+  if (!stream->Read(&request) || request.outer_field != kRequestTicket ||
+      !ticket.ParseFromString(request.head)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first Transfer message must be a TransferTicket");
   }
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
       board_->Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
-  if (absl::Status s = (*transfer)->Attach([context] { context->TryCancel(); }); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = (*transfer)->Attach([context] { context->TryCancel(); }); !s.ok())
+    return ToGrpcStatus(s);
   grpc::Status status = Serve(**transfer, context, stream);
   (*transfer)->Detach();
   return status;
@@ -132,19 +141,22 @@ grpc::Status DataService::FetchResult(grpc::ServerContext*, const v1::FetchReque
                         absl::StrCat("wrong ticket for job '", request->job_id(), "'"));
   }
   if (!kept->outputs_dropped.empty()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("job '", request->job_id(), "': its outputs were ",
-                                                                  kept->outputs_dropped));
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("job '", request->job_id(), "': its outputs were ", kept->outputs_dropped));
   }
   if (kept->rank != request->rank()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("this worker ran rank ", kept->rank, " of job '",
-                                                                  request->job_id(), "', not rank ", request->rank()));
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("this worker ran rank ", kept->rank, " of job '",
+                                     request->job_id(), "', not rank ", request->rank()));
   }
   std::vector<ResultItem> items = kept->outputs;
   if (kept->state != nullptr) {
     for (ResultItem& item : StateItems(kept->state)) items.push_back(std::move(item));
   }
   for (const ResultItem& item : items) {
-    if (!SendItem(item, writer)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    if (!SendItem(item, writer))
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   }
   return grpc::Status::OK;
 }

@@ -15,8 +15,8 @@
 #include <grpcpp/impl/codegen/service_type.h>
 #include <grpcpp/support/sync_stream.h>
 
-#include "proto/bulk_messages.h"
 #include "lact/v1/data.pb.h"
+#include "proto/bulk_messages.h"
 #include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
 

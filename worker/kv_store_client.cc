@@ -16,10 +16,12 @@ void KvStoreClient::set(const std::string& key, const std::vector<char>& data) {
   request.set_value(std::string(data.begin(), data.end()));
   v1::KvSetResponse response;
   grpc::Status s = control_->KvSet(&ctx, request, &response);
-  if (!s.ok()) throw std::runtime_error("rendezvous set '" + key + "' failed: " + s.error_message());
+  if (!s.ok())
+    throw std::runtime_error("rendezvous set '" + key + "' failed: " + s.error_message());
 }
 
-std::vector<std::string> KvStoreClient::Get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+std::vector<std::string> KvStoreClient::Get(const std::vector<std::string>& keys,
+                                            std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(5));
   v1::KvGetRequest request;
@@ -40,7 +42,8 @@ std::vector<char> KvStoreClient::get(const std::string& key) {
   return {v.begin(), v.end()};
 }
 
-void KvStoreClient::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+void KvStoreClient::wait(const std::vector<std::string>& keys,
+                         const std::chrono::milliseconds& timeout) {
   Get(keys, timeout);
 }
 

@@ -22,10 +22,12 @@ class KvStoreClient final : public gloo::rendezvous::Store {
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
 
  private:
-  std::vector<std::string> Get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  std::vector<std::string> Get(const std::vector<std::string>& keys,
+                               std::chrono::milliseconds timeout);
 
   std::shared_ptr<v1::Control::Stub> control_;
   std::chrono::milliseconds timeout_;

@@ -4,9 +4,9 @@
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
 //               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
 //               [--collective gloo|nccl] [--data-root DIR]
-//               [--retain-bytes N (results and fused states kept for FetchResult and Query, default 8 GiB)]
+//               [--retain-bytes N (results and fused states kept for FetchResult and Query, default
+//               8 GiB)]
 #include <grpcpp/grpcpp.h>
-
 #include <malloc.h>
 
 #include <atomic>
@@ -16,10 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
-#include "common/stop_signals.h"
 #include "common/model_config.h"
-#include "lact/v1/control.grpc.pb.h"
+#include "common/stop_signals.h"
 #include "common/wire_limits.h"
+#include "lact/v1/control.grpc.pb.h"
 #include "proto/bulk_transport.h"
 #include "worker/data_service.h"
 #include "worker/model_cache.h"
@@ -42,8 +42,9 @@ void KeepFreedMemory() {
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
 }
 
-absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address, const ModelCache& models,
-                                     const BackendOptions& backend, int* interval_ms) {
+absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address,
+                                     const ModelCache& models, const BackendOptions& backend,
+                                     int* interval_ms) {
   v1::RegisterRequest request;
   request.set_address(address);
   request.set_backend(backend.backend);
@@ -65,22 +66,27 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
-  return absl::UnavailableError(absl::StrCat("cannot register with the coordinator: ", last.error_message()));
+  return absl::UnavailableError(
+      absl::StrCat("cannot register with the coordinator: ", last.error_message()));
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                                             {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
-                                              "device", "precision", "collective", "data-root", "retain-bytes"});
-  absl::StatusOr<std::string> coordinator = flags.ok() ? flags->Required("coordinator") : flags.status();
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                   {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
+                    "device", "precision", "collective", "data-root", "retain-bytes"});
+  absl::StatusOr<std::string> coordinator =
+      flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
   absl::StatusOr<int64_t> threads = flags.ok() ? flags->Int("threads", 0, 0, 1024) : flags.status();
-  absl::StatusOr<int64_t> tile = flags.ok() ? flags->Int("tile-tokens", 0, 0, 1 << 24) : flags.status();
+  absl::StatusOr<int64_t> tile =
+      flags.ok() ? flags->Int("tile-tokens", 0, 0, 1 << 24) : flags.status();
   absl::StatusOr<int64_t> device = flags.ok() ? flags->Int("device", 0, 0, 1024) : flags.status();
   absl::StatusOr<int64_t> retain_bytes =
-      flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50) : flags.status();
-  for (const absl::Status& s :
-       {coordinator.status(), port.status(), threads.status(), tile.status(), device.status(), retain_bytes.status()}) {
+      flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50)
+                 : flags.status();
+  for (const absl::Status& s : {coordinator.status(), port.status(), threads.status(),
+                                tile.status(), device.status(), retain_bytes.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -96,10 +102,12 @@ int Main(int argc, char** argv) {
                                flags->Get("collective").value_or("gloo"),
                                host};
   if (absl::Status s = ValidateBackend(backend); !s.ok()) {
-    std::fprintf(stderr, "lact-worker: --backend %s: %s\n", backend.backend.c_str(), std::string(s.message()).c_str());
+    std::fprintf(stderr, "lact-worker: --backend %s: %s\n", backend.backend.c_str(),
+                 std::string(s.message()).c_str());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<ModelCache>> models = ModelCache::Create(flags->Get("model-dir").value_or(""));
+  absl::StatusOr<std::unique_ptr<ModelCache>> models =
+      ModelCache::Create(flags->Get("model-dir").value_or(""));
   if (!models.ok()) {
     std::fprintf(stderr, "lact-worker: %s\n", std::string(models.status().message()).c_str());
     return 2;
@@ -107,17 +115,18 @@ int Main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   args.SetMaxSendMessageSize(kMaxServerMessageBytes);
-  auto control = std::shared_ptr<v1::Control::Stub>(
-      v1::Control::NewStub(grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
+  auto control = std::shared_ptr<v1::Control::Stub>(v1::Control::NewStub(
+      grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
 
   TransferBoard transfers;
   RetainedResults results(*retain_bytes);
-  WorkerService service(
-      {models->get(), control, backend, flags->Get("data-root").value_or(""), &transfers, &results});
+  WorkerService service({models->get(), control, backend, flags->Get("data-root").value_or(""),
+                         &transfers, &results});
   DataService data(&transfers, &results);
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(),
+                           &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
   TuneBulkServer(&builder);
@@ -125,7 +134,8 @@ int Main(int argc, char** argv) {
   builder.RegisterService(&data);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
-    std::fprintf(stderr, "lact-worker: cannot listen on %s:%lld\n", host.c_str(), static_cast<long long>(*port));
+    std::fprintf(stderr, "lact-worker: cannot listen on %s:%lld\n", host.c_str(),
+                 static_cast<long long>(*port));
     return 1;
   }
   const std::string address = absl::StrCat(host, ":", bound_port);
@@ -149,7 +159,8 @@ int Main(int argc, char** argv) {
       request.set_worker_id(worker_id);
       v1::HeartbeatResponse response;
       if (control->Heartbeat(&ctx, request, &response).ok() && !response.known()) {
-        absl::StatusOr<std::string> again = Register(*control, address, **models, backend, &interval_ms);
+        absl::StatusOr<std::string> again =
+            Register(*control, address, **models, backend, &interval_ms);
         if (again.ok()) worker_id = *again;
       }
     }

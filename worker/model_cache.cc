@@ -18,17 +18,21 @@ absl::StatusOr<std::unique_ptr<ModelCache>> ModelCache::Create(const std::string
   if (model_dir.empty()) return cache;
   std::error_code ec;
   std::filesystem::directory_iterator it(model_dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("model dir '", model_dir, "': ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("model dir '", model_dir, "': ", ec.message()));
   for (const auto& entry : it) {
     if (entry.path().extension() != ".safetensors") continue;
     const std::string path = entry.path().string(), name = entry.path().stem().string();
     LACT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
     auto meta = file.metadata().find("lact.config");
     if (meta == file.metadata().end()) {
-      return absl::InvalidArgumentError(absl::StrCat("model '", path, "': no __metadata__[\"lact.config\"]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", path, "': no __metadata__[\"lact.config\"]"));
     }
     absl::StatusOr<ModelConfig> config = ParseModelConfig(meta->second);
-    if (!config.ok()) return absl::InvalidArgumentError(absl::StrCat("model '", path, "': ", config.status().message()));
+    if (!config.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", path, "': ", config.status().message()));
     cache->catalog_[name] = *config;
     cache->paths_[name] = path;
   }
@@ -51,7 +55,8 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelCache::Get(const std::string& 
     model = std::make_shared<const Model>(std::move(m));
   } else {
     auto path = paths_.find(name);
-    if (path == paths_.end()) return absl::NotFoundError(absl::StrCat("this worker has no model '", name, "'"));
+    if (path == paths_.end())
+      return absl::NotFoundError(absl::StrCat("this worker has no model '", name, "'"));
     LACT_ASSIGN_OR_RETURN(Model m, LoadModel(path->second));
     model = std::make_shared<const Model>(std::move(m));
   }

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "worker/cpu/cpu_runner.h"
 #include "worker/collective/group.h"
+#include "worker/cpu/cpu_runner.h"
 #ifdef LACT_HAVE_CUDA
 #include "worker/cuda/cuda_shard_runner.h"
 #endif
@@ -13,16 +13,20 @@ namespace {
 
 class CpuShardRunner final : public ShardRunner {
  public:
-  CpuShardRunner(const Model& model, const ModelConfig& config, const BackendOptions& options, RunHooks hooks)
+  CpuShardRunner(const Model& model, const ModelConfig& config, const BackendOptions& options,
+                 RunHooks hooks)
       : host_(options.collective_host), runner_(model, config, options, std::move(hooks)) {}
 
   absl::Status JoinGroup(const GroupSpec& group) override {
     LACT_ASSIGN_OR_RETURN(group_, JoinGlooGroup(group, host_));
     return absl::OkStatus();
   }
-  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, FusedState* state) override {
-    if (group_.sync == nullptr) return absl::FailedPreconditionError("RunContextShard before JoinGroup");
-    return runner_.RunContextShard(std::move(shard), begin, total, group_.sync.get(), group_.grads.get(), state);
+  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
+                                         FusedState* state) override {
+    if (group_.sync == nullptr)
+      return absl::FailedPreconditionError("RunContextShard before JoinGroup");
+    return runner_.RunContextShard(std::move(shard), begin, total, group_.sync.get(),
+                                   group_.grads.get(), state);
   }
   absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) override {
     return runner_.RunQuery(std::move(query), state);
@@ -40,20 +44,25 @@ class CpuShardRunner final : public ShardRunner {
 absl::Status ValidateBackend(const BackendOptions& options) {
   if (options.backend == "cpu") return absl::OkStatus();
   if (options.backend != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown backend '", options.backend, "' (allowed: cpu, cuda)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown backend '", options.backend, "' (allowed: cpu, cuda)"));
   }
 #ifdef LACT_HAVE_CUDA
   return ValidateCudaBackend(options);
 #else
-  return absl::FailedPreconditionError("this build has no CUDA backend (no CUDA toolkit was found at build time)");
+  return absl::FailedPreconditionError(
+      "this build has no CUDA backend (no CUDA toolkit was found at build time)");
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options, const Model& model,
-                                                             const ModelConfig& config, RunHooks hooks) {
+absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options,
+                                                             const Model& model,
+                                                             const ModelConfig& config,
+                                                             RunHooks hooks) {
   LACT_RETURN_IF_ERROR(ValidateBackend(options));
 #ifdef LACT_HAVE_CUDA
-  if (options.backend == "cuda") return MakeCudaShardRunner(options, model, config, std::move(hooks));
+  if (options.backend == "cuda")
+    return MakeCudaShardRunner(options, model, config, std::move(hooks));
 #endif
   return std::unique_ptr<ShardRunner>(new CpuShardRunner(model, config, options, std::move(hooks)));
 }

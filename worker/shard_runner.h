@@ -28,13 +28,16 @@ class ShardRunner {
   // group's timeout); needed before RunContextShard.
   virtual absl::Status JoinGroup(const GroupSpec& group) = 0;
   // This rank's shard [begin, begin + L) of a context of `total` tokens.
-  virtual absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, FusedState* state) = 0;
+  virtual absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
+                                                 FusedState* state) = 0;
   virtual absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) = 0;
   virtual OverlapStats overlap() const = 0;
 };
 
-absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options, const Model& model,
-                                                             const ModelConfig& config, RunHooks hooks);
+absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options,
+                                                             const Model& model,
+                                                             const ModelConfig& config,
+                                                             RunHooks hooks);
 
 }  // namespace lact
 

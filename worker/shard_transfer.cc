@@ -10,12 +10,15 @@ constexpr absl::Duration kPoll = absl::Milliseconds(50);
 
 }  // namespace
 
-bool ShardTransfer::TicketMatches(const std::string& ticket) const { return TicketsEqual(ticket, ticket_); }
+bool ShardTransfer::TicketMatches(const std::string& ticket) const {
+  return TicketsEqual(ticket, ticket_);
+}
 
 absl::Status ShardTransfer::Attach(std::function<void()> cancel_stream) {
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return failure_;
-  if (attached_) return absl::FailedPreconditionError("another Transfer stream already serves this shard");
+  if (attached_)
+    return absl::FailedPreconditionError("another Transfer stream already serves this shard");
   attached_ = true;
   cancel_stream_ = std::move(cancel_stream);
   stage_ = Stage::kUploading;
@@ -23,8 +26,8 @@ absl::Status ShardTransfer::Attach(std::function<void()> cancel_stream) {
   return absl::OkStatus();
 }
 
-absl::Status ShardTransfer::Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
-                                   int64_t bytes) {
+absl::Status ShardTransfer::Accept(int set, int64_t offset,
+                                   const std::vector<absl::string_view>& data, int64_t bytes) {
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
@@ -67,7 +70,9 @@ void ShardTransfer::DownloadDone() {
 }
 
 absl::Status ShardTransfer::AwaitStage(Stage stage, const std::function<void()>& on_poll) {
-  auto reached = [this, stage]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !failure_.ok() || stage_ == stage; };
+  auto reached = [this, stage]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !failure_.ok() || stage_ == stage;
+  };
   while (!reached()) {
     mu_.AwaitWithTimeout(absl::Condition(&reached), kPoll);
     if (!reached()) on_poll();
@@ -75,15 +80,16 @@ absl::Status ShardTransfer::AwaitStage(Stage stage, const std::function<void()>&
   return failure_;
 }
 
-absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled) {
+absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle,
+                                        const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&mu_);
   return AwaitStage(Stage::kUploaded, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (cancelled()) {
       AbortLocked(absl::CancelledError("the job was cancelled during the upload"));
     } else if (std::chrono::steady_clock::now() - last_activity_ > idle) {
-      AbortLocked(absl::DeadlineExceededError(
-          absl::StrCat(attached_ ? "no token chunk for " : "no Transfer stream from the client for ", idle.count(),
-                       " ms during the upload")));
+      AbortLocked(absl::DeadlineExceededError(absl::StrCat(
+          attached_ ? "no token chunk for " : "no Transfer stream from the client for ",
+          idle.count(), " ms during the upload")));
     }
   });
 }
@@ -99,14 +105,15 @@ void ShardTransfer::EndPublishing() {
   last_activity_ = std::chrono::steady_clock::now();
 }
 
-absl::Status ShardTransfer::AwaitDownload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled) {
+absl::Status ShardTransfer::AwaitDownload(std::chrono::milliseconds idle,
+                                          const std::function<bool()>& cancelled) {
   absl::MutexLock lock(&mu_);
   return AwaitStage(Stage::kDownloaded, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (cancelled()) {
       AbortLocked(absl::CancelledError("the job was cancelled while its outputs were sent"));
     } else if (!attached_ && std::chrono::steady_clock::now() - last_activity_ > idle) {
-      AbortLocked(absl::DeadlineExceededError(
-          absl::StrCat("no Transfer stream from the client for ", idle.count(), " ms to take the results")));
+      AbortLocked(absl::DeadlineExceededError(absl::StrCat(
+          "no Transfer stream from the client for ", idle.count(), " ms to take the results")));
     }
   });
 }
@@ -137,7 +144,8 @@ absl::Status ShardTransfer::failure() const {
   return failure_;
 }
 
-void TransferBoard::Register(const std::string& job_id, int rank, std::shared_ptr<ShardTransfer> transfer) {
+void TransferBoard::Register(const std::string& job_id, int rank,
+                             std::shared_ptr<ShardTransfer> transfer) {
   absl::MutexLock lock(&mu_);
   transfers_[{job_id, rank}] = std::move(transfer);
 }
@@ -147,12 +155,14 @@ void TransferBoard::Unregister(const std::string& job_id, int rank) {
   transfers_.erase({job_id, rank});
 }
 
-absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::string& job_id, int rank,
+absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::string& job_id,
+                                                                   int rank,
                                                                    const std::string& ticket,
                                                                    std::chrono::milliseconds wait) {
   const auto key = std::make_pair(job_id, rank);
   absl::MutexLock lock(&mu_);
-  auto registered = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return transfers_.count(key) > 0; };
+  auto registered = [this, &key]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return transfers_.count(key) > 0; };
   mu_.AwaitWithTimeout(absl::Condition(&registered), absl::FromChrono(wait));
   auto it = transfers_.find(key);
   if (it == transfers_.end()) {

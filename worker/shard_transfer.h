@@ -26,8 +26,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/tensor.h"
-#include "worker/result_item.h"
 #include "lact/v1/data.pb.h"
+#include "worker/result_item.h"
 #include "worker/token_receiver.h"
 
 namespace lact {
@@ -48,7 +48,8 @@ class ShardTransfer {
   absl::Status Attach(std::function<void()> cancel_stream);
   void Detach();
   // Decodes a chunk; a bad chunk fails the transfer.
-  absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data, int64_t bytes);
+  absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
+                      int64_t bytes);
   absl::Status Accept(const v1::TokenChunk& chunk) {
     return Accept(chunk.set(), chunk.offset(), {absl::string_view(chunk.data())},
                   static_cast<int64_t>(chunk.data().size()));
@@ -72,7 +73,8 @@ class ShardTransfer {
   // Blocks until the stream sent every item (OK), the transfer failed,
   // `cancelled`, or no stream attached for `idle` after the last item was
   // published (DEADLINE_EXCEEDED: the client is not there to take them).
-  absl::Status AwaitDownload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled);
+  absl::Status AwaitDownload(std::chrono::milliseconds idle,
+                             const std::function<bool()>& cancelled);
   int64_t context_bytes() const { return receiver_.bytes_received(); }
 
   // Fails the transfer with `status` (the first failure wins): Fail from
@@ -86,7 +88,8 @@ class ShardTransfer {
   enum class Stage { kWaiting, kUploading, kUploaded, kDownloaded };
   void AbortLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits, polling `on_poll` every 50 ms, until `stage` or a failure.
-  absl::Status AwaitStage(Stage stage, const std::function<void()>& on_poll) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AwaitStage(Stage stage, const std::function<void()>& on_poll)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string ticket_;
   TokenReceiver receiver_;
@@ -94,7 +97,8 @@ class ShardTransfer {
   Stage stage_ ABSL_GUARDED_BY(mu_) = Stage::kWaiting;
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> cancel_stream_ ABSL_GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point last_activity_ ABSL_GUARDED_BY(mu_) = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_activity_ ABSL_GUARDED_BY(mu_) =
+      std::chrono::steady_clock::now();
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
   bool publishing_done_ ABSL_GUARDED_BY(mu_) = false;
@@ -111,11 +115,13 @@ class TransferBoard {
   // to register it (the client may be faster than the coordinator);
   // NOT_FOUND, or PERMISSION_DENIED for a wrong ticket.
   absl::StatusOr<std::shared_ptr<ShardTransfer>> Find(const std::string& job_id, int rank,
-                                                      const std::string& ticket, std::chrono::milliseconds wait);
+                                                      const std::string& ticket,
+                                                      std::chrono::milliseconds wait);
 
  private:
   absl::Mutex mu_;
-  std::map<std::pair<std::string, int>, std::shared_ptr<ShardTransfer>> transfers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, std::shared_ptr<ShardTransfer>> transfers_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lact

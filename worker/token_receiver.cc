@@ -6,7 +6,8 @@
 
 namespace lact {
 
-TokenReceiver::TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireType dtype, int64_t context_begin)
+TokenReceiver::TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireType dtype,
+                             int64_t context_begin)
     : lengths_(std::move(lengths)), width_(width), dtype_(dtype), context_begin_(context_begin) {
   received_.assign(lengths_.size(), 0);
   for (int64_t n : lengths_) sets_.emplace_back(std::vector<int64_t>{n, width});
@@ -17,16 +18,16 @@ absl::Status TokenReceiver::Accept(const v1::TokenChunk& chunk) {
                 static_cast<int64_t>(chunk.data().size()));
 }
 
-absl::Status TokenReceiver::Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
-                                   int64_t bytes) {
+absl::Status TokenReceiver::Accept(int set, int64_t offset,
+                                   const std::vector<absl::string_view>& data, int64_t bytes) {
   if (bytes > kMaxChunkBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes exceeds the 4 MiB limit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk of ", bytes, " bytes exceeds the 4 MiB limit"));
   }
   if (set < 0 || set >= static_cast<int>(lengths_.size()) || lengths_[set] == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, "; this shard takes ",
-                                                   lengths_[0] > 0 ? "set 0 (context) and " : "",
-                                                   lengths_.size() - 1, " query sets (sets 1..",
-                                                   lengths_.size() - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk for set ", set, "; this shard takes ", lengths_[0] > 0 ? "set 0 (context) and " : "",
+        lengths_.size() - 1, " query sets (sets 1..", lengths_.size() - 1, ")"));
   }
   if (offset != received_[set]) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -35,18 +36,21 @@ absl::Status TokenReceiver::Accept(int set, int64_t offset, const std::vector<ab
   }
   const int64_t row_bytes = WireBytes(dtype_) * width_;
   if (bytes % row_bytes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk of ", bytes, " bytes is not a whole number of ", width_,
-                                                   "-wide tokens of ", WireBytes(dtype_), " bytes per value"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk of ", bytes, " bytes is not a whole number of ", width_,
+                     "-wide tokens of ", WireBytes(dtype_), " bytes per value"));
   }
   const int64_t n = bytes / row_bytes;
   if (received_[set] + n > lengths_[set]) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, " runs to token ", received_[set] + n,
-                                                   ", past the set's ", lengths_[set], " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk for set ", set, " runs to token ",
+                                                   received_[set] + n, ", past the set's ",
+                                                   lengths_[set], " tokens"));
   }
   const int64_t first_token = (set == 0 ? context_begin_ : 0) + received_[set];
   int64_t tokens = 0;
   LACT_RETURN_IF_ERROR(DecodeTokenPiecesInto(data, dtype_, width_, first_token,
-                                             sets_[set].ptr() + received_[set] * width_, n * width_, &tokens));
+                                             sets_[set].ptr() + received_[set] * width_, n * width_,
+                                             &tokens));
   received_[set] += n;
   bytes_ += bytes;
   return absl::OkStatus();
@@ -55,9 +59,9 @@ absl::Status TokenReceiver::Accept(int set, int64_t offset, const std::vector<ab
 absl::Status TokenReceiver::CheckComplete() const {
   for (size_t s = 0; s < lengths_.size(); ++s) {
     if (received_[s] != lengths_[s]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the upload ended after ", received_[s], " of the ", lengths_[s], " tokens of ",
-                       s == 0 ? std::string("the shard's context") : absl::StrCat("query set ", s - 1)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the upload ended after ", received_[s], " of the ", lengths_[s], " tokens of ",
+          s == 0 ? std::string("the shard's context") : absl::StrCat("query set ", s - 1)));
     }
   }
   return absl::OkStatus();

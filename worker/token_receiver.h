@@ -27,7 +27,8 @@ class TokenReceiver {
 
   absl::Status Accept(const v1::TokenChunk& chunk);
   // The same for a chunk whose data arrived in pieces (proto/bulk_messages.h).
-  absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data, int64_t bytes);
+  absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
+                      int64_t bytes);
   // OK when every set is complete; otherwise INVALID_ARGUMENT saying what is missing.
   absl::Status CheckComplete() const;
 

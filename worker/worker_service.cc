@@ -23,14 +23,17 @@ using Clock = std::chrono::steady_clock;
 // died with the last messages in flight.
 constexpr std::chrono::seconds kDeliveredGrace(60);
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct JobModel {
   std::shared_ptr<const Model> model;
   ModelConfig config;  // with the job's overrides
 };
 
-absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name, const v1::JobOptions& o) {
+absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
+                                         const v1::JobOptions& o) {
   JobModel m;
   LACT_ASSIGN_OR_RETURN(m.model, models.Get(name));
   LACT_ASSIGN_OR_RETURN(m.config, ApplyJobOptions(m.model->config(), FromProto(o)));
@@ -38,14 +41,15 @@ absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& 
 }
 
 // The shard's rows of the context file, checked against the job.
-absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::ShardSpec& spec, int64_t width,
-                                       int64_t* bytes) {
-  LACT_ASSIGN_OR_RETURN(const std::string path, ResolveDataPath(data_root, spec.context_ref().path(), false));
+absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::ShardSpec& spec,
+                                       int64_t width, int64_t* bytes) {
+  LACT_ASSIGN_OR_RETURN(const std::string path,
+                        ResolveDataPath(data_root, spec.context_ref().path(), false));
   LACT_ASSIGN_OR_RETURN(TokenFileLayout file, OpenTokenFile(path, spec.context_ref().tensor()));
   if (file.rows != spec.total_tokens() || file.width != width) {
-    return absl::FailedPreconditionError(absl::StrCat("context '", path, "' holds ", file.rows, " x ", file.width,
-                                                      " tokens, not the job's ", spec.total_tokens(), " x ", width,
-                                                      " (changed since the job was accepted?)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "context '", path, "' holds ", file.rows, " x ", file.width, " tokens, not the job's ",
+        spec.total_tokens(), " x ", width, " (changed since the job was accepted?)"));
   }
   Tensor rows({spec.tokens(), width});
   LACT_RETURN_IF_ERROR(ReadTokenRows(file, spec.begin(), spec.tokens(), rows.ptr()));
@@ -53,9 +57,12 @@ absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::S
   return rows;
 }
 
-absl::Status WriteOutputRows(const std::string& data_root, const v1::ShardSpec& spec, const Tensor& output) {
-  LACT_ASSIGN_OR_RETURN(const std::string path, ResolveDataPath(data_root, spec.output_ref().path(), true));
-  return WriteTokenRows(path, spec.total_tokens(), output.dim(1), spec.begin(), output.ptr(), output.dim(0));
+absl::Status WriteOutputRows(const std::string& data_root, const v1::ShardSpec& spec,
+                             const Tensor& output) {
+  LACT_ASSIGN_OR_RETURN(const std::string path,
+                        ResolveDataPath(data_root, spec.output_ref().path(), true));
+  return WriteTokenRows(path, spec.total_tokens(), output.dim(1), spec.begin(), output.ptr(),
+                        output.dim(0));
 }
 
 // Whether the shard's client sends it tokens: context rows (unless the job
@@ -66,21 +73,28 @@ bool HasInBandInput(const v1::ShardSpec& spec) {
 }
 
 // The transfer a shard's client stream will meet, if the job has one.
-absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec& spec, int64_t width) {
+absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec& spec,
+                                                            int64_t width) {
   if (!spec.transfer()) return std::shared_ptr<ShardTransfer>();
   LACT_ASSIGN_OR_RETURN(WireType dtype, FromProto(spec.dtype()));
   std::vector<int64_t> lengths = {spec.has_context_ref() ? 0 : spec.tokens()};
   lengths.insert(lengths.end(), spec.query_tokens().begin(), spec.query_tokens().end());
-  return std::make_shared<ShardTransfer>(spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin()));
+  return std::make_shared<ShardTransfer>(
+      spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin()));
 }
 
 // One RunShard call from its spec to its ShardDone.
 class ShardJob {
  public:
-  ShardJob(const WorkerContext& w, const v1::ShardSpec& spec, JobModel job, grpc::ServerContext* context,
+  ShardJob(const WorkerContext& w, const v1::ShardSpec& spec, JobModel job,
+           grpc::ServerContext* context,
            grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream,
            std::shared_ptr<ShardTransfer> transfer)
-      : w_(w), spec_(spec), job_(std::move(job)), context_(context), stream_(stream),
+      : w_(w),
+        spec_(spec),
+        job_(std::move(job)),
+        context_(context),
+        stream_(stream),
         transfer_(std::move(transfer)) {}
 
   absl::StatusOr<v1::ShardDone> Run() {
@@ -96,14 +110,15 @@ class ShardJob {
                    cancelled_};
     LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
                           MakeShardRunner(w_.backend, *job_.model, job_.config, std::move(hooks)));
-    const std::chrono::milliseconds timeout(spec_.collective_timeout_ms() > 0 ? spec_.collective_timeout_ms()
-                                                                              : 60000);
+    const std::chrono::milliseconds timeout(
+        spec_.collective_timeout_ms() > 0 ? spec_.collective_timeout_ms() : 60000);
     KvStoreClient store(w_.control, timeout);
-    LACT_RETURN_IF_ERROR(runner->JoinGroup({&store, spec_.rendezvous_prefix(), spec_.rank(), spec_.world_size(), timeout}));
+    LACT_RETURN_IF_ERROR(runner->JoinGroup(
+        {&store, spec_.rendezvous_prefix(), spec_.rank(), spec_.world_size(), timeout}));
     const auto compute_start = Clock::now();
     FusedState state;
-    LACT_ASSIGN_OR_RETURN(Tensor output,
-                          runner->RunContextShard(std::move(shard), spec_.begin(), spec_.total_tokens(), &state));
+    LACT_ASSIGN_OR_RETURN(Tensor output, runner->RunContextShard(std::move(shard), spec_.begin(),
+                                                                 spec_.total_tokens(), &state));
     done_.set_compute_seconds(Since(compute_start));
     done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
     done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
@@ -139,7 +154,8 @@ class ShardJob {
   // ShardDone.results_delivered false. Returns once all of it is delivered.
   absl::Status Deliver(ShardRunner& runner, Tensor output, FusedState state) {
     done_.set_output_bytes(output.size() * 4);
-    RetainedResult kept{spec_.model(), spec_.options(), spec_.fetch_ticket(), spec_.rank(), nullptr, {}};
+    RetainedResult kept{spec_.model(), spec_.options(), spec_.fetch_ticket(),
+                        spec_.rank(),  nullptr,         {}};
     const auto keep = [&](ResultItem item) {
       kept.outputs.push_back(item);
       if (transfer_ != nullptr) transfer_->Publish(std::move(item));
@@ -152,7 +168,8 @@ class ShardJob {
     if (spec_.rank() == 0) {
       kept.state = std::make_shared<const FusedState>(std::move(state));
       for (int k = 0; k < spec_.query_tokens_size(); ++k) {
-        LACT_ASSIGN_OR_RETURN(Tensor out, runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept.state));
+        LACT_ASSIGN_OR_RETURN(Tensor out,
+                              runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept.state));
         keep({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
       }
       if (spec_.return_state()) {
@@ -169,7 +186,8 @@ class ShardJob {
     if (transfer_ == nullptr) return absl::OkStatus();
     transfer_->EndPublishing();
     absl::Status sent = transfer_->AwaitDownload(IdleTimeout(), cancelled_);
-    if (cancelled_()) return sent.ok() ? absl::CancelledError("cancelled by the coordinator") : sent;
+    if (cancelled_())
+      return sent.ok() ? absl::CancelledError("cancelled by the coordinator") : sent;
     done_.set_results_delivered(sent.ok());
     if (sent.ok()) w_.results->Delivered(spec_.job_id(), kDeliveredGrace);
     return absl::OkStatus();
@@ -177,7 +195,8 @@ class ShardJob {
 
   // Longest wait for the client's stream and between its chunks.
   std::chrono::milliseconds IdleTimeout() const {
-    return std::chrono::milliseconds(spec_.upload_idle_timeout_ms() > 0 ? spec_.upload_idle_timeout_ms() : 60000);
+    return std::chrono::milliseconds(
+        spec_.upload_idle_timeout_ms() > 0 ? spec_.upload_idle_timeout_ms() : 60000);
   }
 
   const WorkerContext& w_;
@@ -194,24 +213,29 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
   if (spec.tokens() < 1 || spec.begin() < 0 || spec.begin() + spec.tokens() > spec.total_tokens()) {
     return absl::InvalidArgumentError("shard needs 1..total_tokens tokens inside the context");
   }
-  if (spec.token_width() < 1) return absl::InvalidArgumentError("ShardSpec.token_width must be >= 1");
-  const bool needs_stream = ShardHasBytesInBand(spec.has_context_ref(), spec.has_output_ref(), spec.rank(),
-                                                spec.query_tokens_size() > 0, spec.return_state());
+  if (spec.token_width() < 1)
+    return absl::InvalidArgumentError("ShardSpec.token_width must be >= 1");
+  const bool needs_stream =
+      ShardHasBytesInBand(spec.has_context_ref(), spec.has_output_ref(), spec.rank(),
+                          spec.query_tokens_size() > 0, spec.return_state());
   if (needs_stream != spec.transfer()) {
-    return absl::InvalidArgumentError(absl::StrCat("ShardSpec.transfer is ", spec.transfer(), " but the shard ",
-                                                   needs_stream ? "has" : "has no", " bytes in band"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShardSpec.transfer is ", spec.transfer(), " but the shard ",
+                     needs_stream ? "has" : "has no", " bytes in band"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
-                                     grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream) {
+grpc::Status WorkerService::RunShard(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream) {
   context->AddTrailingMetadata(kWorkerStatusKey, "1");
   v1::ShardRequest request;
   if (!stream->Read(&request) || !request.has_spec()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first RunShard message must be a ShardSpec");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first RunShard message must be a ShardSpec");
   }
   const v1::ShardSpec spec = request.spec();
   if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
@@ -223,12 +247,14 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
   absl::StatusOr<v1::ShardDone> done = [&]() -> absl::StatusOr<v1::ShardDone> {
     LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w_.models, spec.model(), spec.options()));
     if (job.config.input_width() != spec.token_width()) {
-      return absl::InvalidArgumentError(absl::StrCat("ShardSpec.token_width ", spec.token_width(), " but model '",
-                                                     spec.model(), "' takes ", job.config.input_width()));
+      return absl::InvalidArgumentError(absl::StrCat("ShardSpec.token_width ", spec.token_width(),
+                                                     " but model '", spec.model(), "' takes ",
+                                                     job.config.input_width()));
     }
     return ShardJob(w_, spec, std::move(job), context, stream, *transfer).Run();
   }();
-  if (!done.ok()) w_.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
+  if (!done.ok())
+    w_.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
   if (*transfer != nullptr) {
     if (!done.ok()) (*transfer)->Abort(done.status());
     w_.transfers->Unregister(spec.job_id(), spec.rank());
@@ -244,19 +270,21 @@ grpc::Status WorkerService::RunShard(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
-                                     grpc::ServerReaderWriter<v1::ShardResponse, v1::WorkerQueryRequest>* stream) {
+grpc::Status WorkerService::RunQuery(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::ShardResponse, v1::WorkerQueryRequest>* stream) {
   v1::WorkerQueryRequest request;
   if (!stream->Read(&request) || !request.has_header()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the first RunQuery message must be a header");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first RunQuery message must be a header");
   }
   const v1::WorkerQueryHeader header = request.header();
   absl::StatusOr<RetainedResult> kept = w_.results->Get(header.job_id());
   if (!kept.ok()) return ToGrpcStatus(kept.status());
   if (kept->state == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("this worker ran rank ", kept->rank, " of job '", header.job_id(),
-                                     "'; its fused state is on rank 0's worker"));
+                        absl::StrCat("this worker ran rank ", kept->rank, " of job '",
+                                     header.job_id(), "'; its fused state is on rank 0's worker"));
   }
   absl::StatusOr<JobModel> job = ResolveJobModel(*w_.models, kept->model, kept->options);
   if (!job.ok()) return ToGrpcStatus(job.status());
@@ -266,14 +294,18 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
   lengths.insert(lengths.end(), header.query_tokens().begin(), header.query_tokens().end());
   TokenReceiver receiver(std::move(lengths), job->config.input_width(), *dtype, 0);
   while (stream->Read(&request)) {
-    absl::Status s = request.has_chunk() ? receiver.Accept(request.chunk())
-                                         : absl::InvalidArgumentError("after the header, RunQuery takes only chunks");
+    absl::Status s =
+        request.has_chunk()
+            ? receiver.Accept(request.chunk())
+            : absl::InvalidArgumentError("after the header, RunQuery takes only chunks");
     if (!s.ok()) return ToGrpcStatus(s);
   }
-  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during the upload");
+  if (context->IsCancelled())
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during the upload");
   if (absl::Status s = receiver.CheckComplete(); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::unique_ptr<ShardRunner>> runner =
-      MakeShardRunner(w_.backend, *job->model, job->config, {nullptr, [context] { return context->IsCancelled(); }});
+      MakeShardRunner(w_.backend, *job->model, job->config,
+                      {nullptr, [context] { return context->IsCancelled(); }});
   if (!runner.ok()) return ToGrpcStatus(runner.status());
   for (int k = 0; k < header.query_tokens_size(); ++k) {
     absl::StatusOr<Tensor> out = (*runner)->RunQuery(receiver.TakeSet(k + 1), *kept->state);
@@ -284,8 +316,10 @@ grpc::Status WorkerService::RunQuery(grpc::ServerContext* context,
       v1::TokenChunk* c = r.mutable_output();
       c->set_set(k + 1);
       c->set_offset(r0);
-      c->set_data(reinterpret_cast<const char*>(out->ptr() + r0 * width), std::min(rows, out->dim(0) - r0) * width * 4);
-      if (!stream->Write(r)) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
+      c->set_data(reinterpret_cast<const char*>(out->ptr() + r0 * width),
+                  std::min(rows, out->dim(0) - r0) * width * 4);
+      if (!stream->Write(r))
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
     }
   }
   v1::ShardResponse done;

@@ -24,7 +24,8 @@ constexpr char kUsage[] =
     "                   [--collective gloo|nccl] [--data-root DIR]\n"
     "  submit  a job to a cluster, outputs and state to a file:\n"
     "        lact submit --server ADDR --model NAME\n"
-    "                    (--context FILE.npy|random:L[:SEED] | --context-ref PATH [--context-tensor NAME])\n"
+    "                    (--context FILE.npy|random:L[:SEED] | --context-ref PATH "
+    "[--context-tensor NAME])\n"
     "                    [--query FILE.npy]... [--workers P] [--shards N]... [--muon-steps N]\n"
     "                    [--chunk-tokens N] [--dtype f32|bf16|f16] [--timeout S]\n"
     "                    [--out FILE.safetensors] [--out-ref PATH.npy]\n"
@@ -62,8 +63,7 @@ int main(int argc, char** argv) {
       {"submit", lact::cli::SubmitCommand}, {"query", lact::cli::QueryCommand},
       {"status", lact::cli::StatusCommand}, {"cancel", lact::cli::CancelCommand},
       {"watch", lact::cli::WatchCommand},   {"fetch", lact::cli::FetchCommand},
-      {"delete", lact::cli::DeleteCommand},
-      {"models", lact::cli::ModelsCommand}};
+      {"delete", lact::cli::DeleteCommand}, {"models", lact::cli::ModelsCommand}};
   Command run = nullptr;
   for (const auto& [name, fn] : commands) {
     if (command == name) run = fn;

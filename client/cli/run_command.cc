@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/flags.h"
 #include "client/cli/tokens_source.h"
+#include "common/flags.h"
 #include "common/fused_state.h"
 #include "common/model.h"
 #include "common/peak_rss.h"
@@ -22,7 +22,8 @@ double PeakRssMiB() { return static_cast<double>(PeakRssBytes()) / (1 << 20); }
 absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
   JobOptions options;
   LACT_ASSIGN_OR_RETURN(std::optional<int64_t> muon, flags.OptionalInt("muon-steps", 0, 100));
-  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk, flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
+  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk,
+                        flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
   if (muon) options.muon_steps = static_cast<int>(*muon);
   if (chunk) options.chunk_tokens = static_cast<int>(*chunk);
   return ApplyJobOptions(model.config(), options);
@@ -31,18 +32,19 @@ absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
 }  // namespace
 
 absl::Status RunCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
-                                                  {"model", "context", "query", "muon-steps", "chunk-tokens",
-                                                   "threads", "tile-tokens", "out", "backend", "device", "precision"},
-                                                  {"query"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args,
+                                {"model", "context", "query", "muon-steps", "chunk-tokens",
+                                 "threads", "tile-tokens", "out", "backend", "device", "precision"},
+                                {"query"}));
   LACT_ASSIGN_OR_RETURN(std::string model_spec, flags.Required("model"));
   LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
   const std::string backend = flags.Get("backend").value_or("cpu");
   // A GPU wants far bigger tiles than a CPU core's caches.
-  LACT_ASSIGN_OR_RETURN(int64_t tile,
-                        flags.Int("tile-tokens", backend == "cuda" ? 65536 : 4096, 1, int64_t{1} << 24));
+  LACT_ASSIGN_OR_RETURN(int64_t tile, flags.Int("tile-tokens", backend == "cuda" ? 65536 : 4096, 1,
+                                                int64_t{1} << 24));
   LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
   const BackendOptions backend_options{.backend = backend,
                                        .threads = static_cast<int>(threads),
@@ -63,12 +65,14 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   const int64_t context_tokens = context.rank() > 0 ? context.dim(0) : 0;
   int64_t total_tokens = context_tokens;
   for (const Tensor& q : queries) total_tokens += q.rank() > 0 ? q.dim(0) : 0;
-  std::fprintf(stderr, "lact run: %s, %lld context tokens, %zu query sets, %lld parameters\n", model_spec.c_str(),
-               static_cast<long long>(context_tokens), queries.size(),
+  std::fprintf(stderr, "lact run: %s, %lld context tokens, %zu query sets, %lld parameters\n",
+               model_spec.c_str(), static_cast<long long>(context_tokens), queries.size(),
                static_cast<long long>(model.num_parameters()));
 
   const auto start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   const RunHooks hooks{[&](int done, int all) {
     std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
   }};
@@ -91,13 +95,15 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
 
   SafetensorsWriter writer;
   writer.Add("output", output);
-  for (size_t k = 0; k < query_outputs.size(); ++k) writer.Add(absl::StrCat("query_", k), query_outputs[k]);
+  for (size_t k = 0; k < query_outputs.size(); ++k)
+    writer.Add(absl::StrCat("query_", k), query_outputs[k]);
   for (const auto& [name, t] : FusedStateTensors(state)) writer.Add(name, *t);
   writer.SetMetadata("lact.config", ModelConfigToJson(config));
   LACT_RETURN_IF_ERROR(writer.Write(out_path));
-  std::fprintf(stderr, "lact run: %lld tokens in %.2f s = %.0f tokens/s; peak RSS %.0f MiB; wrote %s\n",
-               static_cast<long long>(total_tokens), seconds, static_cast<double>(total_tokens) / seconds,
-               PeakRssMiB(), out_path.c_str());
+  std::fprintf(stderr,
+               "lact run: %lld tokens in %.2f s = %.0f tokens/s; peak RSS %.0f MiB; wrote %s\n",
+               static_cast<long long>(total_tokens), seconds,
+               static_cast<double>(total_tokens) / seconds, PeakRssMiB(), out_path.c_str());
   return absl::OkStatus();
 }
 

@@ -41,22 +41,28 @@ class ProgressLine {
     last_ = now;
     std::string text;
     if (p.stage() == v1::Progress::UPLOAD) {
-      const double frac = p.tokens_total() > 0 ? static_cast<double>(p.tokens_done()) / p.tokens_total() : 0;
-      text = absl::StrFormat("upload %5.1f%% (%d/%d tokens)", 100 * frac, p.tokens_done(), p.tokens_total());
+      const double frac =
+          p.tokens_total() > 0 ? static_cast<double>(p.tokens_done()) / p.tokens_total() : 0;
+      text = absl::StrFormat("upload %5.1f%% (%d/%d tokens)", 100 * frac, p.tokens_done(),
+                             p.tokens_total());
     } else if (p.stage() == v1::Progress::LAYERS) {
-      const double rate = p.tokens_total() * p.layers_done() / std::max(1e-9, p.elapsed_seconds() - upload_end_);
-      const double eta = (p.layers_total() - p.layers_done()) * p.tokens_total() / std::max(1e-9, rate);
-      text = absl::StrFormat("layer %d/%d  %.0f tokens/s per layer  ETA %.0f s", p.layers_done(), p.layers_total(),
-                             rate, eta);
+      const double rate =
+          p.tokens_total() * p.layers_done() / std::max(1e-9, p.elapsed_seconds() - upload_end_);
+      const double eta =
+          (p.layers_total() - p.layers_done()) * p.tokens_total() / std::max(1e-9, rate);
+      text = absl::StrFormat("layer %d/%d  %.0f tokens/s per layer  ETA %.0f s", p.layers_done(),
+                             p.layers_total(), rate, eta);
     } else if (p.stage() == v1::Progress::QUERIES) {
       text = "running query sets";
     } else if (p.stage() == v1::Progress::QUEUED) {
-      text = absl::StrFormat("queued for workers: %s", p.queue_position() == 1
-                                                           ? std::string("next in line")
-                                                           : absl::StrCat(p.queue_position() - 1, " jobs ahead"));
+      text = absl::StrFormat("queued for workers: %s",
+                             p.queue_position() == 1
+                                 ? std::string("next in line")
+                                 : absl::StrCat(p.queue_position() - 1, " jobs ahead"));
     }
     if (p.stage() == v1::Progress::UPLOAD) upload_end_ = p.elapsed_seconds();
-    std::fprintf(stderr, tty_ ? "\r\033[K[%6.1f s] %s" : "[%6.1f s] %s\n", p.elapsed_seconds(), text.c_str());
+    std::fprintf(stderr, tty_ ? "\r\033[K[%6.1f s] %s" : "[%6.1f s] %s\n", p.elapsed_seconds(),
+                 text.c_str());
     std::fflush(stderr);
   }
   void Finish() {
@@ -69,7 +75,8 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
-absl::Status WriteResult(const std::string& path, const Tensor& output, const std::vector<Tensor>& queries,
+absl::Status WriteResult(const std::string& path, const Tensor& output,
+                         const std::vector<Tensor>& queries,
                          const std::map<std::string, Tensor>& state) {
   SafetensorsWriter writer;
   writer.Add("output", output);
@@ -79,16 +86,19 @@ absl::Status WriteResult(const std::string& path, const Tensor& output, const st
 }
 
 void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
-  std::fprintf(stderr,
-               "  %lld context tokens in %.2f s = %.0f tokens/s (compute %.2f s on the slowest worker)\n"
-               "  data: in %.2f s (%.0f MB/s), out %.2f s (%.0f MB/s); %lld payload bytes through the coordinator\n"
-               "  gradient all-reduce %.3f s, %.0f%% hidden behind the scans\n",
-               static_cast<long long>(context_tokens), s.seconds(), s.tokens_per_second(), s.compute_seconds(),
-               s.upload_seconds(), s.upload_mb_per_second(), s.download_seconds(), s.download_mb_per_second(),
-               static_cast<long long>(s.coordinator_payload_bytes()), s.allreduce_seconds(),
-               100 * s.allreduce_hidden_fraction());
+  std::fprintf(
+      stderr,
+      "  %lld context tokens in %.2f s = %.0f tokens/s (compute %.2f s on the slowest worker)\n"
+      "  data: in %.2f s (%.0f MB/s), out %.2f s (%.0f MB/s); %lld payload bytes through the "
+      "coordinator\n"
+      "  gradient all-reduce %.3f s, %.0f%% hidden behind the scans\n",
+      static_cast<long long>(context_tokens), s.seconds(), s.tokens_per_second(),
+      s.compute_seconds(), s.upload_seconds(), s.upload_mb_per_second(), s.download_seconds(),
+      s.download_mb_per_second(), static_cast<long long>(s.coordinator_payload_bytes()),
+      s.allreduce_seconds(), 100 * s.allreduce_hidden_fraction());
   std::string rss;
-  for (int64_t b : s.worker_peak_rss_bytes()) absl::StrAppend(&rss, rss.empty() ? "" : ", ", b >> 20, " MiB");
+  for (int64_t b : s.worker_peak_rss_bytes())
+    absl::StrAppend(&rss, rss.empty() ? "" : ", ", b >> 20, " MiB");
   std::fprintf(stderr, "  peak RSS: coordinator %lld MiB; workers %s; this client %lld MiB\n",
                static_cast<long long>(s.coordinator_peak_rss_bytes() >> 20), rss.c_str(),
                static_cast<long long>(PeakRssBytes() >> 20));
@@ -97,11 +107,12 @@ void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
 }  // namespace
 
 absl::Status SubmitCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
-                                                  {"server", "model", "context", "query", "workers", "muon-steps",
-                                                   "chunk-tokens", "dtype", "timeout", "out", "shards",
-                                                   "context-ref", "context-tensor", "out-ref", "tenant"},
-                                                  {"query", "shards"}, {"detach", "cancel-on-disconnect"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args,
+                                {"server", "model", "context", "query", "workers", "muon-steps",
+                                 "chunk-tokens", "dtype", "timeout", "out", "shards", "context-ref",
+                                 "context-tensor", "out-ref", "tenant"},
+                                {"query", "shards"}, {"detach", "cancel-on-disconnect"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
   LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
@@ -113,7 +124,8 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   options.tenant = flags.Get("tenant").value_or("");
   const std::string context_spec = flags.Get("context").value_or("");
   if (context_spec.empty() == options.context_ref.empty()) {
-    return absl::InvalidArgumentError("give the context as --context FILE.npy|random:L[:SEED] or --context-ref PATH");
+    return absl::InvalidArgumentError(
+        "give the context as --context FILE.npy|random:L[:SEED] or --context-ref PATH");
   }
   const std::string out_path = flags.Get("out").value_or("");
   if (out_path.empty() && options.output_ref.empty()) {
@@ -121,7 +133,8 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   }
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 0, 0, 4096));
   LACT_ASSIGN_OR_RETURN(std::optional<int64_t> muon, flags.OptionalInt("muon-steps", 0, 100));
-  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk, flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
+  LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk,
+                        flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
   LACT_ASSIGN_OR_RETURN(options.dtype, ParseDType(flags.Get("dtype").value_or("f32")));
   options.workers = static_cast<int>(workers);
@@ -130,7 +143,8 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   options.timeout = std::chrono::seconds(timeout_s);
   for (const std::string& s : flags.GetAll("shards")) {
     int64_t n;
-    if (!absl::SimpleAtoi(s, &n)) return absl::InvalidArgumentError(absl::StrCat("--shards '", s, "' is not an integer"));
+    if (!absl::SimpleAtoi(s, &n))
+      return absl::InvalidArgumentError(absl::StrCat("--shards '", s, "' is not an integer"));
     options.shard_tokens.push_back(n);
   }
   LactClient client(server);
@@ -149,25 +163,28 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
       options, context, queries, [&](const v1::Progress& p) { line.Update(p); },
       [&](const std::string& id) {
         std::fprintf(stderr, "lact submit: job %s admitted%s\n", id.c_str(),
-                     options.cancel_on_disconnect ? ""
-                                                  : " (it runs on if this command ends: lact cancel stops it, "
-                                                    "lact fetch collects its results)");
+                     options.cancel_on_disconnect
+                         ? ""
+                         : " (it runs on if this command ends: lact cancel stops it, "
+                           "lact fetch collects its results)");
       });
   line.Finish();
   LACT_RETURN_IF_ERROR(result.status());
   if (options.detach) {
     std::printf("%s\n", result->job_id.c_str());
-    std::fprintf(stderr, "lact submit: job %s runs on; follow it with lact watch --server %s --job %s\n",
+    std::fprintf(stderr,
+                 "lact submit: job %s runs on; follow it with lact watch --server %s --job %s\n",
                  result->job_id.c_str(), server.c_str(), result->job_id.c_str());
     return absl::OkStatus();
   }
-  if (!out_path.empty()) LACT_RETURN_IF_ERROR(WriteResult(out_path, result->output, result->queries, result->state));
+  if (!out_path.empty())
+    LACT_RETURN_IF_ERROR(WriteResult(out_path, result->output, result->queries, result->state));
   std::printf("%s\n", result->job_id.c_str());
-  std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n", result->job_id.c_str(),
-               result->shards.size(),
-               out_path.empty() ? options.output_ref.c_str()
-                                : options.output_ref.empty() ? out_path.c_str()
-                                                             : (out_path + " and " + options.output_ref).c_str());
+  std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n",
+               result->job_id.c_str(), result->shards.size(),
+               out_path.empty()             ? options.output_ref.c_str()
+               : options.output_ref.empty() ? out_path.c_str()
+                                            : (out_path + " and " + options.output_ref).c_str());
   int64_t tokens = 0;
   for (const v1::ShardRange& r : result->shards) tokens += r.tokens();
   PrintStats(result->stats, tokens);
@@ -175,13 +192,16 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status QueryCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job", "query", "dtype", "timeout", "out"}, {"query"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags,
+      Flags::Parse(args, {"server", "job", "query", "dtype", "timeout", "out"}, {"query"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
   LACT_ASSIGN_OR_RETURN(WireType dtype, ParseDType(flags.Get("dtype").value_or("f32")));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
-  if (flags.GetAll("query").empty()) return absl::InvalidArgumentError("give at least one --query FILE.npy");
+  if (flags.GetAll("query").empty())
+    return absl::InvalidArgumentError("give at least one --query FILE.npy");
   LactClient client(server);
   LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.GetJob(job));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(info.model()));
@@ -195,8 +215,8 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   SafetensorsWriter writer;
   for (size_t k = 0; k < outputs.size(); ++k) writer.Add(absl::StrCat("query_", k), outputs[k]);
   LACT_RETURN_IF_ERROR(writer.Write(out_path));
-  std::fprintf(stderr, "lact query: %zu query sets against %s; wrote %s\n", outputs.size(), job.c_str(),
-               out_path.c_str());
+  std::fprintf(stderr, "lact query: %zu query sets against %s; wrote %s\n", outputs.size(),
+               job.c_str(), out_path.c_str());
   return absl::OkStatus();
 }
 
@@ -228,21 +248,23 @@ absl::Status WatchCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   ProgressLine line;
-  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, LactClient(server).WatchJob(job, [&](const v1::JobInfo& j) {
-    const bool live = j.status() == v1::JobInfo::RUNNING || j.status() == v1::JobInfo::QUEUED;
-    if (live && j.progress().stage() != v1::Progress::STAGE_UNSPECIFIED) {
-      line.Update(j.progress());
-    }
-  }));
+  LACT_ASSIGN_OR_RETURN(
+      v1::JobInfo info, LactClient(server).WatchJob(job, [&](const v1::JobInfo& j) {
+        const bool live = j.status() == v1::JobInfo::RUNNING || j.status() == v1::JobInfo::QUEUED;
+        if (live && j.progress().stage() != v1::Progress::STAGE_UNSPECIFIED) {
+          line.Update(j.progress());
+        }
+      }));
   line.Finish();
   std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
   if (info.status() != v1::JobInfo::SUCCEEDED) {
-    return absl::AbortedError(absl::StrCat("job ", job, " ended ", v1::JobInfo::Status_Name(info.status()), ": ",
-                                           info.error()));
+    return absl::AbortedError(absl::StrCat(
+        "job ", job, " ended ", v1::JobInfo::Status_Name(info.status()), ": ", info.error()));
   }
   PrintStats(info.stats(), info.context_tokens());
   if (info.results_retained()) {
-    std::fprintf(stderr, "  results retained: lact fetch --server %s --job %s --out FILE.safetensors\n",
+    std::fprintf(stderr,
+                 "  results retained: lact fetch --server %s --job %s --out FILE.safetensors\n",
                  server.c_str(), job.c_str());
   }
   return absl::OkStatus();
@@ -255,9 +277,11 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
   LACT_ASSIGN_OR_RETURN(JobResult result, LactClient(server).FetchResult(job));
   LACT_RETURN_IF_ERROR(WriteResult(out_path, result.output, result.queries, result.state));
-  std::fprintf(stderr, "lact fetch: job %s: %s%zu query sets, %zu state tensors from %zu workers; wrote %s\n",
-               job.c_str(), result.output.size() > 0 ? "outputs, " : "", result.queries.size(), result.state.size(),
-               result.shards.size(), out_path.c_str());
+  std::fprintf(
+      stderr,
+      "lact fetch: job %s: %s%zu query sets, %zu state tensors from %zu workers; wrote %s\n",
+      job.c_str(), result.output.size() > 0 ? "outputs, " : "", result.queries.size(),
+      result.state.size(), result.shards.size(), out_path.c_str());
   return absl::OkStatus();
 }
 
@@ -290,8 +314,9 @@ absl::Status ModelsCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status LocalCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"workers", "port", "model-dir", "threads-per-worker", "backend",
-                                                         "devices", "precision", "collective", "data-root"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"workers", "port", "model-dir",
+                                                         "threads-per-worker", "backend", "devices",
+                                                         "precision", "collective", "data-root"}));
   LocalClusterOptions options;
   options.data_root = flags.Get("data-root").value_or("");
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
@@ -319,8 +344,8 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   }
   BlockStopSignals();
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
-  std::printf("lact local: coordinator at %s with %d workers (Ctrl-C stops)\n", cluster->address().c_str(),
-              options.workers);
+  std::printf("lact local: coordinator at %s with %d workers (Ctrl-C stops)\n",
+              cluster->address().c_str(), options.workers);
   std::fflush(stdout);
   WaitForStopSignal();
   std::fprintf(stderr, "lact local: stopping\n");

@@ -21,10 +21,11 @@ absl::StatusOr<Tensor> LoadTokens(const std::string& source, int64_t width) {
   std::vector<std::string> parts = absl::StrSplit(source, ':');
   int64_t tokens = 0;
   uint64_t seed = 0;
-  if (parts.size() > 3 || !absl::SimpleAtoi(parts[1], &tokens) || tokens < 1 || tokens > kMaxRandomTokens ||
-      (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &seed))) {
-    return absl::InvalidArgumentError(absl::StrCat("tokens '", source, "': expected random:L[:SEED] with 1 <= L <= ",
-                                                   kMaxRandomTokens, " and an integer SEED"));
+  if (parts.size() > 3 || !absl::SimpleAtoi(parts[1], &tokens) || tokens < 1 ||
+      tokens > kMaxRandomTokens || (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &seed))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokens '", source, "': expected random:L[:SEED] with 1 <= L <= ", kMaxRandomTokens,
+        " and an integer SEED"));
   }
   return RandomNormalTokens(tokens, width, seed);
 }
@@ -40,7 +41,8 @@ Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed) {
     Random rng(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(b));
     const int64_t end = std::min(total, (b + 1) * kBlock);
     for (int64_t i = b * kBlock; i < end; i += 2) {
-      const double radius = std::sqrt(-2.0 * std::log(1.0 - rng.Uniform())), angle = 2.0 * M_PI * rng.Uniform();
+      const double radius = std::sqrt(-2.0 * std::log(1.0 - rng.Uniform())),
+                   angle = 2.0 * M_PI * rng.Uniform();
       t.data[i] = static_cast<float>(radius * std::cos(angle));
       if (i + 1 < end) t.data[i + 1] = static_cast<float>(radius * std::sin(angle));
     }

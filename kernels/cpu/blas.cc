@@ -7,13 +7,14 @@ namespace lact::cpu {
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
-void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
-            int64_t ldy, float beta) {
+void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
+            float* y, int64_t ldy, float beta) {
   Gemm(false, true, rows, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);
 }
 

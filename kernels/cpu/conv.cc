@@ -31,7 +31,8 @@ void CausalConvSilu(const ConvParams& p, float* history) {
   AdvanceConvHistory(p.u, p.ldu, T, C, W, history);
 }
 
-void AdvanceConvHistory(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width, float* history) {
+void AdvanceConvHistory(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
+                        float* history) {
   const int64_t keep = width - 1;
   if (keep <= 0) return;
   // Rows of (history ++ u) from index tokens to tokens + keep - 1.

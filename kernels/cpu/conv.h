@@ -28,7 +28,8 @@ void CausalConvSilu(const ConvParams& p, float* history);
 
 // Advances a conv history by a segment's inputs without computing outputs:
 // history = last W-1 rows of (history ++ u). Used to compose boundary rows.
-void AdvanceConvHistory(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width, float* history);
+void AdvanceConvHistory(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
+                        float* history);
 
 }  // namespace lact::cpu
 

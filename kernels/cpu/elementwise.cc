@@ -2,7 +2,8 @@
 
 namespace lact::cpu {
 
-void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy) {
+void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y,
+                 int64_t ldy) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
@@ -16,8 +17,8 @@ void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const 
   }
 }
 
-void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows, int64_t cols,
-                      const float* w) {
+void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+                      int64_t cols, const float* w) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * ldy;

@@ -15,7 +15,8 @@ namespace lact::cpu {
 // r in [-ln2/2, ln2/2], Cephes' degree-6 polynomial for e^r, times 2^n.
 // Relative error below 2e-7 on [-87, 88]; inputs are clamped to that range.
 inline float FastExp(float x) {
-  x = x > 88.3762626647949f ? 88.3762626647949f : x;  // not std::min: a reference defeats vectorisation
+  x = x > 88.3762626647949f ? 88.3762626647949f
+                            : x;  // not std::min: a reference defeats vectorisation
   x = x < -87.3365447505531f ? -87.3365447505531f : x;
   // Round to nearest by adding and removing 1.5 * 2^23 (std::floor is a
   // library call here and would stop vectorisation).
@@ -40,12 +41,13 @@ constexpr float kRmsNormEps = 1e-5f;
 constexpr float kL2NormEps = 1e-5f;
 
 // y[r, :cols] = x[r] / sqrt(mean(x[r]^2) + eps) * w. y may alias x.
-void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy);
+void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y,
+                 int64_t ldy);
 
 // The Mamba-2 gated norm in one pass: y[r] = rmsnorm(y[r] * silu(z[r]), w)
 // over `cols` channels, in place.
-void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows, int64_t cols,
-                      const float* w);
+void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+                      int64_t cols, const float* w);
 
 // x[r, g*group:(g+1)*group] /= (||.||_2 + eps) for every group, in place.
 void L2NormGroups(float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group);

@@ -7,8 +7,8 @@
 
 namespace lact::cpu {
 
-void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T, float* kv,
-                    float* lr) {
+void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T,
+                    float* kv, float* lr) {
   const int64_t D = c.d_model, ht = c.ttt_heads();
   Linear(h, D, T, D, w.qkv + D * D, 2 * D, kv, 2 * D);
   SiluRows(kv, 2 * D, T, 2 * D);
@@ -17,7 +17,8 @@ void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h,
   const float shift = static_cast<float>(InvSoftplus(c.ttt.base_lr));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < 3 * ht; ++j) lr[t * 3 * ht + j] = Softplus(lr[t * 3 * ht + j] + w.lr_b[j] + shift);
+    for (int64_t j = 0; j < 3 * ht; ++j)
+      lr[t * 3 * ht + j] = Softplus(lr[t * 3 * ht + j] + w.lr_b[j] + shift);
 }
 
 void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T, float* q) {
@@ -42,8 +43,8 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
     const float* w0 = fast.w0 + head * mat;
     const float* w1 = fast.w1 + head * mat;
     const float* w2 = fast.w2 + head * mat;
-    Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w0, dh, 0.0f, g, dhh);   // G = K w0^T
-    Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w2, dh, 0.0f, u, dhh);   // U = K w2^T
+    Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w0, dh, 0.0f, g, dhh);     // G = K w0^T
+    Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w2, dh, 0.0f, u, dhh);     // U = K w2^T
     Gemm(false, false, T, dhh, dh, 1.0f, v, 2 * D, w1, dhh, 0.0f, dH, dhh);  // dH = V w1
     // In place: g <- LR0 * dG, u <- LR1 * Hd, dH <- LR2 * dU (the token's
     // learning rates folded into the left factor of each outer product).
@@ -61,15 +62,19 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
         dht[i] = lr2 * dhv * silu;
       }
     }
-    Gemm(true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat, dhh);  // V^T (LR1 Hd)
-    Gemm(true, false, dhh, dh, T, 1.0f, g, dhh, k, 2 * D, 1.0f, grads.dw0 + head * mat, dh);   // (LR0 dG)^T K
-    Gemm(true, false, dhh, dh, T, 1.0f, dH, dhh, k, 2 * D, 1.0f, grads.dw2 + head * mat, dh);  // (LR2 dU)^T K
+    Gemm(true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat,
+         dhh);  // V^T (LR1 Hd)
+    Gemm(true, false, dhh, dh, T, 1.0f, g, dhh, k, 2 * D, 1.0f, grads.dw0 + head * mat,
+         dh);  // (LR0 dG)^T K
+    Gemm(true, false, dhh, dh, T, 1.0f, dH, dhh, k, 2 * D, 1.0f, grads.dw2 + head * mat,
+         dh);  // (LR2 dU)^T K
   }
 }
 
 namespace {
 
-void UpdateOne(float* w, float* dw, const float* w_init, int64_t rows, int64_t cols, int muon_steps) {
+void UpdateOne(float* w, float* dw, const float* w_init, int64_t rows, int64_t cols,
+               int muon_steps) {
   if (muon_steps > 0) NewtonSchulz(dw, rows, cols, muon_steps);
   for (int64_t r = 0; r < rows; ++r) {
     float* wr = w + r * cols;
@@ -87,8 +92,8 @@ void UpdateOne(float* w, float* dw, const float* w_init, int64_t rows, int64_t c
 
 }  // namespace
 
-void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef initial, float* w0, float* w1,
-                       float* w2) {
+void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef initial, float* w0,
+                       float* w1, float* w2) {
   const int64_t dh = c.ttt.head_dim, dhh = c.fast_hidden(), mat = dh * dhh;
   const int steps = c.ttt.muon_steps;
   for (int64_t head = 0; head < c.ttt_heads(); ++head) {
@@ -99,8 +104,8 @@ void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef 
   }
 }
 
-void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeightsRef fast, float* o,
-                      LactWorkspace* ws) {
+void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeightsRef fast,
+                      float* o, LactWorkspace* ws) {
   if (T == 0) return;
   const int64_t D = c.d_model, dh = c.ttt.head_dim, dhh = c.fast_hidden(), mat = dh * dhh;
   ws->g.resize(T * dhh);
@@ -124,13 +129,15 @@ void NewtonSchulz(float* g, int64_t rows, int64_t cols, int steps) {
   const int64_t r = transposed ? cols : rows, k = transposed ? rows : cols;
   std::vector<float> x(r * k), a(r * r), b(r * r), next(r * k);
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) (transposed ? x[j * k + i] : x[i * k + j]) = g[i * cols + j] * inv;
+    for (int64_t j = 0; j < cols; ++j)
+      (transposed ? x[j * k + i] : x[i * k + j]) = g[i * cols + j] * inv;
   for (int s = 0; s < steps; ++s) {
-    Gemm(false, true, r, r, k, 1.0f, x.data(), k, x.data(), k, 0.0f, a.data(), r);        // A = X X^T
-    Gemm(false, false, r, r, r, 2.0315f, a.data(), r, a.data(), r, 0.0f, b.data(), r);    // B = c A A
-    for (int64_t i = 0; i < r * r; ++i) b[i] += -4.7750f * a[i];                           //   + b A
+    Gemm(false, true, r, r, k, 1.0f, x.data(), k, x.data(), k, 0.0f, a.data(), r);      // A = X X^T
+    Gemm(false, false, r, r, r, 2.0315f, a.data(), r, a.data(), r, 0.0f, b.data(), r);  // B = c A A
+    for (int64_t i = 0; i < r * r; ++i) b[i] += -4.7750f * a[i];                        //   + b A
     next = x;
-    Gemm(false, false, r, k, r, 1.0f, b.data(), r, x.data(), k, 3.4445f, next.data(), k);  // aX + B X
+    Gemm(false, false, r, k, r, 1.0f, b.data(), r, x.data(), k, 3.4445f, next.data(),
+         k);  // aX + B X
     x.swap(next);
   }
   for (int64_t i = 0; i < rows; ++i)

@@ -36,24 +36,26 @@ struct LactWorkspace {
 
 // kv[T, 2D] = (silu(h @ qkv[k|v]^T)), k l2-normalised per head;
 // lr[T, 3 H_t] = softplus(h @ lr_w^T + lr_b + inv_softplus(base_lr)).
-void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens, float* kv,
-                    float* lr);
+void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens,
+                    float* kv, float* lr);
 
 // q[T, D] = l2norm(silu(h @ qkv[q]^T)) per head.
-void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens, float* q);
+void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens,
+               float* q);
 
 // grads += the chunk-gradient sums over these tokens (kv, lr as produced above).
-void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const float* lr, int64_t tokens,
-                               FastWeightsRef fast, FastGradsRef grads, LactWorkspace* ws);
+void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const float* lr,
+                               int64_t tokens, FastWeightsRef fast, FastGradsRef grads,
+                               LactWorkspace* ws);
 
 // w += (muon_steps ? NS(dw) : dw), then each row rescaled to its initial norm.
 // Consumes `grads` (Muon rewrites them).
-void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef initial, float* w0, float* w1,
-                       float* w2);
+void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef initial, float* w0,
+                       float* w1, float* w2);
 
 // o[T, D] = f_w(q) per head (before o_norm), q[T, D] as produced by LactQuery.
-void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t tokens, FastWeightsRef fast, float* o,
-                      LactWorkspace* ws);
+void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t tokens, FastWeightsRef fast,
+                      float* o, LactWorkspace* ws);
 
 // In place: g [rows, cols] <- NS(g) with `steps` Newton-Schulz iterations.
 void NewtonSchulz(float* g, int64_t rows, int64_t cols, int steps);

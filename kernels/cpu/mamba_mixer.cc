@@ -13,24 +13,41 @@ namespace {
 
 // ws->xbc = silu(conv(proj xBC columns)); ws->dt = softplus(dt + dt_bias).
 // `proj` holds the xBC columns at `xbc_col` and dt right after them.
-void ConvAndDt(const ModelConfig& c, const MambaDirWeights& w, const float* proj, int64_t ld, int64_t xbc_col,
-               int64_t T, float* conv_history, MixerWorkspace* ws) {
+void ConvAndDt(const ModelConfig& c, const MambaDirWeights& w, const float* proj, int64_t ld,
+               int64_t xbc_col, int64_t T, float* conv_history, MixerWorkspace* ws) {
   const int64_t C = c.conv_channels(), hs = c.ssm_heads();
   ws->xbc.resize(T * C);
   ws->dt.resize(T * hs);
-  CausalConvSilu({T, C, c.ssm.conv_width, proj + xbc_col, ld, w.conv_w, w.conv_b, ws->xbc.data(), C}, conv_history);
+  CausalConvSilu(
+      {T, C, c.ssm.conv_width, proj + xbc_col, ld, w.conv_w, w.conv_b, ws->xbc.data(), C},
+      conv_history);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t k = 0; k < hs; ++k) ws->dt[t * hs + k] = Softplus(proj[t * ld + xbc_col + C + k] + w.dt_bias[k]);
+    for (int64_t k = 0; k < hs; ++k)
+      ws->dt[t * hs + k] = Softplus(proj[t * ld + xbc_col + C + k] + w.dt_bias[k]);
   }
 }
 
-ScanParams ScanOf(const ModelConfig& c, const MixerWorkspace& ws, int64_t T, const float* a, const float* d_skip,
-                  float* y) {
+ScanParams ScanOf(const ModelConfig& c, const MixerWorkspace& ws, int64_t T, const float* a,
+                  const float* d_skip, float* y) {
   const int64_t di = c.d_inner(), N = c.ssm.d_state, C = c.conv_channels(), hs = c.ssm_heads();
   const float* xbc = ws.xbc.data();
-  return {T,  static_cast<int>(hs), c.ssm.head_dim, c.ssm.d_state, xbc, C, xbc + di, C, xbc + di + N, C,
-          ws.dt.data(), hs, a, d_skip, y, di};
+  return {T,
+          static_cast<int>(hs),
+          c.ssm.head_dim,
+          c.ssm.d_state,
+          xbc,
+          C,
+          xbc + di,
+          C,
+          xbc + di + N,
+          C,
+          ws.dt.data(),
+          hs,
+          a,
+          d_skip,
+          y,
+          di};
 }
 
 std::vector<float> NegExp(const float* a_log, int64_t n) {

@@ -27,14 +27,16 @@ struct MixerStateView {
 
 // h: [T, D] (row stride D); y: [T, d_inner] (row stride d_inner).
 // `log_decay` ([H_s] or null) has the segment's sum of dt * A added to it.
-void MambaMixerSegment(const ModelConfig& config, const MambaDirWeights& w, const float* h, int64_t tokens,
-                       MixerStateView state, MixerWorkspace* ws, float* y, float* log_decay = nullptr);
+void MambaMixerSegment(const ModelConfig& config, const MambaDirWeights& w, const float* h,
+                       int64_t tokens, MixerStateView state, MixerWorkspace* ws, float* y,
+                       float* log_decay = nullptr);
 
 // The summary pre-pass of a segment: the same projection, conv and scan but
 // only the x, B, C, dt rows and only the state. `state.ssm` and `log_decay`
 // ([H_s], added to) accumulate from whatever they hold; conv history as above.
-void MambaSummarySegment(const ModelConfig& config, const MambaDirWeights& w, const float* h, int64_t tokens,
-                         MixerStateView state, float* log_decay, MixerWorkspace* ws);
+void MambaSummarySegment(const ModelConfig& config, const MambaDirWeights& w, const float* h,
+                         int64_t tokens, MixerStateView state, float* log_decay,
+                         MixerWorkspace* ws);
 
 }  // namespace lact::cpu
 

@@ -1,10 +1,10 @@
 #include "kernels/cpu/ssd_scan.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
-
-#include <omp.h>
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
@@ -21,8 +21,8 @@ constexpr int64_t kChunk = 64;
 // the chunk starts from (row stride ld): writes y, this head's columns of xw
 // (the decay-weighted inputs for the state update, row stride ld), decays
 // this head's state by the chunk's product and returns the chunk's log decay.
-float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb, const float* cs,
-                    float* xw, int64_t ld, float* cum, float* m, float* state) {
+float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb,
+                    const float* cs, float* xw, int64_t ld, float* cum, float* m, float* state) {
   const int64_t P = p.head_dim, N = p.d_state;
   const float a = p.a[h];
   float run = 0.0f;
@@ -33,7 +33,8 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
   // M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i.
   for (int64_t i = 0; i < n; ++i) {
     float* mi = m + i * n;
-    for (int64_t j = 0; j <= i; ++j) mi[j] = cb[i * kChunk + j] * FastExp(cum[i] - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
+    for (int64_t j = 0; j <= i; ++j)
+      mi[j] = cb[i * kChunk + j] * FastExp(cum[i] - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
     std::fill(mi + i + 1, mi + n, 0.0f);
   }
   const float* xc = p.x + t0 * p.ldx + h * P;
@@ -78,7 +79,8 @@ void SsdScan(const ScanParams& p, float* state, float* log_decay) {
     const int h0 = p.heads * tid / threads, h1 = p.heads * (tid + 1) / threads;
     const int64_t gp = int64_t{h1 - h0} * P;
     float* group_state = state + int64_t{h0} * P * N;
-    std::vector<float> cb(kChunk * kChunk), cs(kChunk * gp), xw(kChunk * gp), cum(kChunk), m(kChunk * kChunk);
+    std::vector<float> cb(kChunk * kChunk), cs(kChunk * gp), xw(kChunk * gp), cum(kChunk),
+        m(kChunk * kChunk);
     std::vector<float> total(h1 - h0, 0.0f);
     for (int64_t t0 = 0; t0 < T && gp > 0; t0 += kChunk) {
       const int64_t n = std::min(kChunk, T - t0);
@@ -88,8 +90,8 @@ void SsdScan(const ScanParams& p, float* state, float* log_decay) {
       Gemm(false, true, n, gp, N, 1.0f, cc, p.ldc, group_state, N, 0.0f, cs.data(), gp);
       for (int h = h0; h < h1; ++h) {
         const int64_t col = int64_t{h - h0} * P;
-        total[h - h0] += ScanChunkHead(p, h, t0, n, cb.data(), cs.data() + col, xw.data() + col, gp, cum.data(),
-                                       m.data(), state);
+        total[h - h0] += ScanChunkHead(p, h, t0, n, cb.data(), cs.data() + col, xw.data() + col, gp,
+                                       cum.data(), m.data(), state);
       }
       Gemm(true, false, gp, N, n, 1.0f, xw.data(), gp, bc, p.ldb, 1.0f, group_state, N);
     }
@@ -133,7 +135,8 @@ void SsdAddCarry(const ScanParams& p, const float* carry) {
     float cum = 0.0f;
     for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
       const int64_t n = std::min(kChunk, T - t0);
-      Gemm(false, true, n, P, N, 1.0f, p.c + t0 * p.ldc, p.ldc, carry + h * P * N, N, 0.0f, cs.data(), P);
+      Gemm(false, true, n, P, N, 1.0f, p.c + t0 * p.ldc, p.ldc, carry + h * P * N, N, 0.0f,
+           cs.data(), P);
       for (int64_t i = 0; i < n; ++i) {
         cum += p.dt[(t0 + i) * p.lddt + h] * p.a[h];
         const float e = std::exp(cum);
@@ -144,9 +147,9 @@ void SsdAddCarry(const ScanParams& p, const float* carry) {
   }
 }
 
-void ComposeScanSummary(int heads, int64_t per_head, const float* first_state, const float* first_log_decay,
-                        const float* second_state, const float* second_log_decay, float* out_state,
-                        float* out_log_decay) {
+void ComposeScanSummary(int heads, int64_t per_head, const float* first_state,
+                        const float* first_log_decay, const float* second_state,
+                        const float* second_log_decay, float* out_state, float* out_log_decay) {
   for (int h = 0; h < heads; ++h) {
     const float decay = std::exp(second_log_decay[h]);
     for (int64_t i = 0; i < per_head; ++i) {

@@ -53,9 +53,9 @@ void SsdAddCarry(const ScanParams& p, const float* carry);
 // Summary of `first` followed by `second` (per head, `per_head` = P*N state
 // values): out_state = exp(second_log_decay) * first_state + second_state,
 // out_log_decay = first_log_decay + second_log_decay. Outputs may alias inputs.
-void ComposeScanSummary(int heads, int64_t per_head, const float* first_state, const float* first_log_decay,
-                        const float* second_state, const float* second_log_decay, float* out_state,
-                        float* out_log_decay);
+void ComposeScanSummary(int heads, int64_t per_head, const float* first_state,
+                        const float* first_log_decay, const float* second_state,
+                        const float* second_log_decay, float* out_state, float* out_log_decay);
 
 }  // namespace lact::cpu
 

@@ -6,7 +6,8 @@ namespace lact::cuda {
 namespace {
 
 __global__ void ConvKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
-                           const float* weight, const float* bias, const float* history, float* out, int64_t ldo) {
+                           const float* weight, const float* bias, const float* history, float* out,
+                           int64_t ldo) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= tokens * channels) return;
   const int64_t t = i / channels, c = i % channels;
@@ -20,8 +21,8 @@ __global__ void ConvKernel(const float* u, int64_t ldu, int64_t tokens, int64_t 
 }
 
 // next = last W-1 rows of (history ++ u).
-__global__ void HistoryKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int keep,
-                              const float* history, float* next) {
+__global__ void HistoryKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels,
+                              int keep, const float* history, float* next) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= keep * channels) return;
   const int64_t r = i / channels, c = i % channels, src = tokens + r;
@@ -30,19 +31,21 @@ __global__ void HistoryKernel(const float* u, int64_t ldu, int64_t tokens, int64
 
 }  // namespace
 
-absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
-                      const float* weight, const float* bias, float* history, float* scratch, float* out,
-                      int64_t ldo) {
+absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels,
+                      int width, const float* weight, const float* bias, float* history,
+                      float* scratch, float* out, int64_t ldo) {
   if (tokens > 0) {
-    ConvKernel<<<Blocks(tokens * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, width, weight, bias,
-                                                               history, out, ldo);
+    ConvKernel<<<Blocks(tokens * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, width,
+                                                              weight, bias, history, out, ldo);
   }
   const int keep = width - 1;
   if (keep > 0) {
-    HistoryKernel<<<Blocks(keep * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, keep, history, scratch);
-    const cudaError_t copied =
-        cudaMemcpyAsync(history, scratch, keep * channels * sizeof(float), cudaMemcpyDeviceToDevice, s);
-    if (copied != cudaSuccess) return absl::InternalError(absl::StrCat("ConvSilu history: ", cudaGetErrorString(copied)));
+    HistoryKernel<<<Blocks(keep * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, keep,
+                                                               history, scratch);
+    const cudaError_t copied = cudaMemcpyAsync(history, scratch, keep * channels * sizeof(float),
+                                               cudaMemcpyDeviceToDevice, s);
+    if (copied != cudaSuccess)
+      return absl::InternalError(absl::StrCat("ConvSilu history: ", cudaGetErrorString(copied)));
   }
   return LaunchStatus("ConvSilu");
 }

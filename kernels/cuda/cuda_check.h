@@ -13,21 +13,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-#define LACT_CUDA_RETURN_IF_ERROR(expr)                                                              \
-  do {                                                                                               \
-    const cudaError_t lact_err_ = (expr);                                                            \
-    if (lact_err_ != cudaSuccess) {                                                                  \
-      (void)cudaGetLastError();                                                                      \
-      return ::absl::InternalError(::absl::StrCat(#expr, ": ", cudaGetErrorString(lact_err_)));      \
-    }                                                                                                \
+#define LACT_CUDA_RETURN_IF_ERROR(expr)                                                         \
+  do {                                                                                          \
+    const cudaError_t lact_err_ = (expr);                                                       \
+    if (lact_err_ != cudaSuccess) {                                                             \
+      (void)cudaGetLastError();                                                                 \
+      return ::absl::InternalError(::absl::StrCat(#expr, ": ", cudaGetErrorString(lact_err_))); \
+    }                                                                                           \
   } while (0)
 
-#define LACT_CUBLAS_RETURN_IF_ERROR(expr)                                                            \
-  do {                                                                                               \
-    const cublasStatus_t lact_err_ = (expr);                                                         \
-    if (lact_err_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-      return ::absl::InternalError(::absl::StrCat(#expr, ": ", cublasGetStatusString(lact_err_)));   \
-    }                                                                                                \
+#define LACT_CUBLAS_RETURN_IF_ERROR(expr)                                                          \
+  do {                                                                                             \
+    const cublasStatus_t lact_err_ = (expr);                                                       \
+    if (lact_err_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+      return ::absl::InternalError(::absl::StrCat(#expr, ": ", cublasGetStatusString(lact_err_))); \
+    }                                                                                              \
   } while (0)
 
 #endif  // LACT_KERNELS_CUDA_CUDA_CHECK_H_

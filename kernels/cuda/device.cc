@@ -10,7 +10,8 @@ namespace lact::cuda {
 absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp32") return Precision::kFp32;
   if (name == "bf16") return Precision::kBf16;
-  return absl::InvalidArgumentError(absl::StrCat("unknown precision '", name, "' (allowed: fp32, bf16)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (allowed: fp32, bf16)"));
 }
 
 int DeviceCount() {
@@ -31,9 +32,9 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t floats) {
     cudaGetLastError();  // not sticky: clear it
     size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
-    return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory: ", floats * sizeof(float) >> 20,
-                                                     " MiB asked for, ", free >> 20, " of ", total >> 20,
-                                                     " MiB free (a smaller shard or --tile-tokens needs less)"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of GPU memory: ", floats * sizeof(float) >> 20, " MiB asked for, ", free >> 20, " of ",
+        total >> 20, " MiB free (a smaller shard or --tile-tokens needs less)"));
   }
   LACT_CUDA_RETURN_IF_ERROR(err);
   b.ptr_ = static_cast<float*>(p);
@@ -58,7 +59,8 @@ DeviceBuffer::~DeviceBuffer() {
 
 absl::StatusOr<std::unique_ptr<CudaContext>> CudaContext::Create(int device, Precision precision) {
   if (device < 0 || device >= DeviceCount()) {
-    return absl::FailedPreconditionError(absl::StrCat("no CUDA device ", device, " (", DeviceCount(), " visible)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device ", device, " (", DeviceCount(), " visible)"));
   }
   LACT_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   auto ctx = std::unique_ptr<CudaContext>(new CudaContext());
@@ -99,13 +101,15 @@ CudaContext::~CudaContext() {
 absl::StatusOr<DeviceBuffer> CudaContext::Upload(const float* host, size_t floats) {
   absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(floats);
   if (!b.ok() || floats == 0) return b;
-  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b->get(), host, floats * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  LACT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(b->get(), host, floats * sizeof(float), cudaMemcpyHostToDevice, stream_));
   return b;
 }
 
 absl::Status CudaContext::Download(const float* device, size_t floats, float* host) {
   if (floats == 0) return absl::OkStatus();
-  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, device, floats * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  LACT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host, device, floats * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   return Synchronize();
 }
 
@@ -136,11 +140,13 @@ absl::StatusOr<const __nv_bfloat16*> ToBf16(const CudaContext& ctx, int slot, co
   return out;
 }
 
-absl::Status CheckDims(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, int64_t batch) {
+absl::Status CheckDims(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
+                       int64_t batch) {
   constexpr int64_t kMax = 2147483647;
   if (m > kMax || n > kMax || k > kMax || lda > kMax || ldb > kMax || ldc > kMax || batch > kMax) {
-    return absl::InvalidArgumentError(absl::StrCat("GEMM dimensions beyond cuBLAS's 32-bit range: m=", m, " n=", n,
-                                                   " k=", k, " batch=", batch));
+    return absl::InvalidArgumentError(
+        absl::StrCat("GEMM dimensions beyond cuBLAS's 32-bit range: m=", m, " n=", n, " k=", k,
+                     " batch=", batch));
   }
   return absl::OkStatus();
 }
@@ -149,24 +155,27 @@ absl::Status CheckDims(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
 // gets (B, A) with m and n swapped.
-absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                                float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
-                                int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
-                                int64_t batch, bool fp32) {
+absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m,
+                                int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+                                float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                                bool fp32) {
   if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
   LACT_RETURN_IF_ERROR(CheckDims(m, n, k, lda, ldb, ldc, batch));
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
-  const int ilda = static_cast<int>(lda), ildb = static_cast<int>(ldb), ildc = static_cast<int>(ldc);
+  const int ilda = static_cast<int>(lda), ildb = static_cast<int>(ldb),
+            ildc = static_cast<int>(ldc);
   const int ibatch = static_cast<int>(batch);
   if (fp32 || ctx.precision() == Precision::kFp32 || k == 0) {
     if (batch == 1) {
-      LACT_CUBLAS_RETURN_IF_ERROR(
-          cublasSgemm(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb, a, ilda, &beta, c, ildc));
+      LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb,
+                                              a, ilda, &beta, c, ildc));
     } else {
-      LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb,
-                                                            stride_b, a, ilda, stride_a, &beta, c, ildc, stride_c,
-                                                            ibatch));
+      LACT_CUBLAS_RETURN_IF_ERROR(
+          cublasSgemmStridedBatched(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb, stride_b,
+                                    a, ilda, stride_a, &beta, c, ildc, stride_c, ibatch));
     }
     return absl::OkStatus();
   }
@@ -175,25 +184,27 @@ absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans
   LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* a16, ToBf16(ctx, 0, opa));
   LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* b16, ToBf16(ctx, 1, opb));
   if (batch == 1) {
-    LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb,
-                                             a16, CUDA_R_16BF, ilda, &beta, c, CUDA_R_32F, ildc, CUBLAS_COMPUTE_32F,
-                                             CUBLAS_GEMM_DEFAULT));
+    LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+        ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb, a16, CUDA_R_16BF,
+        ilda, &beta, c, CUDA_R_32F, ildc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
     LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
-        ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb, stride_b, a16, CUDA_R_16BF, ilda,
-        stride_a, &beta, c, CUDA_R_32F, ildc, stride_c, ibatch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb, stride_b, a16,
+        CUDA_R_16BF, ilda, stride_a, &beta, c, CUDA_R_32F, ildc, stride_c, ibatch,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   return absl::OkStatus();
 }
 
-absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                  bool fp32) {
-  return GemmStridedBatched(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1, fp32);
+absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                  float beta, float* c, int64_t ldc, bool fp32) {
+  return GemmStridedBatched(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c,
+                            ldc, 0, 1, fp32);
 }
 
-absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
-                    int64_t out, float* y, int64_t ldy, float beta) {
+absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in,
+                    const float* w, int64_t out, float* y, int64_t ldy, float beta) {
   return Gemm(ctx, false, true, rows, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);
 }
 

@@ -55,7 +55,8 @@ class DeviceBuffer {
 
 class CudaContext {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(int device, Precision precision = Precision::kFp32);
+  static absl::StatusOr<std::unique_ptr<CudaContext>> Create(
+      int device, Precision precision = Precision::kFp32);
   ~CudaContext();
   CudaContext(const CudaContext&) = delete;
   CudaContext& operator=(const CudaContext&) = delete;
@@ -87,20 +88,21 @@ class CudaContext {
 // Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C on the context's
 // stream, in the context's precision unless `fp32` forces true fp32 (the
 // Newton-Schulz iteration, which bf16 operands would destabilise).
-absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-                  bool fp32 = false);
+absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                  float beta, float* c, int64_t ldc, bool fp32 = false);
 
 // The same for `batch` independent problems whose matrices are `stride_*`
 // floats apart.
-absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                                float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
-                                int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c,
-                                int64_t batch, bool fp32 = false);
+absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m,
+                                int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+                                float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                                bool fp32 = false);
 
 // y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
-absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
-                    int64_t out, float* y, int64_t ldy, float beta = 0.0f);
+absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in,
+                    const float* w, int64_t out, float* y, int64_t ldy, float beta = 0.0f);
 
 }  // namespace lact::cuda
 

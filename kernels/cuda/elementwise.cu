@@ -31,8 +31,8 @@ __global__ void ReverseKernel(const float* src, float* dst, int64_t rows, int64_
   dst[i] = add ? dst[i] + v : v;
 }
 
-__global__ void SoftplusBiasKernel(const float* in, int64_t ldi, int64_t rows, int64_t cols, const float* bias,
-                                   float shift, float* out, int64_t ldo) {
+__global__ void SoftplusBiasKernel(const float* in, int64_t ldi, int64_t rows, int64_t cols,
+                                   const float* bias, float shift, float* out, int64_t ldo) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
@@ -40,8 +40,8 @@ __global__ void SoftplusBiasKernel(const float* in, int64_t ldi, int64_t rows, i
   out[r * ldo + c] = v > 20.0f ? v : log1pf(expf(v));
 }
 
-__global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t heads, int64_t tokens, int64_t hidden,
-                                  const float* lr, int64_t ldlr) {
+__global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t heads, int64_t tokens,
+                                  int64_t hidden, const float* lr, int64_t ldlr) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= heads * tokens * hidden) return;
   const int64_t head = i / (tokens * hidden), t = (i / hidden) % tokens;
@@ -58,7 +58,8 @@ __global__ void RoundToBf16Kernel(const float* in, int64_t n, __nv_bfloat16* out
   if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
-__global__ void AxpbyKernel(float alpha, const float* a, float beta, const float* b, float* out, int64_t n) {
+__global__ void AxpbyKernel(float alpha, const float* a, float beta, const float* b, float* out,
+                            int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = alpha * a[i] + beta * b[i];
 }
@@ -71,7 +72,8 @@ absl::Status RoundToBf16(cudaStream_t s, const float* in, int64_t n, __nv_bfloat
   return LaunchStatus("RoundToBf16");
 }
 
-absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b, float* out, int64_t n) {
+absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b,
+                   float* out, int64_t n) {
   if (n == 0) return absl::OkStatus();
   AxpbyKernel<<<Blocks(n), kThreads, 0, s>>>(alpha, a, beta, b, out, n);
   return LaunchStatus("Axpby");
@@ -101,7 +103,8 @@ absl::Status ReverseRows(cudaStream_t s, const float* src, float* dst, int64_t r
   return LaunchStatus("ReverseRows");
 }
 
-absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64_t rows, int64_t cols) {
+absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64_t rows,
+                             int64_t cols) {
   if (rows * cols == 0) return absl::OkStatus();
   ReverseKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(src, dst, rows, cols, true);
   return LaunchStatus("AddReversedRows");
@@ -110,12 +113,13 @@ absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64
 absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t rows, int64_t cols,
                           const float* bias, float shift, float* out, int64_t ldo) {
   if (rows * cols == 0) return absl::OkStatus();
-  SoftplusBiasKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(in, ldi, rows, cols, bias, shift, out, ldo);
+  SoftplusBiasKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(in, ldi, rows, cols, bias, shift, out,
+                                                              ldo);
   return LaunchStatus("SoftplusBias");
 }
 
-absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads, int64_t tokens,
-                             int64_t hidden, const float* lr, int64_t ldlr) {
+absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads,
+                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr) {
   const int64_t n = heads * tokens * hidden;
   if (n == 0) return absl::OkStatus();
   GradFactorsKernel<<<Blocks(n), kThreads, 0, s>>>(g, u, dh, heads, tokens, hidden, lr, ldlr);

@@ -15,7 +15,8 @@ inline unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads -
 
 inline absl::Status LaunchStatus(const char* what) {
   const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+  if (err != cudaSuccess)
+    return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
   return absl::OkStatus();
 }
 

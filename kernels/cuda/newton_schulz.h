@@ -16,8 +16,8 @@ namespace lact::cuda {
 // g: `batch` contiguous [rows, cols] matrices, replaced by NS(g), queued on
 // the context's stream. `scratch` is the caller's, grown on demand (after
 // synchronizing the stream, whose queued work may still read the old one).
-absl::Status NewtonSchulz(const CudaContext& ctx, float* g, int64_t batch, int64_t rows, int64_t cols, int steps,
-                          DeviceBuffer* scratch);
+absl::Status NewtonSchulz(const CudaContext& ctx, float* g, int64_t batch, int64_t rows,
+                          int64_t cols, int steps, DeviceBuffer* scratch);
 
 }  // namespace lact::cuda
 

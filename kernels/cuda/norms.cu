@@ -5,7 +5,8 @@
 namespace lact::cuda {
 namespace {
 
-__global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t cols, const float* w, float* y, int64_t ldy) {
+__global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t cols, const float* w, float* y,
+                              int64_t ldy) {
   const float* xr = x + blockIdx.x * ldx;
   float* yr = y + blockIdx.x * ldy;
   float ss = 0.0f;
@@ -69,28 +70,29 @@ absl::Status NormalizeMatrices(cudaStream_t s, float* x, int64_t batch, int64_t 
   return LaunchStatus("NormalizeMatrices");
 }
 
-absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w,
-                         float* y, int64_t ldy) {
+absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                         const float* w, float* y, int64_t ldy) {
   if (rows == 0) return absl::OkStatus();
   RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, ldx, cols, w, y, ldy);
   return LaunchStatus("RmsNormRows");
 }
 
-absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
-                              int64_t cols, const float* w) {
+absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz,
+                              int64_t rows, int64_t cols, const float* w) {
   if (rows == 0) return absl::OkStatus();
   GatedRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w);
   return LaunchStatus("GatedRmsNormRows");
 }
 
-absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group) {
+absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups,
+                          int64_t group) {
   if (rows == 0) return absl::OkStatus();
   L2NormKernel<<<static_cast<unsigned>(rows * groups), 128, 0, s>>>(x, ldx, groups, group);
   return LaunchStatus("L2NormGroups");
 }
 
-absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init, int64_t rows,
-                              int64_t cols) {
+absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init,
+                              int64_t rows, int64_t cols) {
   if (rows == 0) return absl::OkStatus();
   WeightNormKernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(w, dw, w_init, cols);
   return LaunchStatus("WeightNormUpdate");

@@ -15,13 +15,14 @@
 namespace lact::cuda {
 
 // y[r] = x[r] / sqrt(mean(x[r]^2) + 1e-5) * w (y may alias x).
-absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w,
-                         float* y, int64_t ldy);
+absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                         const float* w, float* y, int64_t ldy);
 // y[r] = rmsnorm(y[r] * silu(z[r]), w), in place.
-absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
-                              int64_t cols, const float* w);
+absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz,
+                              int64_t rows, int64_t cols, const float* w);
 // Each group of `group` values of a row divided by (its L2 norm + 1e-5).
-absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group);
+absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups,
+                          int64_t group);
 absl::Status SiluRows(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols);
 // a[i] = silu(a[i]) * b[i] for i < n (contiguous).
 absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n);
@@ -30,33 +31,35 @@ absl::Status AddInPlace(cudaStream_t s, float* x, const float* y, int64_t n);
 // dst[r] = src[rows - 1 - r]; dst must not alias src.
 absl::Status ReverseRows(cudaStream_t s, const float* src, float* dst, int64_t rows, int64_t cols);
 // dst[r] += src[rows - 1 - r].
-absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64_t rows, int64_t cols);
+absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64_t rows,
+                             int64_t cols);
 // out[t, j] = softplus(in[t, j] + bias[j] + shift), in and out [rows, cols] with strides.
 absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t rows, int64_t cols,
                           const float* bias, float shift, float* out, int64_t ldo);
 
 // Causal depthwise conv + silu with W-1 history rows (kernels/cpu/conv.h);
 // `history` [W-1, C] is advanced in place (`scratch` holds (W-1)*C floats).
-absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
-                      const float* weight, const float* bias, float* history, float* scratch, float* out,
-                      int64_t ldo);
+absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels,
+                      int width, const float* weight, const float* bias, float* history,
+                      float* scratch, float* out, int64_t ldo);
 
 // The selective scan of SPEC section 5 as its per-token recurrence, one
 // thread per (head, channel); state [H, P, N] in and out.
-absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_dim, int d_state, const float* x,
-                            int64_t ldx, const float* b, int64_t ldb, const float* c, int64_t ldc, const float* dt,
-                            int64_t lddt, const float* a_log, const float* d_skip, float* y, int64_t ldy,
+absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_dim, int d_state,
+                            const float* x, int64_t ldx, const float* b, int64_t ldb,
+                            const float* c, int64_t ldc, const float* dt, int64_t lddt,
+                            const float* a_log, const float* d_skip, float* y, int64_t ldy,
                             float* state);
 
 // LaCT gradient factors in place for `heads` heads (kernels/cpu/lact_ops.cc):
 // g <- lr0 * dG, u <- lr1 * Hd, dh <- lr2 * dU, where g, u, dh are
 // [heads, tokens, hidden] and head h's three rates are columns 3h..3h+2 of
 // lr (row stride ldlr).
-absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads, int64_t tokens,
-                             int64_t hidden, const float* lr, int64_t ldlr);
+absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads,
+                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr);
 // w += dw, then each row rescaled to the norm of the same row of w_init.
-absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init, int64_t rows,
-                              int64_t cols);
+absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init,
+                              int64_t rows, int64_t cols);
 
 // Each of `batch` contiguous [rows, cols] matrices divided by (its Frobenius
 // norm + 1e-7).
@@ -64,7 +67,8 @@ absl::Status NormalizeMatrices(cudaStream_t s, float* x, int64_t batch, int64_t 
 // out[i] = bf16(in[i]) for i < n, round to nearest even.
 absl::Status RoundToBf16(cudaStream_t s, const float* in, int64_t n, __nv_bfloat16* out);
 // out[i] = alpha * a[i] + beta * b[i] for i < n (contiguous; out may alias a or b).
-absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b, float* out, int64_t n);
+absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, const float* b,
+                   float* out, int64_t n);
 
 }  // namespace lact::cuda
 

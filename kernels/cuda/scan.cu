@@ -7,9 +7,10 @@
 namespace lact::cuda {
 namespace {
 
-__global__ void ScanKernel(int64_t tokens, int heads, int head_dim, int d_state, const float* x, int64_t ldx,
-                           const float* b, int64_t ldb, const float* c, int64_t ldc, const float* dt, int64_t lddt,
-                           const float* a_log, const float* d_skip, float* y, int64_t ldy, float* state) {
+__global__ void ScanKernel(int64_t tokens, int heads, int head_dim, int d_state, const float* x,
+                           int64_t ldx, const float* b, int64_t ldb, const float* c, int64_t ldc,
+                           const float* dt, int64_t lddt, const float* a_log, const float* d_skip,
+                           float* y, int64_t ldy, float* state) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<int64_t>(heads) * head_dim) return;
   const int h = static_cast<int>(i / head_dim);
@@ -31,14 +32,15 @@ __global__ void ScanKernel(int64_t tokens, int heads, int head_dim, int d_state,
 
 }  // namespace
 
-absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_dim, int d_state, const float* x,
-                            int64_t ldx, const float* b, int64_t ldb, const float* c, int64_t ldc, const float* dt,
-                            int64_t lddt, const float* a_log, const float* d_skip, float* y, int64_t ldy,
+absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_dim, int d_state,
+                            const float* x, int64_t ldx, const float* b, int64_t ldb,
+                            const float* c, int64_t ldc, const float* dt, int64_t lddt,
+                            const float* a_log, const float* d_skip, float* y, int64_t ldy,
                             float* state) {
   const int64_t lanes = static_cast<int64_t>(heads) * head_dim;
   if (lanes == 0) return absl::OkStatus();
-  ScanKernel<<<Blocks(lanes), kThreads, 0, s>>>(tokens, heads, head_dim, d_state, x, ldx, b, ldb, c, ldc, dt, lddt,
-                                                a_log, d_skip, y, ldy, state);
+  ScanKernel<<<Blocks(lanes), kThreads, 0, s>>>(tokens, heads, head_dim, d_state, x, ldx, b, ldb, c,
+                                                ldc, dt, lddt, a_log, d_skip, y, ldy, state);
   return LaunchStatus("ScanRecurrence");
 }
 

@@ -18,8 +18,6 @@
 // The matrix products run through one tiled block GEMM (BlockGemm) whose
 // operands are produced element by element by the caller, which lets each
 // kernel fold masks and decays into the operand loads.
-#include "kernels/cuda/ssd_scan.h"
-
 #include <algorithm>
 #include <climits>
 
@@ -27,6 +25,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/ssd_scan.h"
 
 namespace lact::cuda {
 namespace {
@@ -39,8 +38,10 @@ constexpr int kDepth = 16;
 constexpr int kTm = 8;
 constexpr int kTn = 4;
 constexpr int kGemmThreads = (kTile / kTm) * (kTile / kTn);
-constexpr int kPad = 4;  // keeps tile rows 16-byte aligned, halves bank conflicts of transposed stores
-constexpr int kPerThread = kDepth * kTile / kGemmThreads;  // tile elements each thread loads per step
+constexpr int kPad =
+    4;  // keeps tile rows 16-byte aligned, halves bank conflicts of transposed stores
+constexpr int kPerThread =
+    kDepth * kTile / kGemmThreads;  // tile elements each thread loads per step
 static_assert(kChunk == kTile, "a chunk's tokens are one tile of rows");
 static_assert(kChunk % kDepth == 0, "no reduction step straddles the intra-chunk and carry parts");
 static_assert(kTm == 8 && kTn == 4, "the inner loop reads two float4 of A and one of B");
@@ -85,7 +86,9 @@ struct Window {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-__device__ inline int64_t WindowChunks(const Window& w) { return (w.end - w.start + kChunk - 1) / kChunk; }
+__device__ inline int64_t WindowChunks(const Window& w) {
+  return (w.end - w.start + kChunk - 1) / kChunk;
+}
 
 __device__ inline int ChunkTokens(const Window& w, int64_t t0) {
   return static_cast<int>(min(static_cast<int64_t>(kChunk), w.end - t0));
@@ -147,7 +150,8 @@ __device__ inline void FetchTile(int k0, const Fetch& fetch, float (&v)[kPerThre
 }
 
 template <bool kKFastest>
-__device__ inline void StoreTile(const float (&v)[kPerThread], float (&tile)[kDepth][kTile + kPad]) {
+__device__ inline void StoreTile(const float (&v)[kPerThread],
+                                 float (&tile)[kDepth][kTile + kPad]) {
 #pragma unroll
   for (int r = 0; r < kPerThread; ++r) {
     int k, m;
@@ -218,7 +222,8 @@ __device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, 
 // decay. Per chunk: S <- exp(cum_last) S + sum_j w_j B_j x_j^T (as S^T) with
 // w_j = exp(cum_last - cum_j) dt_j. `index` enumerates segment x head x
 // N tiles x P tiles.
-__device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t index, GemmTiles& tiles) {
+__device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t index,
+                             GemmTiles& tiles) {
   __shared__ float dts[kChunk], cum[kChunk], weight[kChunk];
   const int P = args.head_dim, N = args.d_state, H = args.heads;
   const int ptiles = (P + kTile - 1) / kTile, ntiles = (N + kTile - 1) / kTile;
@@ -295,15 +300,16 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkStateKernel(ScanArgs arg
 // `write_carry` each segment's slot is overwritten with the state entering
 // it. The final state goes back to `state` ([H][P][N]) and the window's log
 // decay is added to log_decay[h].
-__global__ void PassStatesKernel(int heads, int head_dim, int d_state, Window w, bool write_carry, float* state,
-                                 float* log_decay) {
+__global__ void PassStatesKernel(int heads, int head_dim, int d_state, Window w, bool write_carry,
+                                 float* state, float* log_decay) {
   __shared__ float factor[kThreads];
   const int h = blockIdx.y, per_head = head_dim * d_state;
   const int e = blockIdx.x * kThreads + threadIdx.x;
   const bool active = e < per_head;
-  const int64_t own = (static_cast<int64_t>(h) * head_dim + e % head_dim) * d_state + e / head_dim;  // [h][p][n]
+  const int64_t own =
+      (static_cast<int64_t>(h) * head_dim + e % head_dim) * d_state + e / head_dim;  // [h][p][n]
   float* entry = w.states + static_cast<int64_t>(h) * per_head + e;  // segment 0's, [h][n][p]
-  const int64_t stride = static_cast<int64_t>(heads) * per_head;      // from one segment to the next
+  const int64_t stride = static_cast<int64_t>(heads) * per_head;     // from one segment to the next
   float s = active ? state[own] : 0.0f;
   float decay_sum = 0.0f;
   for (int64_t g0 = 0; g0 < w.segments; g0 += kThreads) {
@@ -319,7 +325,8 @@ __global__ void PassStatesKernel(int heads, int head_dim, int d_state, Window w,
     for (int g = 0; g < count; g += kPassBatch) {
       float local[kPassBatch];
 #pragma unroll
-      for (int k = 0; k < kPassBatch; ++k) local[k] = g + k < count ? entry[(g0 + g + k) * stride] : 0.0f;
+      for (int k = 0; k < kPassBatch; ++k)
+        local[k] = g + k < count ? entry[(g0 + g + k) * stride] : 0.0f;
 #pragma unroll
       for (int k = 0; k < kPassBatch; ++k) {
         if (g + k < count) {
@@ -368,7 +375,8 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkOutputKernel(ScanArgs ar
       kChunk + N,
       [&](int k, int i) {
         if (i >= n) return 0.0f;
-        if (k < kChunk) return k <= i ? gram[i * kChunk + k] * expf(cum[i] - cum[k]) * dts[k] : 0.0f;
+        if (k < kChunk)
+          return k <= i ? gram[i * kChunk + k] * expf(cum[i] - cum[k]) * dts[k] : 0.0f;
         return k - kChunk < N ? growth[i] * c_rows[i * ldc + (k - kChunk)] : 0.0f;
       },
       [&](int k, int col) {
@@ -394,27 +402,30 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkOutputKernel(ScanArgs ar
 absl::Status Validate(const ScanArgs& a, const float* state) {
   if (a.heads < 1 || a.heads > 65535 || a.head_dim < 1 || a.d_state < 1 ||
       int64_t{a.head_dim} * a.d_state > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(absl::StrCat("SsdScan: need 1 <= heads <= 65535, head_dim >= 1, d_state >= 1 ",
-                                                   "and head_dim * d_state <= 2^30; got heads ", a.heads,
-                                                   ", head_dim ", a.head_dim, ", d_state ", a.d_state));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SsdScan: need 1 <= heads <= 65535, head_dim >= 1, d_state >= 1 ",
+                     "and head_dim * d_state <= 2^30; got heads ", a.heads, ", head_dim ",
+                     a.head_dim, ", d_state ", a.d_state));
   }
-  if (a.x == nullptr || a.b == nullptr || a.dt == nullptr || a.a_log == nullptr || state == nullptr ||
-      (a.y != nullptr && a.c == nullptr)) {
-    return absl::InvalidArgumentError("SsdScan: x, b, dt, a_log, state (and c when y is given) must not be null");
+  if (a.x == nullptr || a.b == nullptr || a.dt == nullptr || a.a_log == nullptr ||
+      state == nullptr || (a.y != nullptr && a.c == nullptr)) {
+    return absl::InvalidArgumentError(
+        "SsdScan: x, b, dt, a_log, state (and c when y is given) must not be null");
   }
   const int64_t width = int64_t{a.heads} * a.head_dim;
   if (a.ldx < width || a.ldb < a.d_state || a.lddt < a.heads ||
       (a.y != nullptr && (a.ldc < a.d_state || a.ldy < width))) {
-    return absl::InvalidArgumentError(absl::StrCat("SsdScan: row strides too small: ldx ", a.ldx, ", ldb ", a.ldb,
-                                                   ", ldc ", a.ldc, ", lddt ", a.lddt, ", ldy ", a.ldy,
-                                                   " for heads * head_dim = ", width, ", d_state ", a.d_state));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SsdScan: row strides too small: ldx ", a.ldx, ", ldb ", a.ldb, ", ldc ", a.ldc, ", lddt ",
+        a.lddt, ", ldy ", a.ldy, " for heads * head_dim = ", width, ", d_state ", a.d_state));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<unsigned> GridSize(int64_t blocks) {
   if (blocks < 1 || blocks > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat("SsdScan: ", blocks, " blocks do not fit one launch"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SsdScan: ", blocks, " blocks do not fit one launch"));
   }
   return static_cast<unsigned>(blocks);
 }
@@ -430,20 +441,21 @@ int64_t TilesOf(int size) { return CeilDiv(size, kTile); }
 
 // ChunkStateKernel over the window: Gram matrices when w.gram is set, then
 // segment states.
-absl::Status LaunchChunkStates(cudaStream_t s, const ScanArgs& args, const Window& w, int64_t chunks) {
+absl::Status LaunchChunkStates(cudaStream_t s, const ScanArgs& args, const Window& w,
+                               int64_t chunks) {
   const int64_t gram_blocks = w.gram != nullptr ? chunks : 0;
-  LACT_ASSIGN_OR_RETURN(const unsigned blocks, GridSize(gram_blocks + w.segments * args.heads *
-                                                                          TilesOf(args.d_state) *
-                                                                          TilesOf(args.head_dim)));
+  LACT_ASSIGN_OR_RETURN(const unsigned blocks,
+                        GridSize(gram_blocks + w.segments * args.heads * TilesOf(args.d_state) *
+                                                   TilesOf(args.head_dim)));
   ChunkStateKernel<<<blocks, kGemmThreads, 0, s>>>(args, w);
   return LaunchStatus("SsdScan chunk states");
 }
 
-absl::Status LaunchPassStates(cudaStream_t s, const ScanArgs& args, const Window& w, bool write_carry,
-                              float* state, float* log_decay) {
+absl::Status LaunchPassStates(cudaStream_t s, const ScanArgs& args, const Window& w,
+                              bool write_carry, float* state, float* log_decay) {
   const dim3 grid(Blocks(int64_t{args.head_dim} * args.d_state), args.heads);
-  PassStatesKernel<<<grid, kThreads, 0, s>>>(args.heads, args.head_dim, args.d_state, w, write_carry, state,
-                                              log_decay);
+  PassStatesKernel<<<grid, kThreads, 0, s>>>(args.heads, args.head_dim, args.d_state, w,
+                                             write_carry, state, log_decay);
   return LaunchStatus("SsdScan pass states");
 }
 
@@ -454,12 +466,14 @@ absl::Status ScanStateOnly(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& arg
   LACT_ASSIGN_OR_RETURN(const int sms, SmCount());
   const int64_t chunks = CeilDiv(args.tokens, kChunk);
   const int64_t blocks_per_segment = args.heads * TilesOf(args.d_state) * TilesOf(args.head_dim);
-  const int64_t wanted = std::clamp<int64_t>(CeilDiv(kBlocksPerSm * sms, blocks_per_segment), 1, chunks);
+  const int64_t wanted =
+      std::clamp<int64_t>(CeilDiv(kBlocksPerSm * sms, blocks_per_segment), 1, chunks);
   const int64_t per_segment = CeilDiv(chunks, wanted);
   const int64_t segments = CeilDiv(chunks, per_segment);
   const int64_t per_state = int64_t{args.heads} * args.head_dim * args.d_state;
   LACT_ASSIGN_OR_RETURN(float* scratch, ws.Reserve(s, segments * (per_state + args.heads)));
-  const Window w{0, args.tokens, segments, per_segment, scratch, scratch + segments * per_state, nullptr};
+  const Window w{
+      0, args.tokens, segments, per_segment, scratch, scratch + segments * per_state, nullptr};
   LACT_RETURN_IF_ERROR(LaunchChunkStates(s, args, w, chunks));
   return LaunchPassStates(s, args, w, /*write_carry=*/false, state, log_decay);
 }
@@ -481,7 +495,13 @@ absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& a
   const int64_t ptiles = TilesOf(args.head_dim);
   for (int64_t first = 0; first < chunks; first += window) {
     const int64_t count = std::min(window, chunks - first);
-    const Window w{first * kChunk, std::min(args.tokens, (first + count) * kChunk), count, 1, scratch, decay, gram};
+    const Window w{first * kChunk,
+                   std::min(args.tokens, (first + count) * kChunk),
+                   count,
+                   1,
+                   scratch,
+                   decay,
+                   gram};
     LACT_RETURN_IF_ERROR(LaunchChunkStates(s, args, w, count));
     LACT_RETURN_IF_ERROR(LaunchPassStates(s, args, w, /*write_carry=*/true, state, log_decay));
     LACT_ASSIGN_OR_RETURN(const unsigned out_blocks, GridSize(count * args.heads * ptiles));
@@ -502,13 +522,15 @@ absl::StatusOr<float*> SsdWorkspace::Reserve(cudaStream_t s, size_t floats) {
   return buffer_.get();
 }
 
-absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim, int d_state,
-                     const float* x, int64_t ldx, const float* b, int64_t ldb, const float* c, int64_t ldc,
-                     const float* dt, int64_t lddt, const float* a_log, const float* d_skip, float* y, int64_t ldy,
-                     float* state, float* log_decay) {
-  if (tokens < 0) return absl::InvalidArgumentError(absl::StrCat("SsdScan: tokens ", tokens, " < 0"));
+absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim,
+                     int d_state, const float* x, int64_t ldx, const float* b, int64_t ldb,
+                     const float* c, int64_t ldc, const float* dt, int64_t lddt, const float* a_log,
+                     const float* d_skip, float* y, int64_t ldy, float* state, float* log_decay) {
+  if (tokens < 0)
+    return absl::InvalidArgumentError(absl::StrCat("SsdScan: tokens ", tokens, " < 0"));
   if (tokens == 0) return absl::OkStatus();
-  const ScanArgs args{tokens, heads, head_dim, d_state, x, ldx, b, ldb, c, ldc, dt, lddt, a_log, d_skip, y, ldy};
+  const ScanArgs args{tokens, heads, head_dim, d_state, x,     ldx,    b, ldb,
+                      c,      ldc,   dt,       lddt,    a_log, d_skip, y, ldy};
   LACT_RETURN_IF_ERROR(Validate(args, state));
   if (y == nullptr) return ScanStateOnly(s, ws, args, state, log_decay);
   return ScanWithOutputs(s, ws, args, state, log_decay);

@@ -58,10 +58,10 @@ class SsdWorkspace {
 // (no skip term). log_decay [H] (may be null) gets sum_t dt_t[h] A[h] added.
 // y must not overlap the inputs. Shapes and strides are checked here
 // (INVALID_ARGUMENT); launch failures are INTERNAL.
-absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim, int d_state,
-                     const float* x, int64_t ldx, const float* b, int64_t ldb, const float* c, int64_t ldc,
-                     const float* dt, int64_t lddt, const float* a_log, const float* d_skip, float* y, int64_t ldy,
-                     float* state, float* log_decay);
+absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim,
+                     int d_state, const float* x, int64_t ldx, const float* b, int64_t ldb,
+                     const float* c, int64_t ldc, const float* dt, int64_t lddt, const float* a_log,
+                     const float* d_skip, float* y, int64_t ldy, float* state, float* log_decay);
 
 }  // namespace lact::cuda
 

@@ -72,7 +72,8 @@ Mat MatMul(const Mat& a, const Mat& b, bool exact = false) {
   for (int64_t i = 0; i < a.rows; ++i)
     for (int64_t k = 0; k < a.cols; ++k) {
       const double aik = exact ? a.at(i, k) : Operand(a.at(i, k));
-      for (int64_t j = 0; j < b.cols; ++j) c.at(i, j) += aik * (exact ? b.at(k, j) : Operand(b.at(k, j)));
+      for (int64_t j = 0; j < b.cols; ++j)
+        c.at(i, j) += aik * (exact ? b.at(k, j) : Operand(b.at(k, j)));
     }
   return c;
 }
@@ -117,7 +118,8 @@ struct MixerState {
 
 // SPEC section 5, one direction, tokens already in scan order.
 Mat Mixer(const Mat& h, const MambaDirWeights& w, const ModelConfig& c, MixerState* st) {
-  const int64_t L = h.rows, di = c.d_inner(), N = c.ssm.d_state, hs = c.ssm_heads(), P = c.ssm.head_dim;
+  const int64_t L = h.rows, di = c.d_inner(), N = c.ssm.d_state, hs = c.ssm_heads(),
+                P = c.ssm.head_dim;
   const int64_t W = c.ssm.conv_width, C = c.conv_channels();
   Mat proj = Linear(h, w.in_proj, c.in_proj_rows());
   Mat z = Columns(proj, 0, di), xbc_in = Columns(proj, di, C), dt = Columns(proj, di + C, hs);
@@ -226,7 +228,8 @@ void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat
       du.at(t, c) *= lr.at(t, 2);
     }
   }
-  Mat dw1 = MatMul(Transpose(v), hd), dw0 = MatMul(Transpose(dg), k), dw2 = MatMul(Transpose(du), k);
+  Mat dw1 = MatMul(Transpose(v), hd), dw0 = MatMul(Transpose(dg), k),
+      dw2 = MatMul(Transpose(du), k);
   UpdateWeight(&f->w0, dw0, init.w0, muon_steps);
   UpdateWeight(&f->w1, dw1, init.w1, muon_steps);
   UpdateWeight(&f->w2, dw2, init.w2, muon_steps);
@@ -245,7 +248,8 @@ Mat Lact(const Mat& h, const LayerWeights& w, const ModelConfig& c, bool is_cont
     for (int64_t j = 0; j < 3 * ht; ++j) lr.at(t, j) = Softplus(lr.at(t, j) + w.lr_b[j] + lr_shift);
   Mat o(L, D);
   for (int64_t head = 0; head < ht; ++head) {
-    Mat q = Columns(qkv, head * dh, dh), k = Columns(qkv, D + head * dh, dh), v = Columns(qkv, 2 * D + head * dh, dh);
+    Mat q = Columns(qkv, head * dh, dh), k = Columns(qkv, D + head * dh, dh),
+        v = Columns(qkv, 2 * D + head * dh, dh);
     for (Mat* m : {&q, &k}) {
       for (int64_t t = 0; t < L; ++t) {
         double ss = 0;
@@ -290,7 +294,8 @@ LayerRefState InitialLayerState(const LayerWeights& w, const ModelConfig& c) {
   LayerRefState s;
   const int64_t dh = c.ttt.head_dim, dhh = c.fast_hidden();
   for (int64_t head = 0; head < c.ttt_heads(); ++head) {
-    FastWeights f{FromFloat(w.w0 + head * dhh * dh, dhh, dh), FromFloat(w.w1 + head * dh * dhh, dh, dhh),
+    FastWeights f{FromFloat(w.w0 + head * dhh * dh, dhh, dh),
+                  FromFloat(w.w1 + head * dh * dhh, dh, dhh),
                   FromFloat(w.w2 + head * dhh * dh, dhh, dh)};
     s.fast.push_back(f);
     s.init.push_back(f);
@@ -304,7 +309,8 @@ LayerRefState InitialLayerState(const LayerWeights& w, const ModelConfig& c) {
 
 // SPEC section 4. For a query set, `state` holds the context's final state
 // and is left unchanged.
-Mat Block(const Mat& x_in, const LayerWeights& w, const ModelConfig& c, bool is_context, LayerRefState* state) {
+Mat Block(const Mat& x_in, const LayerWeights& w, const ModelConfig& c, bool is_context,
+          LayerRefState* state) {
   Mat h = RmsNorm(x_in, w.norm1);
   MixerState fwd = state->mamba[kForward];
   MixerState bwd;
@@ -365,9 +371,12 @@ JobOutputs RunJob(const Model& model, const ModelConfig& c, const Tensor& contex
     const LayerRefState& s = states[i];
     TensorD w0({ht, dhh, dh}), w1({ht, dh, dhh}), w2({ht, dhh, dh});
     for (int64_t head = 0; head < ht; ++head) {
-      std::copy(s.fast[head].w0.v.begin(), s.fast[head].w0.v.end(), w0.data.begin() + head * dhh * dh);
-      std::copy(s.fast[head].w1.v.begin(), s.fast[head].w1.v.end(), w1.data.begin() + head * dh * dhh);
-      std::copy(s.fast[head].w2.v.begin(), s.fast[head].w2.v.end(), w2.data.begin() + head * dhh * dh);
+      std::copy(s.fast[head].w0.v.begin(), s.fast[head].w0.v.end(),
+                w0.data.begin() + head * dhh * dh);
+      std::copy(s.fast[head].w1.v.begin(), s.fast[head].w1.v.end(),
+                w1.data.begin() + head * dh * dhh);
+      std::copy(s.fast[head].w2.v.begin(), s.fast[head].w2.v.end(),
+                w2.data.begin() + head * dhh * dh);
     }
     out.state[p + "ttt.w0"] = std::move(w0);
     out.state[p + "ttt.w1"] = std::move(w1);

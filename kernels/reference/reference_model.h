@@ -15,8 +15,8 @@
 namespace lact::reference {
 
 struct JobOutputs {
-  TensorD output;                       // [L, d_out]
-  std::vector<TensorD> queries;         // [L_k, d_out] each
+  TensorD output;                        // [L, d_out]
+  std::vector<TensorD> queries;          // [L_k, d_out] each
   std::map<std::string, TensorD> state;  // SPEC section 7 names
 };
 

@@ -26,7 +26,8 @@ absl::Status Guard(const char* what, Fn fn) {
     if (absl::StrContains(e.what(), "Timed out")) {
       return absl::DeadlineExceededError(absl::StrCat("gloo ", what, " timed out: ", e.what()));
     }
-    return absl::UnavailableError(absl::StrCat("gloo ", what, " failed, a peer is gone: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("gloo ", what, " failed, a peer is gone: ", e.what()));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("gloo ", what, " failed: ", e.what()));
   }
@@ -34,11 +35,12 @@ absl::Status Guard(const char* what, Fn fn) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Connect(gloo::rendezvous::Store& store,
-                                                                        const std::string& prefix, int rank, int size,
-                                                                        const GlooOptions& options) {
+absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Connect(
+    gloo::rendezvous::Store& store, const std::string& prefix, int rank, int size,
+    const GlooOptions& options) {
   if (size < 1 || rank < 0 || rank >= size) {
-    return absl::InvalidArgumentError(absl::StrCat("gloo: rank ", rank, " is outside a group of ", size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", rank, " is outside a group of ", size));
   }
   std::shared_ptr<gloo::rendezvous::Context> context;
   absl::Status status = Guard("connect", [&] {

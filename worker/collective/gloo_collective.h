@@ -31,7 +31,8 @@ class GlooCollective final : public Collective {
  public:
   // Blocks until all `size` ranks have connected (or the timeout passes).
   static absl::StatusOr<std::unique_ptr<GlooCollective>> Connect(gloo::rendezvous::Store& store,
-                                                                 const std::string& prefix, int rank, int size,
+                                                                 const std::string& prefix,
+                                                                 int rank, int size,
                                                                  const GlooOptions& options);
   ~GlooCollective() override;
 

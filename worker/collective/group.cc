@@ -12,12 +12,13 @@ absl::StatusOr<GlooGroup> JoinGlooGroup(const GroupSpec& group, const std::strin
     g.grads = std::make_unique<LocalCollective>();
     return g;
   }
-  if (group.store == nullptr) return absl::InternalError("a group of several ranks needs a rendezvous store");
+  if (group.store == nullptr)
+    return absl::InternalError("a group of several ranks needs a rendezvous store");
   const GlooOptions options{host, group.timeout};
-  LACT_ASSIGN_OR_RETURN(g.sync, GlooCollective::Connect(*group.store, group.prefix + "/sync", group.rank, group.size,
-                                                        options));
-  LACT_ASSIGN_OR_RETURN(g.grads, GlooCollective::Connect(*group.store, group.prefix + "/grads", group.rank,
-                                                         group.size, options));
+  LACT_ASSIGN_OR_RETURN(g.sync, GlooCollective::Connect(*group.store, group.prefix + "/sync",
+                                                        group.rank, group.size, options));
+  LACT_ASSIGN_OR_RETURN(g.grads, GlooCollective::Connect(*group.store, group.prefix + "/grads",
+                                                         group.rank, group.size, options));
   return g;
 }
 

@@ -23,7 +23,8 @@ absl::Status HostStagedAllReduce::Start(float* data, size_t count, cudaStream_t 
     LACT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute));  // the last copy back reads pinned_
     LACT_CUDA_RETURN_IF_ERROR(pinned_.Reserve(count));
   }
-  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pinned_.get(), data, count * sizeof(float), cudaMemcpyDeviceToHost, compute));
+  LACT_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(pinned_.get(), data, count * sizeof(float), cudaMemcpyDeviceToHost, compute));
   LACT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute));
   data_ = data;
   count_ = count;
@@ -43,7 +44,8 @@ absl::Status HostStagedAllReduce::Finish(cudaStream_t compute) {
   waited_seconds_ += Seconds(Clock::now() - start);
   if (!status.ok()) return status;
   // The next Start synchronizes the stream before it overwrites pinned_.
-  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data_, pinned_.get(), count_ * sizeof(float), cudaMemcpyHostToDevice, compute));
+  LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data_, pinned_.get(), count_ * sizeof(float),
+                                            cudaMemcpyHostToDevice, compute));
   return absl::OkStatus();
 }
 

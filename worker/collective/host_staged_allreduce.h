@@ -33,7 +33,7 @@ class HostStagedAllReduce final : public DeviceAllReduce {
  private:
   Collective* host_;
   cuda::PinnedFloats pinned_;  // grown on demand
-  float* data_ = nullptr;  // the device data of the all-reduce in flight
+  float* data_ = nullptr;      // the device data of the all-reduce in flight
   size_t count_ = 0;
   std::future<absl::Status> pending_;
   double busy_seconds_ = 0, waited_seconds_ = 0;

@@ -264,9 +264,9 @@ absl::Status NcclCollective::HostAllReduce(float* data, size_t count) {
   LACT_RETURN_IF_ERROR(Reserve(count));
   LACT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, stream_.get()));
-  LACT_RETURN_IF_ERROR(
-      Enqueued(comm_, ncclAllReduce(staging_, staging_, count, ncclFloat, ncclSum, comm_, stream_.get()),
-               "ncclAllReduce", deadline));
+  LACT_RETURN_IF_ERROR(Enqueued(
+      comm_, ncclAllReduce(staging_, staging_, count, ncclFloat, ncclSum, comm_, stream_.get()),
+      "ncclAllReduce", deadline));
   // The copy back is queued only once the sum is done: a copy to pageable
   // memory holds the host until it has run, and that wait has no deadline.
   LACT_RETURN_IF_ERROR(Drain(deadline));
@@ -283,9 +283,9 @@ absl::Status NcclCollective::HostAllGather(const float* in, size_t count, float*
   float* mine = staging_ + static_cast<size_t>(rank_) * count;
   LACT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(mine, in, count * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
-  LACT_RETURN_IF_ERROR(Enqueued(comm_,
-                                ncclAllGather(mine, staging_, count, ncclFloat, comm_, stream_.get()),
-                                "ncclAllGather", deadline));
+  LACT_RETURN_IF_ERROR(
+      Enqueued(comm_, ncclAllGather(mine, staging_, count, ncclFloat, comm_, stream_.get()),
+               "ncclAllGather", deadline));
   LACT_RETURN_IF_ERROR(Drain(deadline));  // see HostAllReduce
   LACT_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(out, staging_, total * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));

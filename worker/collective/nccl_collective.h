@@ -124,7 +124,7 @@ class NcclCollective final : public Collective, public DeviceAllReduce {
   cuda::EventHandle host_done_;      // end of a host operation's step
   cuda::EventHandle busy_start_;     // timed, around the device all-reduce
   cuda::EventHandle busy_end_;       // timed; also the all-reduce's done event
-  float* staging_ = nullptr;             // device, stream-ordered on stream_
+  float* staging_ = nullptr;         // device, stream-ordered on stream_
   size_t staging_floats_ = 0;
 
   bool in_flight_ = false;  // a device all-reduce between Start and Finish

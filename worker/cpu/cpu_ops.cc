@@ -105,7 +105,8 @@ absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fir
   const float* rows = h_.ptr() + first * D;
   if (dir == kBackward) {
     Grow(&reversed_, tile() * D);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(rows + (n - 1 - i) * D, D, reversed_.data() + i * D);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(rows + (n - 1 - i) * D, D, reversed_.data() + i * D);
     rows = reversed_.data();
   }
   const MambaDirWeights& m = w.mamba[dir];
@@ -164,7 +165,8 @@ absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64
 }
 
 absl::Status CpuOps::StartGradAllReduce() {
-  if (grads_collective_ == nullptr) return absl::InternalError("no gradient all-reduce in a group of one");
+  if (grads_collective_ == nullptr)
+    return absl::InternalError("no gradient all-reduce in a group of one");
   reducing_ = std::async(std::launch::async, [this] {
     const auto start = Clock::now();
     absl::Status s = grads_collective_->AllReduceSum(grads_.data(), grads_.size());

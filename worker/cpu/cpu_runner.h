@@ -45,8 +45,8 @@ class CpuRunner {
   const OverlapStats& overlap() const { return overlap_; }
 
  private:
-  absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard,
-                             Collective* grads, FusedState* state);
+  absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard, Collective* grads,
+                             FusedState* state);
 
   const Model& model_;
   ModelConfig config_;

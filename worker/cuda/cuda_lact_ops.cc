@@ -23,9 +23,7 @@ struct FastShape {
   int64_t cols(int m) const { return m == 1 ? hidden : dh; }
 };
 
-FastShape ShapeOf(const ModelConfig& c) {
-  return {c.ttt_heads(), c.ttt.head_dim, c.fast_hidden()};
-}
+FastShape ShapeOf(const ModelConfig& c) { return {c.ttt_heads(), c.ttt.head_dim, c.fast_hidden()}; }
 
 }  // namespace
 
@@ -65,34 +63,31 @@ absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int6
   const int64_t per_head = n * hidden;
   const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
   float *d0 = grads_.get(), *d1 = d0 + f.size(), *d2 = d1 + f.size();
-  const float shift =
-      static_cast<float>(c_.ttt.base_lr + std::log(-std::expm1(-c_.ttt.base_lr)));
+  const float shift = static_cast<float>(c_.ttt.base_lr + std::log(-std::expm1(-c_.ttt.base_lr)));
   const float* rows = h_.get() + first * D;
   float *kv = kv_.get(), *lr = lr_.get(), *g = g_.get(), *u = u_.get();
   float* hidden_grad = hidden_grad_.get();
   const float *k = kv, *v = kv + D;
   const cuda::CudaContext& ctx = ctx_;
-  LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx, rows, D, n, D, weights_(w.qkv) + D * D, 2 * D, kv, 2 * D));
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx, rows, D, n, D, weights_(w.qkv) + D * D, 2 * D, kv, 2 * D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), kv, 2 * D, n, 2 * D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), kv, 2 * D, n, ht, dh));
   LACT_RETURN_IF_ERROR(cuda::Linear(ctx, rows, D, n, D, weights_(w.lr_w), 3 * ht, lr, 3 * ht));
   LACT_RETURN_IF_ERROR(
       cuda::SoftplusBias(stream(), lr, 3 * ht, n, 3 * ht, weights_(w.lr_b), shift, lr, 3 * ht));
   // Per head: G = K w0^T, U = K w2^T, Hd = V w1 (heads `dh` columns apart).
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D,
-                                                dh, w0, dh, mat, 0.0f, g, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D,
-                                                dh, w2, dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D, dh,
+                                                w0, dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D, dh,
+                                                w2, dh, mat, 0.0f, u, hidden, per_head, ht));
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, false, n, hidden, dh, 1.0f, v, 2 * D,
                                                 dh, w1, hidden, mat, 0.0f, hidden_grad, hidden,
                                                 per_head, ht));
   LACT_RETURN_IF_ERROR(
       cuda::LactGradFactors(stream(), g, u, hidden_grad, ht, n, hidden, lr, 3 * ht));
   // dw1 += V^T (LR1 Hd), dw0 += (LR0 dG)^T K, dw2 += (LR2 dU)^T K.
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v, 2 * D,
-                                                dh, u, hidden, per_head, 1.0f, d1, hidden, mat,
-                                                ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v, 2 * D, dh,
+                                                u, hidden, per_head, 1.0f, d1, hidden, mat, ht));
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, g, hidden,
                                                 per_head, k, 2 * D, dh, 1.0f, d0, dh, mat, ht));
   return cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, hidden_grad, hidden,
@@ -119,8 +114,8 @@ absl::Status CudaOps::UpdateFastWeights(const LayerWeights& w) {
   for (int m = 0; m < 3; ++m) {
     float* dw = grads_.get() + m * f.size();
     if (c_.ttt.muon_steps > 0) {
-      LACT_RETURN_IF_ERROR(cuda::NewtonSchulz(ctx_, dw, f.heads, f.rows(m), f.cols(m),
-                                              c_.ttt.muon_steps, &muon_));
+      LACT_RETURN_IF_ERROR(
+          cuda::NewtonSchulz(ctx_, dw, f.heads, f.rows(m), f.cols(m), c_.ttt.muon_steps, &muon_));
     }
     LACT_RETURN_IF_ERROR(cuda::WeightNormUpdate(stream(), fast_.get() + m * f.size(), dw,
                                                 weights_(initial[m]), f.heads * f.rows(m),
@@ -136,15 +131,14 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
   const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
   float *q = q_.get(), *o = o_.get(), *g = g_.get(), *u = u_.get();
   const cuda::CudaContext& ctx = ctx_;
-  LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx, h_.get() + first * D, D, n, D, weights_(w.qkv), D, q, D));
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx, h_.get() + first * D, D, n, D, weights_(w.qkv), D, q, D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), q, D, n, D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), q, D, n, ht, dh));
   // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh,
-                                                w0, dh, mat, 0.0f, g, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh,
-                                                w2, dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh, w0,
+                                                dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh, w2,
+                                                dh, mat, 0.0f, u, hidden, per_head, ht));
   LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), g, u, ht * per_head));
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, dh, hidden, 1.0f, g, hidden,
                                                 per_head, w1, hidden, mat, 0.0f, o, D, dh, ht));

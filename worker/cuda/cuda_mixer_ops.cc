@@ -13,8 +13,8 @@ absl::Status CudaOps::LoadScanState(const MambaState& s) {
                                             cudaMemcpyHostToDevice, stream()));
   if (s.conv.size() > 0) {
     LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(conv_.get(), s.conv.ptr(),
-                                              s.conv.size() * sizeof(float),
-                                              cudaMemcpyHostToDevice, stream()));
+                                              s.conv.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                              stream()));
   }
   LACT_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(log_decay_.get(), 0, log_decay_.size() * sizeof(float), stream()));
@@ -49,13 +49,13 @@ absl::Status CudaOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fi
   LACT_RETURN_IF_ERROR(cuda::SoftplusBias(stream(), proj_.get() + di + C, R, n, hs,
                                           weights_(m.dt_bias), 0.0f, dt_.get(), hs));
   const float* xbc = xbc_.get();
-  LACT_RETURN_IF_ERROR(cuda::SsdScan(stream(), ssd_, n, hs, c_.ssm.head_dim, N, xbc, C, xbc + di,
-                                     C, xbc + di + N, C, dt_.get(), hs, weights_(m.a_log),
+  LACT_RETURN_IF_ERROR(cuda::SsdScan(stream(), ssd_, n, hs, c_.ssm.head_dim, N, xbc, C, xbc + di, C,
+                                     xbc + di + N, C, dt_.get(), hs, weights_(m.a_log),
                                      weights_(m.d_skip), outputs ? y_.get() : nullptr, di,
                                      ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
-  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di,
-                                              weights_(m.norm)));
+  LACT_RETURN_IF_ERROR(
+      cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di, weights_(m.norm)));
   float* acc = acc_.get() + first * D;
   if (dir == kForward) {
     return cuda::Linear(ctx_, y_.get(), di, n, di, weights_(w.out_proj), D, acc, D, 1.0f);

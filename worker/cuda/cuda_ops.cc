@@ -68,8 +68,8 @@ absl::Status CudaOps::LoadTokens(Tensor tokens) {
 absl::StatusOr<Tensor> CudaOps::Output() {
   const int64_t L = tokens(), D = c_.d_model, out_width = c_.output_width();
   float* normed = h_.get();
-  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x_.get(), D, L, D,
-                                         weights_(model_.final_norm()), normed, D));
+  LACT_RETURN_IF_ERROR(
+      cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(model_.final_norm()), normed, D));
   Tensor out({L, out_width});
   if (model_.head() == nullptr) {
     LACT_RETURN_IF_ERROR(ctx_.Download(normed, out.size(), out.ptr()));
@@ -94,8 +94,7 @@ absl::Status CudaOps::BeginBlock(const LayerWeights& w) {
   const int64_t L = tokens(), D = c_.d_model;
   LACT_RETURN_IF_ERROR(
       cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(w.norm1), h_.get(), D));
-  LACT_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(acc_.get(), 0, acc_.size() * sizeof(float), stream()));
+  LACT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc_.get(), 0, acc_.size() * sizeof(float), stream()));
   return absl::OkStatus();
 }
 

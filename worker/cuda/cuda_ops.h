@@ -76,7 +76,7 @@ class CudaOps final : public BackendOps {
   cuda::CudaContext& ctx_;
   const DeviceWeights& weights_;
   DeviceAllReduce* grads_allreduce_;
-  cuda::DeviceBuffer x_, h_, acc_;                    // [L, D]
+  cuda::DeviceBuffer x_, h_, acc_;                             // [L, D]
   cuda::DeviceBuffer reversed_, proj_, xbc_, dt_, y_, mixed_;  // BiMamba tiles
   cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;   // the scan state
   cuda::SsdWorkspace ssd_;

@@ -20,8 +20,7 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const Model& mode
   }
   LACT_ASSIGN_OR_RETURN(cuda::Precision precision, cuda::ParsePrecision(options.precision));
   const int64_t tile = options.tile_tokens > 0 ? options.tile_tokens : 65536;
-  auto runner =
-      std::unique_ptr<CudaRunner>(new CudaRunner(model, config, tile, std::move(hooks)));
+  auto runner = std::unique_ptr<CudaRunner>(new CudaRunner(model, config, tile, std::move(hooks)));
   LACT_ASSIGN_OR_RETURN(runner->ctx_, cuda::CudaContext::Create(options.device, precision));
   LACT_RETURN_IF_ERROR(runner->weights_.Upload(model, *runner->ctx_));
   return runner;
@@ -31,35 +30,40 @@ absl::StatusOr<Tensor> CudaRunner::RunContext(Tensor context, FusedState* state)
   LACT_RETURN_IF_ERROR(CheckRunTokens(config_, context, "context"));
   *state = ZeroFusedState(config_);
   const int64_t L = context.dim(0);
-  return Run(std::move(context), {.sync = &local_, .total = L, .cancelled = hooks_.cancelled}, nullptr, state);
+  return Run(std::move(context), {.sync = &local_, .total = L, .cancelled = hooks_.cancelled},
+             nullptr, state);
 }
 
-absl::StatusOr<Tensor> CudaRunner::RunContextShard(Tensor shard, int64_t begin,
-                                                   int64_t total, Collective* sync,
-                                                   DeviceAllReduce* grads, FusedState* state) {
+absl::StatusOr<Tensor> CudaRunner::RunContextShard(Tensor shard, int64_t begin, int64_t total,
+                                                   Collective* sync, DeviceAllReduce* grads,
+                                                   FusedState* state) {
   LACT_RETURN_IF_ERROR(CheckShard(config_, shard, begin, total));
   if (sync->size() > 1 && (grads == nullptr || grads->size() != sync->size())) {
     return absl::InvalidArgumentError(
         "a sharded run needs a gradient all-reduce over the same group");
   }
   *state = ZeroFusedState(config_);
-  return Run(std::move(shard), {.sync = sync, .begin = begin, .total = total, .cancelled = hooks_.cancelled}, grads, state);
+  return Run(std::move(shard),
+             {.sync = sync, .begin = begin, .total = total, .cancelled = hooks_.cancelled}, grads,
+             state);
 }
 
 absl::StatusOr<Tensor> CudaRunner::RunQuery(Tensor query, const FusedState& state) {
   LACT_RETURN_IF_ERROR(CheckQuery(config_, query, state));
   FusedState copy = state;
   const int64_t L = query.dim(0);
-  return Run(std::move(query), {.kind = SequenceKind::kQuery, .sync = &local_, .total = L, .cancelled = hooks_.cancelled}, nullptr, &copy);
+  return Run(
+      std::move(query),
+      {.kind = SequenceKind::kQuery, .sync = &local_, .total = L, .cancelled = hooks_.cancelled},
+      nullptr, &copy);
 }
 
-absl::StatusOr<Tensor> CudaRunner::Run(Tensor tokens,
-                                       const ShardContext& shard, DeviceAllReduce* grads,
-                                       FusedState* state) {
+absl::StatusOr<Tensor> CudaRunner::Run(Tensor tokens, const ShardContext& shard,
+                                       DeviceAllReduce* grads, FusedState* state) {
   LACT_RETURN_IF_ERROR(ctx_->Activate());  // the device is per thread in CUDA
-  LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaOps> ops,
-                        CudaOps::Create(model_, config_, *ctx_, weights_, tokens.dim(0), tile_,
-                                        grads));
+  LACT_ASSIGN_OR_RETURN(
+      std::unique_ptr<CudaOps> ops,
+      CudaOps::Create(model_, config_, *ctx_, weights_, tokens.dim(0), tile_, grads));
   const double busy = grads ? grads->busy_seconds() : 0;
   const double waited = grads ? grads->waited_seconds() : 0;
   absl::StatusOr<Tensor> out =

@@ -3,9 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/device.h"
-#include "worker/cuda/cuda_runner.h"
 #include "worker/collective/group.h"
 #include "worker/collective/host_staged_allreduce.h"
+#include "worker/cuda/cuda_runner.h"
 #ifdef LACT_HAVE_NCCL
 #include "worker/collective/nccl_collective.h"
 #endif
@@ -28,7 +28,8 @@ class CudaShardRunner final : public ShardRunner {
     grads_ = staged_.get();
     return absl::OkStatus();
   }
-  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total, FusedState* state) override {
+  absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
+                                         FusedState* state) override {
     if (sync_ == nullptr) return absl::FailedPreconditionError("RunContextShard before JoinGroup");
     return runner_->RunContextShard(std::move(shard), begin, total, sync_, grads_, state);
   }
@@ -40,12 +41,14 @@ class CudaShardRunner final : public ShardRunner {
  private:
   absl::Status JoinNccl(const GroupSpec& group) {
 #ifdef LACT_HAVE_NCCL
-    if (group.store == nullptr) return absl::InternalError("a group of several ranks needs a rendezvous store");
+    if (group.store == nullptr)
+      return absl::InternalError("a group of several ranks needs a rendezvous store");
     const NcclOptions nccl{options_.device, group.timeout};
-    LACT_ASSIGN_OR_RETURN(nccl_sync_,
-                          NcclCollective::Connect(*group.store, group.prefix + "/sync", group.rank, group.size, nccl));
+    LACT_ASSIGN_OR_RETURN(nccl_sync_, NcclCollective::Connect(*group.store, group.prefix + "/sync",
+                                                              group.rank, group.size, nccl));
     LACT_ASSIGN_OR_RETURN(nccl_grads_,
-                          NcclCollective::Connect(*group.store, group.prefix + "/grads", group.rank, group.size, nccl));
+                          NcclCollective::Connect(*group.store, group.prefix + "/grads", group.rank,
+                                                  group.size, nccl));
     sync_ = nccl_sync_.get();
     grads_ = nccl_grads_.get();
     return absl::OkStatus();
@@ -74,7 +77,8 @@ absl::Status ValidateCudaBackend(const BackendOptions& options) {
         absl::StrCat("unknown collective '", options.collective, "' (allowed: gloo, nccl)"));
   }
 #ifndef LACT_HAVE_NCCL
-  if (options.collective == "nccl") return absl::FailedPreconditionError("this build has no NCCL (use --collective gloo)");
+  if (options.collective == "nccl")
+    return absl::FailedPreconditionError("this build has no NCCL (use --collective gloo)");
 #endif
   const int devices = cuda::DeviceCount();
   if (options.device < 0 || options.device >= devices) {
@@ -84,8 +88,10 @@ absl::Status ValidateCudaBackend(const BackendOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCudaShardRunner(const BackendOptions& options, const Model& model,
-                                                                 const ModelConfig& config, RunHooks hooks) {
+absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCudaShardRunner(const BackendOptions& options,
+                                                                 const Model& model,
+                                                                 const ModelConfig& config,
+                                                                 RunHooks hooks) {
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner,
                         CudaRunner::Create(model, config, options, std::move(hooks)));
   return std::unique_ptr<ShardRunner>(new CudaShardRunner(options, std::move(runner)));

@@ -13,8 +13,10 @@ namespace lact {
 
 absl::Status ValidateCudaBackend(const BackendOptions& options);
 
-absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCudaShardRunner(const BackendOptions& options, const Model& model,
-                                                                 const ModelConfig& config, RunHooks hooks);
+absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCudaShardRunner(const BackendOptions& options,
+                                                                 const Model& model,
+                                                                 const ModelConfig& config,
+                                                                 RunHooks hooks);
 
 }  // namespace lact
 

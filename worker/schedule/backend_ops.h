@@ -90,7 +90,10 @@ class BackendOps {
  protected:
   // tile is clamped to [1, tokens].
   BackendOps(int64_t tokens, int64_t tile)
-      : tokens_(tokens), tile_(tile < 1 ? 1 : tile > tokens ? tokens : tile) {}
+      : tokens_(tokens),
+        tile_(tile < 1        ? 1
+              : tile > tokens ? tokens
+                              : tile) {}
 
  private:
   int64_t tokens_;

@@ -36,7 +36,8 @@ absl::Status ExchangeHalo(const ModelConfig& c, const MambaDirWeights& m, Direct
   const int64_t k = std::min<int64_t>(c.ssm.conv_width - 1, L);
   // Forward: the shard's last k rows; backward: its first k rows, reversed.
   std::vector<float> tail(k * D);
-  LACT_RETURN_IF_ERROR(ops.ReadRows(Activation::kNormed, dir == kForward ? L - k : 0, k, tail.data()));
+  LACT_RETURN_IF_ERROR(
+      ops.ReadRows(Activation::kNormed, dir == kForward ? L - k : 0, k, tail.data()));
   if (dir == kBackward) {
     for (int64_t i = 0; i < k / 2; ++i) {
       std::swap_ranges(tail.begin() + i * D, tail.begin() + (i + 1) * D,
@@ -85,7 +86,8 @@ absl::Status RunDistributed(const ModelConfig& c, const LayerWeights& w, const S
                      &start[dir], &final[dir]);
     if (!FirstInScanOrder(dir, shard)) {
       LACT_RETURN_IF_ERROR(ops.LoadScanState(start[dir]));
-      LACT_RETURN_IF_ERROR(ScanDirection(w, dir, /*outputs=*/true, /*summarize=*/false, shard, ops));
+      LACT_RETURN_IF_ERROR(
+          ScanDirection(w, dir, /*outputs=*/true, /*summarize=*/false, shard, ops));
     }
     state->mamba[dir] = std::move(final[dir]);
   }
@@ -94,7 +96,8 @@ absl::Status RunDistributed(const ModelConfig& c, const LayerWeights& w, const S
 
 }  // namespace
 
-absl::Status RunBiMamba(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard, BackendOps& ops, LayerState* state) {
+absl::Status RunBiMamba(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
+                        BackendOps& ops, LayerState* state) {
   if (shard.distributed()) {
     if (!shard.context()) return absl::InternalError("query sets run on one rank");
     return RunDistributed(c, w, shard, ops, state);

@@ -29,7 +29,8 @@ namespace lact {
 // Adds both directions' outputs to the ops' acc (which BeginBlock zeroed).
 // A context writes the final states to state->mamba; a query set's forward
 // direction starts from state->mamba[kForward], which is left unchanged.
-absl::Status RunBiMamba(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard, BackendOps& ops, LayerState* state);
+absl::Status RunBiMamba(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
+                        BackendOps& ops, LayerState* state);
 
 }  // namespace lact
 

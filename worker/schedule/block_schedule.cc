@@ -50,7 +50,8 @@ absl::Status ApplyFastWeights(const LayerWeights& w, const LactChunks& chunks, i
 
 }  // namespace
 
-absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard, BackendOps& ops, LayerState* state) {
+absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
+                      BackendOps& ops, LayerState* state) {
   LACT_RETURN_IF_ERROR(ops.BeginBlock(w));
   LACT_RETURN_IF_ERROR(ops.LoadFastWeights(w, shard.context() ? nullptr : state));
   const LactChunks chunks(c, shard, ops.tokens());
@@ -81,16 +82,16 @@ absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardCo
     LACT_RETURN_IF_ERROR(ops.UpdateFastWeights(w));
     LACT_RETURN_IF_ERROR(ApplyFastWeights(w, chunks, k, shard, ops));
   }
-  LACT_RETURN_IF_ERROR(ForEachTile(0, ops.tokens(), ops.tile(), shard, [&](int64_t first, int64_t n) {
-    return ops.ResidualMlp(w, first, n);
-  }));
+  LACT_RETURN_IF_ERROR(
+      ForEachTile(0, ops.tokens(), ops.tile(), shard,
+                  [&](int64_t first, int64_t n) { return ops.ResidualMlp(w, first, n); }));
   if (shard.context()) LACT_RETURN_IF_ERROR(ops.StoreFastWeights(state));
   LACT_RETURN_IF_ERROR(ops.Sync());
   return shard.Cancelled() ? CancelledStatus() : absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const ShardContext& shard, Tensor tokens, BackendOps& ops,
-                                FusedState* state,
+absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const ShardContext& shard,
+                                Tensor tokens, BackendOps& ops, FusedState* state,
                                 const std::function<void(int, int)>& on_layer_done) {
   LACT_RETURN_IF_ERROR(ops.LoadTokens(std::move(tokens)));
   for (int i = 0; i < c.n_layers; ++i) {

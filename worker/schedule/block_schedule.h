@@ -35,14 +35,15 @@ namespace lact {
 
 // x <- block(x) on `ops`. A context (shard.kind) writes this layer's state
 // to `state`; a query set (group of one) reads the context's from it.
-absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard, BackendOps& ops, LayerState* state);
+absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
+                      BackendOps& ops, LayerState* state);
 
 // The whole model over the shard's `tokens` (ops.tokens() rows): embedding,
 // every block, final norm and head. A context: *state holds zeros of the
 // model's shapes and receives the fused state; a query set: *state is the
 // context's and is read. An error names the layer it happened in.
-absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const ShardContext& shard, Tensor tokens, BackendOps& ops,
-                                FusedState* state,
+absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const ShardContext& shard,
+                                Tensor tokens, BackendOps& ops, FusedState* state,
                                 const std::function<void(int, int)>& on_layer_done);
 
 }  // namespace lact

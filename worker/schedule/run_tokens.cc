@@ -7,17 +7,20 @@
 
 namespace lact {
 
-absl::Status CheckRunTokens(const ModelConfig& config, const Tensor& tokens, const std::string& what) {
+absl::Status CheckRunTokens(const ModelConfig& config, const Tensor& tokens,
+                            const std::string& what) {
   const int64_t width = config.input_width();
   if (tokens.rank() != 2 || tokens.dim(1) != width) {
     return absl::InvalidArgumentError(absl::StrCat(what, " has shape ", ShapeString(tokens.shape),
                                                    "; the model takes [L, ", width, "] tokens"));
   }
-  if (tokens.dim(0) < 1) return absl::InvalidArgumentError(absl::StrCat(what, " has no tokens (need L >= 1)"));
+  if (tokens.dim(0) < 1)
+    return absl::InvalidArgumentError(absl::StrCat(what, " has no tokens (need L >= 1)"));
   for (int64_t i = 0; i < tokens.size(); ++i) {
     if (!std::isfinite(tokens.data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite value at token ", i / width,
-                                                     ", feature ", i % width, " (NaN and Inf are not allowed)"));
+      return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite value at token ",
+                                                     i / width, ", feature ", i % width,
+                                                     " (NaN and Inf are not allowed)"));
     }
   }
   return absl::OkStatus();
@@ -38,8 +41,8 @@ absl::Status CheckShard(const ModelConfig& config, const Tensor& shard, int64_t 
 absl::Status CheckQuery(const ModelConfig& config, const Tensor& query, const FusedState& state) {
   LACT_RETURN_IF_ERROR(CheckRunTokens(config, query, "query set"));
   if (static_cast<int>(state.layers.size()) != config.n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("state has ", state.layers.size(),
-                                                   " layers, the model ", config.n_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state has ", state.layers.size(), " layers, the model ", config.n_layers));
   }
   return absl::OkStatus();
 }

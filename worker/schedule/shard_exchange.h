@@ -26,13 +26,14 @@ int64_t HaloPacketSize(const ModelConfig& c);
 
 // The packet of a shard whose last k <= W-1 normed rows in scan order are
 // `tail` ([k, D]): their conv inputs (the in_proj rows of the conv part).
-std::vector<float> HaloPacket(const ModelConfig& c, const MambaDirWeights& w, const float* tail, int64_t k);
+std::vector<float> HaloPacket(const ModelConfig& c, const MambaDirWeights& w, const float* tail,
+                              int64_t k);
 
 // From every rank's packet (rank-major): `start->conv`, the history this
 // shard's scan starts from, and `final->conv`, the history after the whole
 // sequence. Both start as zeros.
-void ComposeHalos(const ModelConfig& c, Direction dir, int rank, int ranks, const float* packets, MambaState* start,
-                  MambaState* final);
+void ComposeHalos(const ModelConfig& c, Direction dir, int rank, int ranks, const float* packets,
+                  MambaState* start, MambaState* final);
 
 // Floats in one direction's summary: [log decay (H_s), state from zero (H_s*P*N)].
 int64_t SummarySize(const ModelConfig& c);
@@ -40,8 +41,8 @@ int64_t SummarySize(const ModelConfig& c);
 // From every rank's summary (rank r's at all[r * stride + offset]):
 // `start->ssm`, this shard's carry-in state, and `final->ssm`, the state
 // after the whole sequence. Both start as zeros.
-void ComposeSummaries(const ModelConfig& c, Direction dir, int rank, int ranks, const float* all, int64_t stride,
-                      int64_t offset, MambaState* start, MambaState* final);
+void ComposeSummaries(const ModelConfig& c, Direction dir, int rank, int ranks, const float* all,
+                      int64_t stride, int64_t offset, MambaState* start, MambaState* final);
 
 }  // namespace lact
 

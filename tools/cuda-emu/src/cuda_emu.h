@@ -1,10 +1,13 @@
 // CPU emulation of the CUDA device features the lact .cu files use.
-// Every block runs its threads as cooperative fibers (own asm context switch) on the launching OS thread; __syncthreads and
-// __syncwarp are real barriers (a fiber yields until every live thread of the block / warp arrived), warp
-// shuffles go through a per-warp exchange array between two warp barriers. Blocks run one after another;
-// __shared__ = function statics (valid because launches are serialized by a global mutex and blocks run in
-// sequence). A barrier that can never complete (divergent __syncthreads) aborts with a message.
-// "Direct" launches (kernels without any barrier) run threads as plain calls; a barrier there aborts.
+// Every block runs its threads as cooperative fibers (own asm context switch) on the launching OS
+// thread; __syncthreads and
+// __syncwarp are real barriers (a fiber yields until every live thread of the block / warp
+// arrived), warp shuffles go through a per-warp exchange array between two warp barriers. Blocks
+// run one after another;
+// __shared__ = function statics (valid because launches are serialized by a global mutex and blocks
+// run in sequence). A barrier that can never complete (divergent __syncthreads) aborts with a
+// message. "Direct" launches (kernels without any barrier) run threads as plain calls; a barrier
+// there aborts.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
@@ -19,8 +22,8 @@
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
 #include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
 #define EMU_ASAN 1
 #else
 #define EMU_ASAN 0
@@ -38,8 +41,12 @@ struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
-struct uint3 { unsigned x, y, z; };
-struct alignas(16) float4 { float x, y, z, w; };
+struct uint3 {
+  unsigned x, y, z;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
 // Globals: one launch at a time in the process (g_emu_launch_mu).
@@ -48,8 +55,9 @@ inline uint3 blockIdx;
 inline dim3 blockDim;
 inline dim3 gridDim;
 
-// Minimal x86-64 context switch (callee-saved registers + stack pointer): glibc's swapcontext makes a
-// sigprocmask syscall per switch and ASan's interceptor clears the whole target stack's shadow each time.
+// Minimal x86-64 context switch (callee-saved registers + stack pointer): glibc's swapcontext makes
+// a sigprocmask syscall per switch and ASan's interceptor clears the whole target stack's shadow
+// each time.
 extern "C" void emu_switch(void** save_sp, void* new_sp);
 asm(R"(
 .text
@@ -116,8 +124,8 @@ inline std::vector<void*>& Stacks() {
 }
 
 [[noreturn]] inline void Die(const char* what) {
-  std::fprintf(stderr, "CUDA EMU VIOLATION in kernel %s block (%u,%u,%u) thread %u: %s\n", B().kernel_name,
-               blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, what);
+  std::fprintf(stderr, "CUDA EMU VIOLATION in kernel %s block (%u,%u,%u) thread %u: %s\n",
+               B().kernel_name, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, what);
   std::fflush(stderr);
   std::abort();
 }
@@ -177,16 +185,20 @@ inline void Entry(int t) {
   --b.alive;
   const int w = t / 32;
   --b.warp_alive[w];
-  // A thread that exits while others wait at a barrier: on the GPU the barrier then counts only live threads;
-  // report it since it is usually a bug (barrier in divergent code).
+  // A thread that exits while others wait at a barrier: on the GPU the barrier then counts only
+  // live threads; report it since it is usually a bug (barrier in divergent code).
   if (b.arrived > 0 && b.arrived == b.alive) {
-    std::fprintf(stderr, "CUDA EMU NOTE: kernel %s: thread %d exited while %d threads wait at __syncthreads\n",
-                 b.kernel_name, t, b.arrived);
+    std::fprintf(
+        stderr,
+        "CUDA EMU NOTE: kernel %s: thread %d exited while %d threads wait at __syncthreads\n",
+        b.kernel_name, t, b.arrived);
     b.arrived = 0;
     ++b.gen;
   }
   if (b.warp_arrived[w] > 0 && b.warp_arrived[w] == b.warp_alive[w]) {
-    std::fprintf(stderr, "CUDA EMU NOTE: kernel %s: thread %d exited while %d threads of its warp wait at a warp barrier\n",
+    std::fprintf(stderr,
+                 "CUDA EMU NOTE: kernel %s: thread %d exited while %d threads of its warp wait at "
+                 "a warp barrier\n",
                  b.kernel_name, t, b.warp_arrived[w]);
     b.warp_arrived[w] = 0;
     ++b.warp_gen[w];
@@ -225,14 +237,17 @@ inline void RunBlockFibers(int n) {
     __asan_unpoison_memory_region(top - 8192, 8192);
 #endif
     void** sp = reinterpret_cast<void**>(top);
-    *--sp = nullptr;                                        // Trampoline's return address (never used)
-    *--sp = reinterpret_cast<void*>(&Trampoline);            // emu_switch's ret target
-    for (int r = 0; r < 6; ++r) *--sp = nullptr;             // rbp rbx r12..r15
+    *--sp = nullptr;                               // Trampoline's return address (never used)
+    *--sp = reinterpret_cast<void*>(&Trampoline);  // emu_switch's ret target
+    for (int r = 0; r < 6; ++r) *--sp = nullptr;   // rbp rbx r12..r15
     f.sp = sp;
   }
-  // EMU_SCHED: 0 (default) threads resume in index order, 1 reverse, 2 a fresh random order every pass;
-  // comparing results across orders exposes missing barriers (races on shared/global memory).
-  static const int sched = [] { const char* e = std::getenv("EMU_SCHED"); return e ? std::atoi(e) : 0; }();
+  // EMU_SCHED: 0 (default) threads resume in index order, 1 reverse, 2 a fresh random order every
+  // pass; comparing results across orders exposes missing barriers (races on shared/global memory).
+  static const int sched = [] {
+    const char* e = std::getenv("EMU_SCHED");
+    return e ? std::atoi(e) : 0;
+  }();
   static uint64_t rng = 0x9e3779b97f4a7c15ull;
   std::vector<int> order(n);
   for (int t = 0; t < n; ++t) order[t] = sched == 1 ? n - 1 - t : t;
@@ -241,14 +256,17 @@ inline void RunBlockFibers(int n) {
     bool progress = false;
     if (sched == 2)
       for (int i = n - 1; i > 0; --i) {
-        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
         std::swap(order[i], order[rng % (i + 1)]);
       }
     for (int oi = 0; oi < n; ++oi) {
       const int t = order[oi];
       Fiber& f = b.fibers[t];
       if (f.done) continue;
-      const bool runnable = f.wait == 0 || (f.wait == 1 && b.gen != f.gen) || (f.wait == 2 && b.warp_gen[t / 32] != f.gen);
+      const bool runnable = f.wait == 0 || (f.wait == 1 && b.gen != f.gen) ||
+                            (f.wait == 2 && b.warp_gen[t / 32] != f.gen);
       if (!runnable) continue;
       f.wait = 0;
       b.current = t;
@@ -273,10 +291,13 @@ inline void RunBlockFibers(int n) {
 }
 
 // Pointer arguments of a kernel must be null or inside a live cudaMalloc allocation.
-template <class T> inline void CheckArg(const char* name, int i, const T&) {}
-template <class T> inline void CheckArg(const char* name, int i, T* p) {
+template <class T>
+inline void CheckArg(const char* name, int i, const T&) {}
+template <class T>
+inline void CheckArg(const char* name, int i, T* p) {
   if (p != nullptr && !FakeIsDevice(p, 1)) {
-    std::fprintf(stderr, "CUDA EMU VIOLATION: kernel %s argument %d (%p) is not device memory\n", name, i, (const void*)p);
+    std::fprintf(stderr, "CUDA EMU VIOLATION: kernel %s argument %d (%p) is not device memory\n",
+                 name, i, (const void*)p);
     std::abort();
   }
 }
@@ -285,11 +306,15 @@ template <class K, class... A>
 void Launch(bool direct, const char* name, dim3 grid, dim3 block, K kernel, A... args) {
   std::lock_guard<std::mutex> lock(g_launch_mu);
   BlockState& b = B();
-  { int i = 0; (CheckArg(name, i++, args), ...); }
+  {
+    int i = 0;
+    (CheckArg(name, i++, args), ...);
+  }
   b.kernel_name = name;
   b.direct = direct;
   const int n = block.x * block.y * block.z;
-  if (block.y != 1 || block.z != 1 || n % 32 != 0 || n > kMaxThreads || n <= 0) Die("unsupported block shape");
+  if (block.y != 1 || block.z != 1 || n % 32 != 0 || n > kMaxThreads || n <= 0)
+    Die("unsupported block shape");
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) Die("empty grid (invalid configuration on a GPU)");
   if (grid.y > 65535 || grid.z > 65535) Die("grid.y/z > 65535");
   const std::function<void()> body = [&] { kernel(args...); };
@@ -349,8 +374,16 @@ inline float __shfl_sync(unsigned mask, float v, int src) {
   emu::SyncWarp();
   return ex[src & 31];
 }
-template <class T> inline T min(T a, T b) { return a < b ? a : b; }
-template <class T> inline T max(T a, T b) { return a > b ? a : b; }
+template <class T>
+inline T min(T a, T b) {
+  return a < b ? a : b;
+}
+template <class T>
+inline T max(T a, T b) {
+  return a > b ? a : b;
+}
 
-#define EMU_LAUNCH(grid, block, kernel, ...) emu::Launch(false, #kernel, grid, block, kernel, __VA_ARGS__)
-#define EMU_LAUNCH_DIRECT(grid, block, kernel, ...) emu::Launch(true, #kernel, grid, block, kernel, __VA_ARGS__)
+#define EMU_LAUNCH(grid, block, kernel, ...) \
+  emu::Launch(false, #kernel, grid, block, kernel, __VA_ARGS__)
+#define EMU_LAUNCH_DIRECT(grid, block, kernel, ...) \
+  emu::Launch(true, #kernel, grid, block, kernel, __VA_ARGS__)
