@@ -37,6 +37,7 @@ class LocalCluster {
   ~LocalCluster();
 
   const std::string& address() const { return address_; }
+  pid_t coordinator_pid() const { return coordinator_; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
 

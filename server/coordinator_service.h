@@ -1,5 +1,9 @@
-// The public Coordinator gRPC service: a thin adapter over the job flows,
-// the job store and the worker registry.
+// The public Coordinator gRPC service, on gRPC's callback API: a thin
+// adapter over the job flows, the job store and the worker registry.
+// Submit and Query run their flows on a thread per call once the call's
+// first message has come (stream_call.h); WatchJob waits for changes of the
+// job on a thread per watcher; the unary methods answer on gRPC's callback
+// thread. The end of a call reaches its flow through OnCancel.
 #ifndef LACT_SERVER_COORDINATOR_SERVICE_H_
 #define LACT_SERVER_COORDINATOR_SERVICE_H_
 
@@ -8,32 +12,39 @@
 
 namespace lact::server {
 
-class CoordinatorService final : public v1::Coordinator::Service {
+class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   explicit CoordinatorService(Coordinator coordinator) : c_(coordinator) {}
 
-  grpc::Status Submit(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream) override {
-    return RunSubmit(c_, context, stream);
-  }
-  grpc::Status Query(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream) override {
-    return RunQuery(c_, context, stream);
-  }
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::JobInfo*) override;
-  grpc::Status WatchJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
-                        grpc::ServerWriter<v1::JobInfo>* writer) override;
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
-                        v1::ListJobsResponse*) override;
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest*, v1::JobInfo*) override;
-  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest*,
-                         v1::DeleteJobResponse*) override;
-  grpc::Status ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
-                          v1::ListModelsResponse*) override;
+  grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* Submit(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::QueryRequest, v1::SubmitResponse>* Query(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerWriteReactor<v1::JobInfo>* WatchJob(grpc::CallbackServerContext* context,
+                                                  const v1::GetJobRequest* request) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* context,
+                                     const v1::ListJobsRequest* request,
+                                     v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* context,
+                                      const v1::CancelJobRequest* request,
+                                      v1::JobInfo* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* context,
+                                      const v1::DeleteJobRequest* request,
+                                      v1::DeleteJobResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
 
  private:
+  grpc::Status GetJob(const v1::GetJobRequest& request, v1::JobInfo* response);
+  grpc::Status ListJobs(v1::ListJobsResponse* response);
+  grpc::Status CancelJob(const v1::CancelJobRequest& request, v1::JobInfo* response);
+  grpc::Status DeleteJob(const v1::DeleteJobRequest& request);
+  grpc::Status ListModels(v1::ListModelsResponse* response);
+
   Coordinator c_;
 };
 

@@ -108,9 +108,11 @@ void JobStore::SetProgress(const std::string& id, const v1::Progress& progress) 
 }
 
 absl::StatusOr<v1::JobInfo> JobStore::WaitForChange(const std::string& id, uint64_t* seen,
-                                                    std::chrono::milliseconds wait) {
+                                                    std::chrono::milliseconds wait,
+                                                    const std::atomic<bool>* stop) {
   absl::MutexLock lock(&mu_);
   const auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stop != nullptr && stop->load()) return true;
     auto it = jobs_.find(id);
     return it == jobs_.end() || it->second.version != *seen;
   };

@@ -7,6 +7,7 @@
 #ifndef LACT_SERVER_JOB_STORE_H_
 #define LACT_SERVER_JOB_STORE_H_
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -51,10 +52,14 @@ class JobStore {
 
   absl::StatusOr<v1::JobInfo> Get(const std::string& id) const;
   // The job's info once it changed after version `*seen` (0: at once),
-  // waiting up to `wait`; *seen becomes the version returned. NOT_FOUND if
-  // the job is unknown or was deleted.
+  // waiting up to `wait`, or until *stop is set and Wake() called; *seen
+  // becomes the version returned. NOT_FOUND if the job is unknown or was
+  // deleted.
   absl::StatusOr<v1::JobInfo> WaitForChange(const std::string& id, uint64_t* seen,
-                                            std::chrono::milliseconds wait);
+                                            std::chrono::milliseconds wait,
+                                            const std::atomic<bool>* stop = nullptr);
+  // Makes every WaitForChange look at its stop flag.
+  void Wake() { absl::MutexLock lock(&mu_); }
   std::vector<v1::JobInfo> List() const;
   // NOT_FOUND, or FAILED_PRECONDITION if the job has ended.
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& id);

@@ -5,29 +5,26 @@
 #include "common/status_macros.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
-#include "server/call_watcher.h"
 #include "server/job_flows.h"
 #include "server/worker_streams.h"
 
 namespace lact::server {
 namespace {
 
-std::chrono::system_clock::time_point CallDeadline(grpc::ServerContext* context) {
+std::chrono::system_clock::time_point CallDeadline(const QueryCall& call) {
   const auto cap = std::chrono::system_clock::now() + std::chrono::hours(24 * 7);
-  return std::min(context->deadline(), cap);
+  return std::min(call.deadline(), cap);
 }
 
 // Passes the client's query chunks to the worker keeping the state, and
 // its outputs back; counts the bytes relayed.
 absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, int64_t output_width,
-                        grpc::ServerContext* context,
-                        grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream,
-                        int64_t* payload) {
+                        QueryCall& call, int64_t* payload) {
   auto stub = v1::Worker::NewStub(WorkerChannel(kept.worker));
   grpc::ClientContext ctx;
-  ctx.set_deadline(CallDeadline(context));
+  ctx.set_deadline(CallDeadline(call));
   auto worker = stub->RunQuery(&ctx);
-  CallWatcher watcher(context, [&ctx] { ctx.TryCancel(); });
+  QueryCall::EndWatch watch(&call, [&ctx] { ctx.TryCancel(); });
   v1::WorkerQueryRequest header;
   header.mutable_header()->set_job_id(spec.job_id());
   *header.mutable_header()->mutable_query_tokens() = spec.query_tokens();
@@ -35,7 +32,7 @@ absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, in
   bool ok = worker->Write(header);
   v1::QueryRequest request;
   absl::Status bad;
-  while (ok && stream->Read(&request)) {
+  while (ok && call.Read(&request)) {
     if (!request.has_chunk()) {
       bad = absl::InvalidArgumentError("after the QuerySpec, Query takes only chunks");
       ctx.TryCancel();
@@ -57,14 +54,14 @@ absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, in
     chunk->set_tokens(static_cast<int64_t>(response.output().data().size()) / (4 * output_width));
     *payload += static_cast<int64_t>(response.output().data().size());
     chunk->set_data(std::move(*response.mutable_output()->mutable_data()));
-    if (!stream->Write(out)) {
+    if (!call.Write(out)) {
       ctx.TryCancel();
       bad = absl::CancelledError("the client went away");
     }
   }
   grpc::Status s = worker->Finish();
   LACT_RETURN_IF_ERROR(bad);
-  if (context->IsCancelled()) return absl::CancelledError("the client went away");
+  if (call.ended()) return absl::CancelledError("the client went away");
   if (!s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                         absl::StrCat("query on worker ", kept.worker, ": ", s.error_message()));
@@ -74,14 +71,9 @@ absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, in
 
 }  // namespace
 
-grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
-                      grpc::ServerReaderWriter<v1::SubmitResponse, v1::QueryRequest>* stream) {
-  v1::QueryRequest request;
-  if (!stream->Read(&request) || !request.has_spec()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first Query message must be a QuerySpec");
-  }
-  const v1::QuerySpec spec = request.spec();
+grpc::Status RunQuery(const Coordinator& c, const v1::QueryRequest& first, QueryCall& call) {
+  if (!first.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQuerySpec);
+  const v1::QuerySpec spec = first.spec();
   absl::StatusOr<std::shared_ptr<const RetainedState>> kept = c.jobs->State(spec.job_id());
   if (!kept.ok()) return ToGrpcStatus(kept.status());
   absl::StatusOr<ModelConfig> config = c.registry->FindModel((*kept)->model);
@@ -99,12 +91,12 @@ grpc::Status RunQuery(const Coordinator& c, grpc::ServerContext* context,
   absl::Status sets_ok = CheckQuerySets(spec.query_tokens(), c.options.limits);
   if (!sets_ok.ok()) return ToGrpcStatus(sets_ok);
   int64_t payload = 0;
-  absl::Status s = RelayQuery(**kept, spec, config->output_width(), context, stream, &payload);
+  absl::Status s = RelayQuery(**kept, spec, config->output_width(), call, &payload);
   if (!s.ok()) return ToGrpcStatus(s);
   v1::SubmitResponse done;
   done.mutable_done()->set_job_id(spec.job_id());
   done.mutable_done()->mutable_stats()->set_coordinator_payload_bytes(payload);
-  stream->Write(done);
+  call.Write(done);
   return grpc::Status::OK;
 }
 

@@ -16,7 +16,6 @@
 #include "proto/in_band.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
-#include "server/call_watcher.h"
 #include "server/job_files.h"
 #include "server/job_flows.h"
 #include "server/job_machine.h"
@@ -44,9 +43,9 @@ class WorkerLease {
   std::vector<std::string> addresses_;
 };
 
-std::chrono::system_clock::time_point CallDeadline(grpc::ServerContext* context) {
+std::chrono::system_clock::time_point CallDeadline(const SubmitCall& call) {
   const auto cap = std::chrono::system_clock::now() + std::chrono::hours(24 * 7);
-  return std::min(context->deadline(), cap);
+  return std::min(call.deadline(), cap);
 }
 
 // 128 random bits as hex: the secret a client's Transfer and FetchResult
@@ -72,15 +71,11 @@ v1::JobInfo::Status InfoStatus(JobStage stage) {
 // One Submit call from spec to done.
 class SubmitFlow {
  public:
-  SubmitFlow(const Coordinator& c, grpc::ServerContext* context,
-             grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream)
-      : c_(c), context_(context), stream_(stream) {}
+  SubmitFlow(const Coordinator& c, SubmitCall& call) : c_(c), call_(call) {}
 
-  grpc::Status Run() {
-    v1::SubmitRequest request;
-    if (!stream_->Read(&request) || !request.has_spec()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "the first Submit message must be a JobSpec");
+  grpc::Status Run(const v1::SubmitRequest& request) {
+    if (!request.has_spec()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoJobSpec);
     }
     spec_ = request.spec();
     absl::StatusOr<JobFiles> files = ResolveJobFiles(c_.options.data_root, &spec_);
@@ -94,7 +89,7 @@ class SubmitFlow {
     machine_ = std::make_shared<JobMachine>(job_id_);
     c_.jobs->SetCanceller(
         job_id_, [machine = machine_](CancelCause cause) { return machine->Cancel(cause); });
-    CallWatcher watcher(context_, [this] { OnCallEnded(); });
+    SubmitCall::EndWatch watch(&call_, [this] { OnCallEnded(); });
     absl::Status status = Execute();
     c_.kv->ErasePrefix(job_id_ + "/");
     if (std::optional<int> gone = machine_->gone_rank();
@@ -118,7 +113,7 @@ class SubmitFlow {
     v1::SubmitResponse done;
     done.mutable_done()->set_job_id(job_id_);
     *done.mutable_done()->mutable_stats() = stats_;
-    stream_->Write(done);
+    call_.Write(done);
     return grpc::Status::OK;
   }
 
@@ -126,7 +121,7 @@ class SubmitFlow {
   // The call ended before the job did: its deadline bounds the job; the
   // client going away ends it only if the job is bound to its call.
   void OnCallEnded() {
-    if (std::chrono::system_clock::now() >= context_->deadline()) {
+    if (std::chrono::system_clock::now() >= call_.deadline()) {
       machine_->Cancel(CancelCause::kDeadline);
     } else if (spec_.cancel_on_disconnect() || (HasInBandInput() && !accepted_sent_)) {
       machine_->Cancel(CancelCause::kClientGone);
@@ -136,8 +131,7 @@ class SubmitFlow {
   // OnCallEnded, if the call has ended or its deadline passed (the watcher
   // fires once; a detached job's deadline still bounds it).
   void CheckCall() {
-    if (context_->IsCancelled() || std::chrono::system_clock::now() >= context_->deadline())
-      OnCallEnded();
+    if (call_.ended() || std::chrono::system_clock::now() >= call_.deadline()) OnCallEnded();
   }
 
   // Whether any token (context or query sets) comes in band: the client
@@ -167,13 +161,13 @@ class SubmitFlow {
     c_.jobs->SetProgress(job_id_, progress);
     v1::SubmitResponse r;
     *r.mutable_progress() = std::move(progress);
-    stream_->Write(r);
+    call_.Write(r);
   }
 
   // Queue, lease, start, collect: the job's outcome as its machine decided.
   absl::Status Execute() {
     const auto until_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
-        CallDeadline(context_) - std::chrono::system_clock::now());
+        CallDeadline(call_) - std::chrono::system_clock::now());
     WorkerRegistry::Wait wait{
         std::max(std::chrono::milliseconds(0), std::min(c_.options.acquire_wait, until_deadline)),
         c_.options.max_queued_jobs,
@@ -205,14 +199,14 @@ class SubmitFlow {
     v1::JobAccepted shown = accepted.accepted();
     shown.clear_ticket();  // the Transfer ticket is this call's client's alone
     c_.jobs->Start(job_id_, shown);
-    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(context_));
+    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(call_));
         !opened.ok()) {
       CheckCall();  // an expired deadline is not the worker's fault
       machine_->StartFailed(streams_->broken_rank(), opened);
       streams_->Cancel();
       return machine_->outcome();
     }
-    if (machine_->Started()) accepted_sent_ = stream_->Write(accepted);
+    if (machine_->Started()) accepted_sent_ = call_.Write(accepted);
     if (!accepted_sent_) OnCallEnded();
     CollectShards();
     return machine_->outcome();
@@ -355,8 +349,7 @@ class SubmitFlow {
   }
 
   const Coordinator& c_;
-  grpc::ServerContext* context_;
-  grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream_;
+  SubmitCall& call_;
   const Clock::time_point start_ = Clock::now();
   v1::JobSpec spec_;
   JobFiles files_;
@@ -374,9 +367,9 @@ class SubmitFlow {
 
 }  // namespace
 
-grpc::Status RunSubmit(const Coordinator& coordinator, grpc::ServerContext* context,
-                       grpc::ServerReaderWriter<v1::SubmitResponse, v1::SubmitRequest>* stream) {
-  return SubmitFlow(coordinator, context, stream).Run();
+grpc::Status RunSubmit(const Coordinator& coordinator, const v1::SubmitRequest& first,
+                       SubmitCall& call) {
+  return SubmitFlow(coordinator, call).Run(first);
 }
 
 }  // namespace lact::server

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -223,6 +224,39 @@ TEST_F(ServiceTest, BadJobSpecsAreRejectedWithAMessage) {
   grpc::Status no_root = by_ref.Close();
   EXPECT_EQ(no_root.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << no_root.error_message();
   EXPECT_THAT(no_root.error_message(), HasSubstr("this cluster has no data root"));
+}
+
+// Threads of a process, from /proc (-1 if it cannot be read).
+int ThreadCount(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+TEST_F(ServiceTest, IdleSubmitCallsHoldNoCoordinatorThread) {
+  // 40 clients open Submit and send nothing: on the callback API no flow
+  // starts before a call's first message, so the coordinator's threads do
+  // not grow with them (a thread per call would add 40); a job submitted
+  // beside them runs, and the idle calls end when their clients go.
+  const pid_t coordinator = cluster_->coordinator_pid();
+  const int before = ThreadCount(coordinator);
+  ASSERT_GT(before, 0);
+  std::vector<std::unique_ptr<RawSubmit>> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(std::make_unique<RawSubmit>(cluster_->address()));
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
+  ASSERT_TRUE(golden.ok());
+  absl::StatusOr<JobResult> got =
+      Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectGolden(*golden, *got);
+  const int during = ThreadCount(coordinator);
+  EXPECT_LT(during - before, 20) << "threads " << before << " -> " << during
+                                 << " with 40 idle Submit calls";
+  for (auto& call : idle) call->Cancel();
+  idle.clear();
 }
 
 TEST_F(ServiceTest, JobsBeyondTheFreeWorkersQueueAndAllComplete) {
