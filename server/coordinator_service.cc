@@ -131,7 +131,22 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* context,
                                                         const v1::DeleteJobRequest* request,
                                                         v1::DeleteJobResponse*) {
-  return Reply(context, DeleteJob(*request));
+  absl::StatusOr<v1::JobInfo> deleted = c_.jobs->Delete(request->job_id());
+  if (!deleted.ok()) return Reply(context, ToGrpcStatus(deleted.status()));
+  // A job that had not ended is cancelled, and its flow has the workers
+  // forget it. An ended one's workers are told here, off gRPC's callback
+  // thread (the calls to them may take seconds); the reply waits for them.
+  if (deleted->status() != v1::JobInfo::SUCCEEDED) return Reply(context, grpc::Status::OK);
+  std::vector<std::string> workers;
+  for (const v1::ShardRange& shard : deleted->accepted().shards())
+    workers.push_back(shard.worker());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::thread([reactor, id = request->job_id(), ticket = deleted->accepted().fetch_ticket(),
+               workers = std::move(workers)] {
+    ForgetOnWorkers(id, ticket, workers);
+    reactor->Finish(grpc::Status::OK);
+  }).detach();
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListModels(grpc::CallbackServerContext* context,
@@ -162,20 +177,6 @@ grpc::Status CoordinatorService::CancelJob(const v1::CancelJobRequest& request,
   absl::StatusOr<v1::JobInfo> info = c_.jobs->Cancel(request.job_id());
   if (!info.ok()) return ToGrpcStatus(info.status());
   *response = *info;
-  return grpc::Status::OK;
-}
-
-grpc::Status CoordinatorService::DeleteJob(const v1::DeleteJobRequest& request) {
-  absl::StatusOr<v1::JobInfo> deleted = c_.jobs->Delete(request.job_id());
-  if (!deleted.ok()) return ToGrpcStatus(deleted.status());
-  // A job that had not ended is cancelled, and its flow has the workers
-  // forget it; an ended one's workers are told here.
-  if (deleted->status() == v1::JobInfo::SUCCEEDED) {
-    std::vector<std::string> workers;
-    for (const v1::ShardRange& shard : deleted->accepted().shards())
-      workers.push_back(shard.worker());
-    ForgetOnWorkers(request.job_id(), deleted->accepted().fetch_ticket(), workers);
-  }
   return grpc::Status::OK;
 }
 

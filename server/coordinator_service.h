@@ -2,8 +2,10 @@
 // adapter over the job flows, the job store and the worker registry.
 // Submit and Query run their flows on a thread per call once the call's
 // first message has come (stream_call.h); WatchJob waits for changes of the
-// job on a thread per watcher; the unary methods answer on gRPC's callback
-// thread. The end of a call reaches its flow through OnCancel.
+// job on a thread per watcher (woken when the watcher goes); the unary
+// methods answer on gRPC's callback thread, but for DeleteJob's calls to the
+// workers, which run on a thread of their own. The end of a call reaches
+// its flow through OnCancel.
 #ifndef LACT_SERVER_COORDINATOR_SERVICE_H_
 #define LACT_SERVER_COORDINATOR_SERVICE_H_
 
@@ -42,7 +44,6 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::Status GetJob(const v1::GetJobRequest& request, v1::JobInfo* response);
   grpc::Status ListJobs(v1::ListJobsResponse* response);
   grpc::Status CancelJob(const v1::CancelJobRequest& request, v1::JobInfo* response);
-  grpc::Status DeleteJob(const v1::DeleteJobRequest& request);
   grpc::Status ListModels(v1::ListModelsResponse* response);
 
   Coordinator c_;

@@ -44,12 +44,14 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   class EndWatch {
    public:
     EndWatch(StreamCall* call, std::function<void()> on_end) : call_(call) {
-      absl::MutexLock lock(&call_->mu_);
-      if (call_->ended_) {
-        on_end();
-      } else {
-        call_->on_end_ = std::move(on_end);
+      {
+        absl::MutexLock lock(&call_->mu_);
+        if (!call_->ended_) {
+          call_->on_end_ = std::move(on_end);
+          return;
+        }
       }
+      on_end();  // outside the lock, as OnCancel runs it
     }
     EndWatch(const EndWatch&) = delete;
     EndWatch& operator=(const EndWatch&) = delete;

@@ -112,7 +112,11 @@ absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fir
   const MambaDirWeights& m = w.mamba[dir];
   const cpu::MixerStateView state{scan_.ssm.ptr(), scan_.conv.ptr()};
   if (!outputs) {
-    cpu::MambaSummarySegment(c_, m, rows, n, state, log_decay_.data(), &mixer_ws_);
+    // The pre-pass always sums the decay; a caller that did not ask for it
+    // gets it summed elsewhere.
+    std::vector<float> unasked(summarize ? 0 : log_decay_.size());
+    cpu::MambaSummarySegment(c_, m, rows, n, state, summarize ? log_decay_.data() : unasked.data(),
+                             &mixer_ws_);
     return absl::OkStatus();
   }
   Grow(&y_, tile() * di);

@@ -58,6 +58,7 @@ absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardCo
   // Chunk 0's gradients first, so that their all-reduce overlaps the scans.
   bool reducing = false;
   if (shard.context()) {
+    if (shard.Cancelled()) return CancelledStatus();
     LACT_RETURN_IF_ERROR(AccumulateGrads(w, chunks, 0, shard, ops));
     if (shard.distributed()) {
       LACT_RETURN_IF_ERROR(ops.StartGradAllReduce());
@@ -74,6 +75,9 @@ absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardCo
   if (shard.context()) LACT_RETURN_IF_ERROR(ops.UpdateFastWeights(w));
   LACT_RETURN_IF_ERROR(ApplyFastWeights(w, chunks, 0, shard, ops));
   for (int64_t k = 1; k < chunks.count(); ++k) {
+    // Every rank looks, those without rows in chunk k too: none enters the
+    // all-reduce of a job that was cancelled.
+    if (shard.Cancelled()) return CancelledStatus();
     LACT_RETURN_IF_ERROR(AccumulateGrads(w, chunks, k, shard, ops));
     if (shard.distributed()) {
       LACT_RETURN_IF_ERROR(ops.StartGradAllReduce());
