@@ -87,9 +87,16 @@ class SubmitFlow {
 
     job_id_ = c_.jobs->Create(spec_);
     machine_ = std::make_shared<JobMachine>(job_id_);
-    c_.jobs->SetCanceller(
-        job_id_, [machine = machine_](CancelCause cause) { return machine->Cancel(cause); });
-    SubmitCall::EndWatch watch(&call_, [this] { OnCallEnded(); });
+    // A cancel wakes the queue, which looks at it only then.
+    c_.jobs->SetCanceller(job_id_, [machine = machine_, registry = c_.registry](CancelCause cause) {
+      const bool cancelled = machine->Cancel(cause);
+      registry->WakeWaiters();
+      return cancelled;
+    });
+    SubmitCall::EndWatch watch(&call_, [this] {
+      OnCallEnded();
+      c_.registry->WakeWaiters();
+    });
     absl::Status status = Execute();
     c_.kv->ErasePrefix(job_id_ + "/");
     if (std::optional<int> gone = machine_->gone_rank();

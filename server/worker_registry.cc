@@ -29,9 +29,10 @@ bool WorkerRegistry::Heartbeat(const std::string& id) {
   absl::MutexLock lock(&mu_);
   for (auto& [address, w] : workers_) {
     if (w.id == id) {
+      const bool was_usable = HealthyLocked(w);
       w.last_seen = std::chrono::steady_clock::now();
       w.healthy = true;
-      released_.SignalAll();  // it may have been stale: waiting Acquire()s look again
+      if (!was_usable) released_.SignalAll();  // it was stale: waiting Acquire()s look again
       return true;
     }
   }
@@ -134,14 +135,18 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
           "waited ", wait.limit.count(), " ms in line for ", count, " idle workers holding '",
           model, "'; ", picked.size(), " are idle now; retry later or ask for fewer"));
     }
-    released_.WaitWithTimeout(&mu_, absl::FromChrono(std::min<std::chrono::steady_clock::duration>(
-                                        deadline - now, std::chrono::milliseconds(100))));
+    released_.WaitWithTimeout(&mu_, absl::FromChrono(deadline - now));
   }
   picked.resize(count);
   for (const std::string& a : picked) workers_[a].busy = true;
   line_.Served(ticket);
   released_.SignalAll();
   return picked;
+}
+
+void WorkerRegistry::WakeWaiters() {
+  absl::MutexLock lock(&mu_);
+  released_.SignalAll();
 }
 
 void WorkerRegistry::Release(const std::vector<std::string>& addresses) {

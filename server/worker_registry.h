@@ -57,9 +57,11 @@ class WorkerRegistry {
 
   // How a caller of Acquire waits in line.
   struct Wait {
-    std::chrono::milliseconds limit{0};    // longest time in line
-    int max_waiting = 64;                  // callers in line beyond which one is refused at once
-    std::function<bool()> cancelled;       // polled; true leaves the line (CANCELLED)
+    std::chrono::milliseconds limit{0};  // longest time in line
+    int max_waiting = 64;                // callers in line beyond which one is refused at once
+    // Looked at whenever the line moves or WakeWaiters() is called (no
+    // timer): true leaves the line (CANCELLED).
+    std::function<bool()> cancelled;
     std::function<void(int)> on_position;  // the caller's place in line (1 = next) when it changes
     std::string tenant;  // whose job; the line is fair across tenants (fair_line.h)
   };
@@ -77,6 +79,9 @@ class WorkerRegistry {
     return Acquire(model, count, Wait{limit});
   }
   void Release(const std::vector<std::string>& addresses);
+  // Makes every waiting Acquire look at its `cancelled` again: the caller
+  // whose answer has turned true calls it.
+  void WakeWaiters() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::chrono::milliseconds heartbeat_interval() const { return interval_; }
 

@@ -149,6 +149,15 @@ class RawSubmit {
     }
     return false;
   }
+  // The job's id, from its first Progress in line ("" if none came).
+  std::string ReadQueuedJobId() {
+    v1::SubmitResponse response;
+    while (stream_->Read(&response)) {
+      if (response.has_progress() && response.progress().stage() == v1::Progress::QUEUED)
+        return response.progress().job_id();
+    }
+    return "";
+  }
   const std::string& job_id() const { return job_id_; }
 
  private:
@@ -358,6 +367,51 @@ TEST_P(CancelTest, CancelJobMidRun) {
   absl::StatusOr<v1::JobInfo> info = Client().GetJob(job_id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->status(), v1::JobInfo::CANCELLED);
+  ExpectClusterStillWorks(Client(), 3);
+}
+
+TEST_F(ServiceTest, CancelJobReachesAJobWaitingInLine) {
+  // A job whose client never uploads holds all three workers for the upload
+  // idle timeout (1 s here); B waits in line behind it, C behind B. B is
+  // cancelled in line: it leaves at once and C moves up, long before the
+  // workers come free (the queue has no timer; a cancel wakes it).
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
+  ASSERT_TRUE(golden.ok());
+  v1::SubmitRequest spec = Spec("tiny", 8, 32);
+  spec.mutable_spec()->set_workers(3);
+  RawSubmit holder(cluster_->address()), b(cluster_->address());
+  holder.Send(spec);
+  ASSERT_TRUE(holder.ReadAccepted());
+  b.Send(spec);
+  const std::string b_id = b.ReadQueuedJobId();
+  ASSERT_FALSE(b_id.empty());
+  SubmitOptions o = GoldenOptions(*golden);
+  o.workers = 3;
+  std::atomic<bool> second{false};
+  std::atomic<int64_t> first_at_ns{0};
+  std::thread c([&] {
+    absl::StatusOr<JobResult> got =
+        Client().Submit(o, golden->context, golden->queries, [&](const v1::Progress& p) {
+          if (p.stage() != v1::Progress::QUEUED) return;
+          if (p.queue_position() == 2) second = true;
+          if (p.queue_position() == 1 && second && first_at_ns == 0) {
+            first_at_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+          }
+        });
+    EXPECT_TRUE(got.ok()) << got.status();
+  });
+  while (!second) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // C's flow is asleep in line
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::JobInfo> info = Client().CancelJob(b_id);
+  EXPECT_TRUE(info.ok()) << info.status();
+  c.join();
+  ASSERT_GT(first_at_ns.load(), 0) << "C never moved up to first in line";
+  const std::chrono::nanoseconds moved_up(first_at_ns - cancelled_at.time_since_epoch().count());
+  EXPECT_LT(moved_up, std::chrono::milliseconds(500))
+      << "C moved up only when the workers came free: B stayed in line after its cancel";
+  EXPECT_EQ(b.Close().error_code(), grpc::StatusCode::CANCELLED);
+  holder.Cancel();
   ExpectClusterStillWorks(Client(), 3);
 }
 
