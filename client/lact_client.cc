@@ -30,15 +30,16 @@ bool WriteSets(Stream* stream, const std::vector<const Tensor*>& sets, int first
                WireType dtype) {
   for (size_t s = 0; s < sets.size(); ++s) {
     const Tensor& t = *sets[s];
-    const int64_t width = t.dim(1), per_chunk = RowsPerMessage(WireBytes(dtype) * width);
-    for (int64_t row = 0; row < t.dim(0); row += per_chunk) {
-      const int64_t n = std::min(per_chunk, t.dim(0) - row);
-      Request r;
-      r.mutable_chunk()->set_set(static_cast<int>(s) + first_set);
-      r.mutable_chunk()->set_offset(row);
-      r.mutable_chunk()->set_data(EncodeFloats(t.ptr() + row * width, n * width, dtype));
-      if (!stream->Write(r)) return false;
-    }
+    const int64_t width = t.dim(1);
+    const bool sent =
+        SendInMessages(t.dim(0), WireBytes(dtype) * width, [&](int64_t row, int64_t n) {
+          Request r;
+          r.mutable_chunk()->set_set(static_cast<int>(s) + first_set);
+          r.mutable_chunk()->set_offset(row);
+          r.mutable_chunk()->set_data(EncodeFloats(t.ptr() + row * width, n * width, dtype));
+          return stream->Write(r);
+        });
+    if (!sent) return false;
   }
   stream->WritesDone();
   return true;

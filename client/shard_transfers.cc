@@ -25,9 +25,8 @@ constexpr int kResponseOutput = 1, kResponseState = 2;
 // rows straight from the tensor, other dtypes encoded first.
 bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set, WireType dtype,
               std::atomic<int64_t>* sent) {
-  const int64_t width = t.dim(1), rows = RowsPerMessage(WireBytes(dtype) * width);
-  for (int64_t r = 0; r < n; r += rows) {
-    const int64_t count = std::min(rows, n - r);
+  const int64_t width = t.dim(1);
+  return SendInMessages(n, WireBytes(dtype) * width, [&](int64_t r, int64_t count) {
     const float* first = t.ptr() + (begin + r) * width;
     v1::TokenChunk head;
     head.set_set(set);
@@ -41,8 +40,8 @@ bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set
     }
     if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, data, encoded))) return false;
     if (sent != nullptr) *sent += count;
-  }
-  return true;
+    return true;
+  });
 }
 
 // Copies rows of an output chunk into `t`; rows outside it are an error.

@@ -6,6 +6,7 @@
 #ifndef LACT_COMMON_WIRE_LIMITS_H_
 #define LACT_COMMON_WIRE_LIMITS_H_
 
+#include <algorithm>
 #include <cstdint>
 
 namespace lact {
@@ -21,6 +22,18 @@ inline constexpr int kMaxServerMessageBytes = 64 << 20;
 // Whole rows of `row_bytes` per message, at least one.
 inline int64_t RowsPerMessage(int64_t row_bytes, int64_t payload_bytes = kMaxSendPayloadBytes) {
   return row_bytes >= payload_bytes ? 1 : payload_bytes / row_bytes;
+}
+
+// The one chunked writer's loop: send(first, n) for consecutive runs of
+// `rows` rows of `row_bytes`, each run as many whole rows as fit one
+// message. Stops at, and returns, the first false send.
+template <typename Send>
+bool SendInMessages(int64_t rows, int64_t row_bytes, Send send) {
+  const int64_t per_message = RowsPerMessage(row_bytes);
+  for (int64_t first = 0; first < rows; first += per_message) {
+    if (!send(first, std::min(per_message, rows - first))) return false;
+  }
+  return true;
 }
 
 }  // namespace lact

@@ -42,16 +42,14 @@ bool SendItem(const ResultItem& item, Writer* stream) {
     }
     return true;
   }
-  const int64_t width = t.dim(1), rows = RowsPerMessage(4 * width);
-  for (int64_t r0 = 0; r0 < t.dim(0); r0 += rows) {
-    const int64_t n = std::min(rows, t.dim(0) - r0);
+  const int64_t width = t.dim(1);
+  return SendInMessages(t.dim(0), 4 * width, [&](int64_t r0, int64_t n) {
     v1::TokenChunk head;
     head.set_set(item.set);
     head.set_offset(item.offset + r0);
     const absl::string_view data(bytes + 4 * r0 * width, static_cast<size_t>(4 * n * width));
-    if (!stream->Write(BulkOut::Chunk(kResponseOutput, head, data, item.tensor))) return false;
-  }
-  return true;
+    return stream->Write(BulkOut::Chunk(kResponseOutput, head, data, item.tensor));
+  });
 }
 
 grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context,

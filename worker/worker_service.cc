@@ -310,17 +310,16 @@ grpc::Status WorkerService::RunQuery(
   for (int k = 0; k < header.query_tokens_size(); ++k) {
     absl::StatusOr<Tensor> out = (*runner)->RunQuery(receiver.TakeSet(k + 1), *kept->state);
     if (!out.ok()) return ToGrpcStatus(out.status());
-    const int64_t width = out->dim(1), rows = RowsPerMessage(4 * width);
-    for (int64_t r0 = 0; r0 < out->dim(0); r0 += rows) {
+    const int64_t width = out->dim(1);
+    const bool sent = SendInMessages(out->dim(0), 4 * width, [&](int64_t r0, int64_t n) {
       v1::ShardResponse r;
       v1::TokenChunk* c = r.mutable_output();
       c->set_set(k + 1);
       c->set_offset(r0);
-      c->set_data(reinterpret_cast<const char*>(out->ptr() + r0 * width),
-                  std::min(rows, out->dim(0) - r0) * width * 4);
-      if (!stream->Write(r))
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
-    }
+      c->set_data(reinterpret_cast<const char*>(out->ptr() + r0 * width), n * width * 4);
+      return stream->Write(r);
+    });
+    if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
   }
   v1::ShardResponse done;
   done.mutable_done()->set_peak_rss_bytes(PeakRssBytes());
