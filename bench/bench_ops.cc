@@ -198,14 +198,14 @@ int Main(int argc, char** argv) {
   (void)ops.LoadTokens(std::move(x));
   const double layer = BestSeconds([&] {
     LayerState st = fs.layers[0];
-    (void)RunBlock(c, w, shard, ops, &st);
+    (void)RunBlock(c, w, shard, ops, nullptr, &st);
   });
 
   // The layer's BiMamba half on its own, to see what the op rows leave out.
   (void)ops.BeginBlock(w);
   const double bimamba = BestSeconds([&] {
     LayerState st = fs.layers[0];
-    (void)RunBiMamba(c, w, shard, ops, &st);
+    (void)RunBiMamba(c, w, shard, ops, nullptr, &st);
   });
   std::printf("(BiMamba half of the layer: %.2f ms)\n", 1e3 * bimamba);
 

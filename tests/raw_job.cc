@@ -11,17 +11,15 @@ namespace {
 // Rows [begin, begin + n) of `t` as chunks of set `set`, offsets from 0.
 bool SendSet(grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>* stream,
              const Tensor& t, int64_t begin, int64_t n, int set) {
-  const int64_t width = t.dim(1), rows = RowsPerMessage(4 * width);
-  for (int64_t r = 0; r < n; r += rows) {
-    const int64_t count = std::min(rows, n - r);
+  const int64_t width = t.dim(1);
+  return SendInMessages(n, 4 * width, [&](int64_t r, int64_t count) {
     v1::TransferRequest request;
     request.mutable_chunk()->set_set(set);
     request.mutable_chunk()->set_offset(r);
     request.mutable_chunk()->set_data(
         EncodeFloats(t.ptr() + (begin + r) * width, count * width, WireType::kF32));
-    if (!stream->Write(request)) return false;
-  }
-  return true;
+    return stream->Write(request);
+  });
 }
 
 }  // namespace

@@ -19,11 +19,9 @@ CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const Backen
       hooks_(std::move(hooks)) {}
 
 absl::StatusOr<Tensor> CpuRunner::RunContext(Tensor context, FusedState* state) {
-  LACT_RETURN_IF_ERROR(CheckRunTokens(config_, context, "context"));
-  *state = ZeroFusedState(config_);
-  const int64_t L = context.dim(0);
-  return Run(std::move(context), {.sync = &local_, .total = L, .cancelled = hooks_.cancelled},
-             nullptr, state);
+  // The whole context is the one shard of a group of one.
+  const int64_t L = context.rank() >= 1 ? context.dim(0) : 0;
+  return RunContextShard(std::move(context), 0, L, &local_, nullptr, state);
 }
 
 absl::StatusOr<Tensor> CpuRunner::RunContextShard(Tensor shard, int64_t begin, int64_t total,
@@ -33,24 +31,23 @@ absl::StatusOr<Tensor> CpuRunner::RunContextShard(Tensor shard, int64_t begin, i
   *state = ZeroFusedState(config_);
   return Run(std::move(shard),
              {.sync = sync, .begin = begin, .total = total, .cancelled = hooks_.cancelled}, grads,
-             state);
+             nullptr, state);
 }
 
 absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state) {
   LACT_RETURN_IF_ERROR(CheckQuery(config_, query, state));
-  FusedState copy = state;  // small; the schedule reads it
   const int64_t L = query.dim(0);
   return Run(
       std::move(query),
       {.kind = SequenceKind::kQuery, .sync = &local_, .total = L, .cancelled = hooks_.cancelled},
-      nullptr, &copy);
+      nullptr, &state, nullptr);
 }
 
 absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, const ShardContext& shard, Collective* grads,
-                                      FusedState* state) {
+                                      const FusedState* kept, FusedState* out) {
   cpu::SetNumThreads(threads_);
   CpuOps ops(model_, config_, tokens.dim(0), tile_, grads, &overlap_);
-  return RunModel(model_, config_, shard, std::move(tokens), ops, state, hooks_.on_layer_done);
+  return RunModel(model_, config_, shard, std::move(tokens), ops, kept, out, hooks_.on_layer_done);
 }
 
 }  // namespace lact

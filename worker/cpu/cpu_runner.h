@@ -46,7 +46,7 @@ class CpuRunner {
 
  private:
   absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard, Collective* grads,
-                             FusedState* state);
+                             const FusedState* kept, FusedState* out);
 
   const Model& model_;
   ModelConfig config_;

@@ -27,11 +27,9 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const Model& mode
 }
 
 absl::StatusOr<Tensor> CudaRunner::RunContext(Tensor context, FusedState* state) {
-  LACT_RETURN_IF_ERROR(CheckRunTokens(config_, context, "context"));
-  *state = ZeroFusedState(config_);
-  const int64_t L = context.dim(0);
-  return Run(std::move(context), {.sync = &local_, .total = L, .cancelled = hooks_.cancelled},
-             nullptr, state);
+  // The whole context is the one shard of a group of one.
+  const int64_t L = context.rank() >= 1 ? context.dim(0) : 0;
+  return RunContextShard(std::move(context), 0, L, &local_, nullptr, state);
 }
 
 absl::StatusOr<Tensor> CudaRunner::RunContextShard(Tensor shard, int64_t begin, int64_t total,
@@ -45,34 +43,34 @@ absl::StatusOr<Tensor> CudaRunner::RunContextShard(Tensor shard, int64_t begin, 
   *state = ZeroFusedState(config_);
   return Run(std::move(shard),
              {.sync = sync, .begin = begin, .total = total, .cancelled = hooks_.cancelled}, grads,
-             state);
+             nullptr, state);
 }
 
 absl::StatusOr<Tensor> CudaRunner::RunQuery(Tensor query, const FusedState& state) {
   LACT_RETURN_IF_ERROR(CheckQuery(config_, query, state));
-  FusedState copy = state;
   const int64_t L = query.dim(0);
   return Run(
       std::move(query),
       {.kind = SequenceKind::kQuery, .sync = &local_, .total = L, .cancelled = hooks_.cancelled},
-      nullptr, &copy);
+      nullptr, &state, nullptr);
 }
 
 absl::StatusOr<Tensor> CudaRunner::Run(Tensor tokens, const ShardContext& shard,
-                                       DeviceAllReduce* grads, FusedState* state) {
+                                       DeviceAllReduce* grads, const FusedState* kept,
+                                       FusedState* out) {
   LACT_RETURN_IF_ERROR(ctx_->Activate());  // the device is per thread in CUDA
   LACT_ASSIGN_OR_RETURN(
       std::unique_ptr<CudaOps> ops,
       CudaOps::Create(model_, config_, *ctx_, weights_, tokens.dim(0), tile_, grads));
   const double busy = grads ? grads->busy_seconds() : 0;
   const double waited = grads ? grads->waited_seconds() : 0;
-  absl::StatusOr<Tensor> out =
-      RunModel(model_, config_, shard, std::move(tokens), *ops, state, hooks_.on_layer_done);
+  absl::StatusOr<Tensor> rows =
+      RunModel(model_, config_, shard, std::move(tokens), *ops, kept, out, hooks_.on_layer_done);
   if (grads != nullptr) {
     overlap_.allreduce_seconds += grads->busy_seconds() - busy;
     overlap_.waited_seconds += grads->waited_seconds() - waited;
   }
-  return out;
+  return rows;
 }
 
 }  // namespace lact

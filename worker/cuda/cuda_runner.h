@@ -50,7 +50,7 @@ class CudaRunner {
   CudaRunner(const Model& model, const ModelConfig& config, int64_t tile, RunHooks hooks)
       : model_(model), config_(config), tile_(tile), hooks_(std::move(hooks)) {}
   absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard, DeviceAllReduce* grads,
-                             FusedState* state);
+                             const FusedState* kept, FusedState* out);
 
   const Model& model_;
   ModelConfig config_;

@@ -67,11 +67,11 @@ absl::Status Summarize(const ModelConfig& c, const LayerWeights& w, Direction di
 }
 
 absl::Status RunDistributed(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
-                            BackendOps& ops, LayerState* state) {
+                            BackendOps& ops, LayerState* out) {
   MambaState start[2], final[2];
   for (Direction dir : {kForward, kBackward}) {
-    start[dir] = ZeroLike(state->mamba[dir]);
-    final[dir] = ZeroLike(state->mamba[dir]);
+    start[dir] = ZeroLike(out->mamba[dir]);
+    final[dir] = ZeroLike(out->mamba[dir]);
     LACT_RETURN_IF_ERROR(ExchangeHalo(c, w.mamba[dir], dir, shard, ops, &start[dir], &final[dir]));
   }
   // Both directions' summaries in one all-gather.
@@ -89,7 +89,7 @@ absl::Status RunDistributed(const ModelConfig& c, const LayerWeights& w, const S
       LACT_RETURN_IF_ERROR(
           ScanDirection(w, dir, /*outputs=*/true, /*summarize=*/false, shard, ops));
     }
-    state->mamba[dir] = std::move(final[dir]);
+    out->mamba[dir] = std::move(final[dir]);
   }
   return absl::OkStatus();
 }
@@ -97,18 +97,20 @@ absl::Status RunDistributed(const ModelConfig& c, const LayerWeights& w, const S
 }  // namespace
 
 absl::Status RunBiMamba(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
-                        BackendOps& ops, LayerState* state) {
+                        BackendOps& ops, const LayerState* kept, LayerState* out) {
   if (shard.distributed()) {
     if (!shard.context()) return absl::InternalError("query sets run on one rank");
-    return RunDistributed(c, w, shard, ops, state);
+    return RunDistributed(c, w, shard, ops, out);
   }
   for (Direction dir : {kForward, kBackward}) {
     // A query's forward direction continues from the context's state.
-    const bool continues = !shard.context() && dir == kForward;
-    LACT_RETURN_IF_ERROR(
-        ops.LoadScanState(continues ? state->mamba[dir] : ZeroLike(state->mamba[dir])));
+    if (!shard.context() && dir == kForward) {
+      LACT_RETURN_IF_ERROR(ops.LoadScanState(kept->mamba[dir]));
+    } else {
+      LACT_RETURN_IF_ERROR(ops.LoadScanState(ZeroLike((kept ? kept : out)->mamba[dir])));
+    }
     LACT_RETURN_IF_ERROR(ScanDirection(w, dir, /*outputs=*/true, /*summarize=*/false, shard, ops));
-    if (shard.context()) LACT_RETURN_IF_ERROR(ops.StoreScanState(&state->mamba[dir], nullptr));
+    if (shard.context()) LACT_RETURN_IF_ERROR(ops.StoreScanState(&out->mamba[dir], nullptr));
   }
   return absl::OkStatus();
 }

@@ -27,10 +27,11 @@
 namespace lact {
 
 // Adds both directions' outputs to the ops' acc (which BeginBlock zeroed).
-// A context writes the final states to state->mamba; a query set's forward
-// direction starts from state->mamba[kForward], which is left unchanged.
+// A context writes the final states to out->mamba (`kept` is null); a query
+// set's forward direction starts from the context's kept->mamba[kForward]
+// (`out` is null).
 absl::Status RunBiMamba(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
-                        BackendOps& ops, LayerState* state);
+                        BackendOps& ops, const LayerState* kept, LayerState* out);
 
 }  // namespace lact
 

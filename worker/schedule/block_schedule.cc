@@ -51,9 +51,9 @@ absl::Status ApplyFastWeights(const LayerWeights& w, const LactChunks& chunks, i
 }  // namespace
 
 absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
-                      BackendOps& ops, LayerState* state) {
+                      BackendOps& ops, const LayerState* kept, LayerState* out) {
   LACT_RETURN_IF_ERROR(ops.BeginBlock(w));
-  LACT_RETURN_IF_ERROR(ops.LoadFastWeights(w, shard.context() ? nullptr : state));
+  LACT_RETURN_IF_ERROR(ops.LoadFastWeights(w, kept));
   const LactChunks chunks(c, shard, ops.tokens());
   // Chunk 0's gradients first, so that their all-reduce overlaps the scans.
   bool reducing = false;
@@ -65,7 +65,7 @@ absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardCo
       reducing = true;
     }
   }
-  const absl::Status scans = RunBiMamba(c, w, shard, ops, state);
+  const absl::Status scans = RunBiMamba(c, w, shard, ops, kept, out);
   if (reducing) {
     const absl::Status reduced = ops.FinishGradAllReduce();
     LACT_RETURN_IF_ERROR(scans);
@@ -89,17 +89,20 @@ absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardCo
   LACT_RETURN_IF_ERROR(
       ForEachTile(0, ops.tokens(), ops.tile(), shard,
                   [&](int64_t first, int64_t n) { return ops.ResidualMlp(w, first, n); }));
-  if (shard.context()) LACT_RETURN_IF_ERROR(ops.StoreFastWeights(state));
+  if (shard.context()) LACT_RETURN_IF_ERROR(ops.StoreFastWeights(out));
   LACT_RETURN_IF_ERROR(ops.Sync());
   return shard.Cancelled() ? CancelledStatus() : absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const ShardContext& shard,
-                                Tensor tokens, BackendOps& ops, FusedState* state,
+                                Tensor tokens, BackendOps& ops, const FusedState* kept,
+                                FusedState* out,
                                 const std::function<void(int, int)>& on_layer_done) {
   LACT_RETURN_IF_ERROR(ops.LoadTokens(std::move(tokens)));
   for (int i = 0; i < c.n_layers; ++i) {
-    const absl::Status layer = RunBlock(c, model.layer(i), shard, ops, &state->layers[i]);
+    const absl::Status layer =
+        RunBlock(c, model.layer(i), shard, ops, kept ? &kept->layers[i] : nullptr,
+                 out ? &out->layers[i] : nullptr);
     if (!layer.ok()) {
       return absl::Status(layer.code(),
                           absl::StrCat("layer ", i + 1, " of ", c.n_layers, ": ", layer.message()));

@@ -34,16 +34,18 @@
 namespace lact {
 
 // x <- block(x) on `ops`. A context (shard.kind) writes this layer's state
-// to `state`; a query set (group of one) reads the context's from it.
+// to `out`, identical on every rank (`kept` is null); a query set (group of
+// one) reads the context's from `kept` (`out` is null).
 absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
-                      BackendOps& ops, LayerState* state);
+                      BackendOps& ops, const LayerState* kept, LayerState* out);
 
 // The whole model over the shard's `tokens` (ops.tokens() rows): embedding,
-// every block, final norm and head. A context: *state holds zeros of the
-// model's shapes and receives the fused state; a query set: *state is the
-// context's and is read. An error names the layer it happened in.
+// every block, final norm and head. A context: *out holds zeros of the
+// model's shapes and receives the fused state; a query set reads the
+// context's fused state `kept`. An error names the layer it happened in.
 absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const ShardContext& shard,
-                                Tensor tokens, BackendOps& ops, FusedState* state,
+                                Tensor tokens, BackendOps& ops, const FusedState* kept,
+                                FusedState* out,
                                 const std::function<void(int, int)>& on_layer_done);
 
 }  // namespace lact
