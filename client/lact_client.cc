@@ -2,14 +2,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
-#include <mutex>
-#include <thread>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "client/query_call.h"
 #include "client/shard_transfers.h"
 #include "common/model.h"
 #include "common/status_macros.h"
@@ -20,45 +18,55 @@
 namespace lact {
 namespace {
 
-void SetTimeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+// The call's deadline: `timeout` from now, or `otherwise` if it is 0.
+template <typename Default>
+void SetTimeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout, Default otherwise) {
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    (timeout.count() > 0 ? timeout : std::chrono::milliseconds(otherwise)));
 }
 
-// Writes the chunks of `sets` (set index = position + first_set) in order.
-template <typename Request, typename Stream>
-bool WriteSets(Stream* stream, const std::vector<const Tensor*>& sets, int first_set,
-               WireType dtype) {
-  for (size_t s = 0; s < sets.size(); ++s) {
-    const Tensor& t = *sets[s];
-    const int64_t width = t.dim(1);
-    const bool sent =
-        SendInMessages(t.dim(0), WireBytes(dtype) * width, [&](int64_t row, int64_t n) {
-          Request r;
-          r.mutable_chunk()->set_set(static_cast<int>(s) + first_set);
-          r.mutable_chunk()->set_offset(row);
-          r.mutable_chunk()->set_data(EncodeFloats(t.ptr() + row * width, n * width, dtype));
-          return stream->Write(r);
-        });
-    if (!sent) return false;
-  }
-  stream->WritesDone();
-  return true;
-}
+// Passes the client's upload progress on, at most every 500 ms and at its
+// end, until the coordinator's own progress takes over; and the
+// coordinator's. One at a time, from the Transfer streams' threads and
+// Submit's.
+class ProgressRelay {
+ public:
+  explicit ProgressRelay(const LactClient::ProgressFn& progress) : progress_(progress) {}
 
-// Copies an output chunk into its tensor; out-of-range chunks are errors.
-absl::Status PlaceOutput(const v1::OutputChunk& chunk, std::vector<Tensor*>& sets) {
-  if (chunk.set() < 0 || chunk.set() >= static_cast<int>(sets.size()) ||
-      sets[chunk.set()] == nullptr) {
-    return absl::InternalError(absl::StrCat("server sent output for unknown set ", chunk.set()));
+  void StartUpload(int64_t total) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    total_ = total;
+    start_ = std::chrono::steady_clock::now();
+    uploading_ = progress_ != nullptr;
   }
-  Tensor& t = *sets[chunk.set()];
-  const int64_t width = t.dim(1), values = static_cast<int64_t>(chunk.data().size()) / 4;
-  if (chunk.offset() < 0 || chunk.offset() * width + values > t.size()) {
-    return absl::InternalError(absl::StrCat("server sent output rows outside set ", chunk.set()));
+  void ContextSent(int64_t sent) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!uploading_ || (sent < total_ && now - last_report_ < std::chrono::milliseconds(500))) {
+      return;
+    }
+    last_report_ = now;
+    v1::Progress p;
+    p.set_stage(v1::Progress::UPLOAD);
+    p.set_tokens_done(sent);
+    p.set_tokens_total(total_);
+    p.set_elapsed_seconds(std::chrono::duration<double>(now - start_).count());
+    progress_(p);
   }
-  std::memcpy(t.ptr() + chunk.offset() * width, chunk.data().data(), values * 4);
-  return absl::OkStatus();
-}
+  void FromServer(const v1::Progress& p) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    uploading_ = false;
+    if (progress_) progress_(p);
+  }
+
+ private:
+  const LactClient::ProgressFn& progress_;
+  absl::Mutex mu_;
+  bool uploading_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t total_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point start_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_report_ ABSL_GUARDED_BY(mu_);
+};
 
 absl::Status CheckShapes(const SubmitOptions& options, const Tensor& context,
                          const std::vector<Tensor>& queries) {
@@ -125,7 +133,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
         "upload, and FetchResult collects its results");
   }
   grpc::ClientContext ctx;
-  SetTimeout(&ctx, options.timeout);
+  SetTimeout(&ctx, options.timeout, kDefaultJobTimeout);
   auto stream = stub_->Submit(&ctx);
   v1::SubmitRequest first;
   *first.mutable_spec() =
@@ -134,9 +142,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   stream->WritesDone();
   JobResult result;
   std::unique_ptr<ShardTransfers> transfers;
-  std::mutex progress_mu;  // progress comes from this thread and the upload reporter
-  std::atomic<bool> uploading{false};
-  std::thread reporter;
+  ProgressRelay relay(progress);
   v1::SubmitResponse response;
   while (stream->Read(&response)) {
     const std::string& id =
@@ -155,42 +161,19 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
       result.shards.assign(a.shards().begin(), a.shards().end());
       transfers = std::make_unique<ShardTransfers>(a, by_ref ? nullptr : &context, queries,
                                                    options.output_ref.empty(), &result);
-      transfers->Start();
-      if (progress && !by_ref) {
-        uploading = true;
-        reporter = std::thread([&, total = a.context_tokens(),
-                                start = std::chrono::steady_clock::now()] {
-          while (uploading) {
-            v1::Progress p;
-            p.set_stage(v1::Progress::UPLOAD);
-            p.set_tokens_done(transfers->tokens_sent());
-            p.set_tokens_total(total);
-            p.set_elapsed_seconds(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-            {
-              std::lock_guard<std::mutex> lock(progress_mu);
-              progress(p);
-            }
-            if (p.tokens_done() >= total) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(500));
-          }
-        });
-      }
+      if (!by_ref) relay.StartUpload(a.context_tokens());
+      transfers->Start(ctx.deadline(), [&relay](int64_t sent) { relay.ContextSent(sent); });
     } else if (response.has_progress()) {
-      uploading = false;
-      std::lock_guard<std::mutex> lock(progress_mu);
-      if (progress) progress(response.progress());
+      relay.FromServer(response.progress());
     } else if (response.has_done()) {
       result.stats = response.done().stats();
     }
   }
-  uploading = false;
   grpc::Status status = stream->Finish();
   if (!status.ok() && transfers != nullptr) transfers->Cancel();
   absl::Status moved = transfers != nullptr ? transfers->Join() : absl::OkStatus();
-  if (reporter.joinable()) reporter.join();
-  LACT_RETURN_IF_ERROR(
-      FromGrpcStatus(status));  // the job's own status says more than a broken transfer
+  // The job's own status says more than a broken transfer.
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
   LACT_RETURN_IF_ERROR(moved);
   return result;
 }
@@ -211,7 +194,7 @@ absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {
   result.shards.assign(info.accepted().shards().begin(), info.accepted().shards().end());
   result.stats = info.stats();
   std::unique_ptr<ShardTransfers> fetch = ShardTransfers::Fetch(info.accepted(), &result);
-  fetch->Start();
+  fetch->Start(std::chrono::system_clock::now() + kDefaultFetchTimeout);
   LACT_RETURN_IF_ERROR(fetch->Join());
   return result;
 }
@@ -230,53 +213,23 @@ absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id,
     }
   }
   grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout);
-  auto stream = stub_->Query(&ctx);
-  v1::QueryRequest first;
-  first.mutable_spec()->set_job_id(job_id);
-  first.mutable_spec()->set_dtype(ToProto(dtype));
-  first.mutable_spec()->set_token_width(queries.empty() ? 0
-                                                        : static_cast<int32_t>(queries[0].dim(1)));
-  std::vector<const Tensor*> sets;
-  for (const Tensor& q : queries) {
-    first.mutable_spec()->add_query_tokens(q.dim(0));
-    sets.push_back(&q);
-  }
-  std::thread writer([&] {
-    if (stream->Write(first)) WriteSets<v1::QueryRequest>(stream.get(), sets, 1, dtype);
-  });
-  std::vector<Tensor> out;
-  std::vector<Tensor*> targets = {nullptr};
-  absl::Status failure;
-  v1::SubmitResponse response;
-  while (failure.ok() && stream->Read(&response)) {
-    if (!response.has_output()) continue;
-    if (out.empty()) {
-      const int64_t width = response.output().tokens() > 0
-                                ? static_cast<int64_t>(response.output().data().size()) / 4 /
-                                      response.output().tokens()
-                                : 1;
-      for (const Tensor& q : queries) out.emplace_back(std::vector<int64_t>{q.dim(0), width});
-      for (Tensor& t : out) targets.push_back(&t);
-    }
-    failure = PlaceOutput(response.output(), targets);
-  }
-  if (!failure.ok()) ctx.TryCancel();
-  writer.join();
-  grpc::Status status = stream->Finish();
-  LACT_RETURN_IF_ERROR(failure);
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
-  return out;
+  SetTimeout(&ctx, timeout, kDefaultQueryTimeout);
+  v1::QuerySpec spec;
+  spec.set_job_id(job_id);
+  spec.set_dtype(ToProto(dtype));
+  spec.set_token_width(static_cast<int32_t>(queries[0].dim(1)));
+  for (const Tensor& q : queries) spec.add_query_tokens(q.dim(0));
+  return QueryCall(stub_.get(), &ctx, spec, queries, dtype).Await();
 }
 
 namespace {
 
-// A unary call with a 30 s deadline that waits for the channel to be ready
+// A unary call with a kUnaryTimeout deadline that waits for the channel to be ready
 // (riding out a connection still being set up).
 template <typename Response, typename Request, typename Call>
 absl::StatusOr<Response> Unary(const Request& request, Call call) {
   grpc::ClientContext ctx;
-  SetTimeout(&ctx, std::chrono::seconds(30));
+  SetTimeout(&ctx, std::chrono::milliseconds(0), kUnaryTimeout);
   ctx.set_wait_for_ready(true);
   Response response;
   LACT_RETURN_IF_ERROR(FromGrpcStatus(call(&ctx, request, &response)));
@@ -299,8 +252,10 @@ absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
 }
 
 absl::StatusOr<v1::JobInfo> LactClient::WatchJob(
-    const std::string& job_id, const std::function<void(const v1::JobInfo&)>& on_change) {
+    const std::string& job_id, const std::function<void(const v1::JobInfo&)>& on_change,
+    std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout, kDefaultWatchTimeout);
   ctx.set_wait_for_ready(true);
   v1::GetJobRequest request;
   request.set_job_id(job_id);

@@ -1,13 +1,13 @@
 // C++ client of the lact Coordinator service and of the workers' ShardData
-// service. Every call carries a deadline when a timeout is given; errors
-// come back as statuses with the server's message. Submit sends the JobSpec
-// to the coordinator, then moves the job's bytes straight to and from the
-// workers it names, one Transfer stream per shard, in parallel, while the
-// coordinator's stream brings progress and the job's end; by reference
-// (context_ref, output_ref) the workers read and write the files
+// service. Every call carries a deadline: the timeout given, or the
+// default for its kind below; errors come back as statuses with the server's message. Submit sends
+// the JobSpec to the coordinator, then moves the job's bytes straight to and from the workers it
+// names, one Transfer stream per shard, in parallel, while the coordinator's stream brings progress
+// and the job's end; by reference (context_ref, output_ref) the workers read and write the files
 // themselves. Uses gRPC's default channel limits: every message it sends
 // or receives stays under 4 MiB. A LactClient may be used from several
-// threads.
+// threads. Submit's Transfer streams run on a thread each; Query runs on
+// gRPC's callback API.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
 #define LACT_CLIENT_LACT_CLIENT_H_
 
@@ -26,6 +26,15 @@
 
 namespace lact {
 
+// Deadlines of calls given no timeout (0). A Submit call's deadline also
+// bounds its job (upload, time in line, compute, results), and its
+// Transfer streams share it.
+inline constexpr std::chrono::hours kDefaultJobTimeout{24};
+inline constexpr std::chrono::hours kDefaultQueryTimeout{1};
+inline constexpr std::chrono::hours kDefaultWatchTimeout{24};
+inline constexpr std::chrono::hours kDefaultFetchTimeout{1};
+inline constexpr std::chrono::seconds kUnaryTimeout{30};
+
 struct SubmitOptions {
   std::string model;
   int workers = 0;                    // 0: all that hold the model
@@ -34,7 +43,7 @@ struct SubmitOptions {
   WireType dtype = WireType::kF32;
   bool return_state = true;
   int64_t retain_seconds = 0;
-  std::chrono::milliseconds timeout{0};  // 0: none
+  std::chrono::milliseconds timeout{0};  // 0: kDefaultJobTimeout
   // By reference, inside the cluster's data root: the context file (then
   // the context tensor given to Submit is empty; dtype is the file's) and
   // where the workers write the output (then JobResult.output is empty).
@@ -70,6 +79,7 @@ class LactClient {
                                    const std::vector<Tensor>& queries,
                                    const ProgressFn& progress = nullptr,
                                    std::function<void(const std::string&)> on_accepted = nullptr);
+  // `timeout` 0: kDefaultQueryTimeout.
   absl::StatusOr<std::vector<Tensor>> Query(
       const std::string& job_id, const std::vector<Tensor>& queries,
       WireType dtype = WireType::kF32,
@@ -81,10 +91,11 @@ class LactClient {
   // are gone (NOT_FOUND from a worker says why: expired, evicted, deleted).
   absl::StatusOr<JobResult> FetchResult(const std::string& job_id);
   // Follows a job until it ends (`on_change` sees every JobInfo the server
-  // sends); returns the last, whose status is final.
+  // sends); returns the last, whose status is final. `timeout` 0:
+  // kDefaultWatchTimeout (DEADLINE_EXCEEDED then; the job runs on).
   absl::StatusOr<v1::JobInfo> WatchJob(
-      const std::string& job_id,
-      const std::function<void(const v1::JobInfo&)>& on_change = nullptr);
+      const std::string& job_id, const std::function<void(const v1::JobInfo&)>& on_change = nullptr,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   absl::StatusOr<std::vector<v1::JobInfo>> ListJobs();
   absl::StatusOr<v1::JobInfo> CancelJob(const std::string& job_id);
   absl::Status DeleteJob(const std::string& job_id);

@@ -23,8 +23,9 @@ constexpr int kResponseOutput = 1, kResponseState = 2;
 
 // Sends rows [begin, begin + n) of `t` as set `set` (offsets from 0): float32
 // rows straight from the tensor, other dtypes encoded first.
+// `on_rows` (if set) is told how many rows each message carried.
 bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set, WireType dtype,
-              std::atomic<int64_t>* sent) {
+              const std::function<void(int64_t)>& on_rows) {
   const int64_t width = t.dim(1);
   return SendInMessages(n, WireBytes(dtype) * width, [&](int64_t r, int64_t count) {
     const float* first = t.ptr() + (begin + r) * width;
@@ -39,7 +40,7 @@ bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set
       data = *encoded;
     }
     if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, data, encoded))) return false;
-    if (sent != nullptr) *sent += count;
+    if (on_rows) on_rows(count);
     return true;
   });
 }
@@ -84,10 +85,15 @@ std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(const v1::JobAccepted& acc
   return fetch;
 }
 
-void ShardTransfers::Start() {
+void ShardTransfers::Start(std::chrono::system_clock::time_point deadline,
+                           std::function<void(int64_t)> on_context_sent) {
+  on_context_sent_ = std::move(on_context_sent);
   const int ranks = accepted_.shards_size();
   statuses_.assign(ranks, absl::OkStatus());
-  for (int r = 0; r < ranks; ++r) contexts_.push_back(std::make_unique<grpc::ClientContext>());
+  for (int r = 0; r < ranks; ++r) {
+    contexts_.push_back(std::make_unique<grpc::ClientContext>());
+    contexts_.back()->set_deadline(deadline);
+  }
   if (fetch_) AllocateOutputs();
   for (int r = 0; r < ranks; ++r) {
     // Rank 0 keeps the fused state whether or not it had bytes in band.
@@ -168,7 +174,11 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
   bool ok = stream->Write(BulkOut::Whole(first));
   if (context_ != nullptr) {
     const v1::ShardRange& shard = accepted_.shards(rank);
-    ok = ok && SendRows(stream, *context_, shard.begin(), shard.tokens(), 0, dtype, &tokens_sent_);
+    ok = ok &&
+         SendRows(stream, *context_, shard.begin(), shard.tokens(), 0, dtype, [this](int64_t rows) {
+           const int64_t sent = tokens_sent_ += rows;
+           if (on_context_sent_) on_context_sent_(sent);
+         });
   }
   if (rank == 0) {
     for (size_t k = 0; k < queries_.size() && ok; ++k) {

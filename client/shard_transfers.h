@@ -17,9 +17,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::once_flag
 #include <thread>
 #include <vector>
 
@@ -41,11 +42,13 @@ class ShardTransfers {
   static std::unique_ptr<ShardTransfers> Fetch(const v1::JobAccepted& accepted, JobResult* result);
   ~ShardTransfers();
 
-  void Start();
+  // Starts the streams, each with `deadline`. `on_context_sent`, if set,
+  // gets the context tokens sent so far over every stream, after each
+  // message, from the streams' threads (one at a time per stream).
+  void Start(std::chrono::system_clock::time_point deadline,
+             std::function<void(int64_t)> on_context_sent = nullptr);
   void Cancel();
   absl::Status Join();
-  // Context tokens sent so far over every stream.
-  int64_t tokens_sent() const { return tokens_sent_; }
 
  private:
   absl::Status RunShard(int rank, grpc::ClientContext* ctx);
@@ -68,6 +71,7 @@ class ShardTransfers {
   std::vector<absl::Status> statuses_;
   std::once_flag allocated_;
   std::atomic<int64_t> tokens_sent_{0};
+  std::function<void(int64_t)> on_context_sent_;
 };
 
 }  // namespace lact

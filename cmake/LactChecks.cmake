@@ -3,7 +3,8 @@
 #    (fix with `scripts/format`);
 #  - thread_safety_analysis: clang's -Wthread-safety, as errors, over every
 #    translation unit that uses an absl::Mutex (the ABSL_GUARDED_BY
-#    annotations are checked, not just written).
+#    annotations are checked, not just written; the CUDA files see the
+#    emulation's CUDA headers, so the check needs no toolkit).
 # Each is added when its clang tool is installed (scripts/install-deps
 # installs both).
 set(lact_source_dirs bench client common kernels proto server tests tools worker)
@@ -46,7 +47,7 @@ if(LACT_CLANGXX)
   add_test(NAME thread_safety_analysis
            COMMAND ${LACT_CLANGXX} -fsyntax-only -std=c++20 -Wthread-safety -Werror=thread-safety
                    -Wno-unknown-warning-option -I${PROJECT_SOURCE_DIR} -I${PROJECT_BINARY_DIR}/proto/gen
-                   ${locked})
+                   -isystem ${PROJECT_SOURCE_DIR}/tools/cuda-emu/include ${locked})
   set_tests_properties(thread_safety_analysis PROPERTIES LABELS check)
 else()
   message(STATUS "lact: no clang++, the thread-safety analysis is not added")

@@ -1,10 +1,12 @@
 #include "server/coordinator_service.h"
 
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "proto/status_conversion.h"
+#include "proto/write_call.h"
 #include "server/worker_streams.h"
 
 namespace lact::server {
@@ -16,76 +18,27 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, grpc::Stat
   return reactor;
 }
 
-// One WatchJob call: a thread waits for the job's changes and writes each;
-// the call's end (OnCancel) stops the wait at once.
-class JobWatch final : public grpc::ServerWriteReactor<v1::JobInfo> {
- public:
-  // The thread waits for the lock, so thread_ is set before it can end the
-  // call (and OnDone read it).
-  JobWatch(JobStore* jobs, std::string id) : jobs_(jobs), id_(std::move(id)) {
-    absl::MutexLock lock(&mu_);
-    thread_ = std::thread([this] {
-      { absl::MutexLock gate(&mu_); }
-      Finish(Run());
-    });
-  }
-
- private:
-  grpc::Status Run() {
-    uint64_t seen = 0;
-    while (!gone_) {
-      const uint64_t before = seen;
-      absl::StatusOr<v1::JobInfo> info =
-          jobs_->WaitForChange(id_, &seen, std::chrono::hours(1), &gone_);
-      if (!info.ok()) return ToGrpcStatus(info.status());
-      if (seen == before) continue;
-      if (!Write(*info)) break;
-      if (info->status() != v1::JobInfo::RUNNING && info->status() != v1::JobInfo::QUEUED) {
-        return grpc::Status::OK;
-      }
+// One WatchJob call: waits for the job's changes and writes each; the
+// call's end stops the wait at once.
+grpc::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::JobInfo>& call) {
+  std::atomic<bool> gone{false};
+  WriteCall<v1::JobInfo>::EndWatch watch(&call, [&] {
+    gone = true;
+    jobs.Wake();
+  });
+  uint64_t seen = 0;
+  while (!gone) {
+    const uint64_t before = seen;
+    absl::StatusOr<v1::JobInfo> info = jobs.WaitForChange(id, &seen, std::chrono::hours(1), &gone);
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    if (seen == before) continue;
+    if (!call.Write(*info)) break;
+    if (info->status() != v1::JobInfo::RUNNING && info->status() != v1::JobInfo::QUEUED) {
+      return grpc::Status::OK;
     }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
   }
-
-  // Blocks until gRPC has taken the message; false once the call ended.
-  bool Write(const v1::JobInfo& info) ABSL_LOCKS_EXCLUDED(mu_) {
-    {
-      absl::MutexLock lock(&mu_);
-      written_ = false;
-    }
-    StartWrite(&info);
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&written_));
-    return write_ok_;
-  }
-
-  void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    write_ok_ = ok;
-    written_ = true;
-  }
-  void OnCancel() override {
-    gone_ = true;
-    jobs_->Wake();
-  }
-  void OnDone() override ABSL_LOCKS_EXCLUDED(mu_) {
-    { absl::MutexLock lock(&mu_); }  // pairs with the gate in the constructor
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();
-    } else {
-      thread_.join();  // it has called Finish: it is returning
-    }
-    delete this;
-  }
-
-  JobStore* const jobs_;
-  const std::string id_;
-  std::atomic<bool> gone_{false};
-  absl::Mutex mu_;
-  bool written_ ABSL_GUARDED_BY(mu_) = true;
-  bool write_ok_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // set under mu_ in the constructor
-};
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+}
 
 }  // namespace
 
@@ -97,7 +50,7 @@ grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* CoordinatorServi
                            });
 }
 
-grpc::ServerBidiReactor<v1::QueryRequest, v1::SubmitResponse>* CoordinatorService::Query(
+grpc::ServerBidiReactor<v1::QueryRequest, v1::QueryResponse>* CoordinatorService::Query(
     grpc::CallbackServerContext* context) {
   return QueryCall::Start(context, kNoQuerySpec,
                           [c = c_](const v1::QueryRequest& first, QueryCall& call) {
@@ -107,7 +60,10 @@ grpc::ServerBidiReactor<v1::QueryRequest, v1::SubmitResponse>* CoordinatorServic
 
 grpc::ServerWriteReactor<v1::JobInfo>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext*, const v1::GetJobRequest* request) {
-  return new JobWatch(c_.jobs, request->job_id());
+  return WriteCall<v1::JobInfo>::Start(
+      [jobs = c_.jobs, id = request->job_id()](WriteCall<v1::JobInfo>& call) {
+        return WatchJobFlow(*jobs, id, call);
+      });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,

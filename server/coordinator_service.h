@@ -20,7 +20,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
   grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* Submit(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerBidiReactor<v1::QueryRequest, v1::SubmitResponse>* Query(
+  grpc::ServerBidiReactor<v1::QueryRequest, v1::QueryResponse>* Query(
       grpc::CallbackServerContext* context) override;
   grpc::ServerWriteReactor<v1::JobInfo>* WatchJob(grpc::CallbackServerContext* context,
                                                   const v1::GetJobRequest* request) override;

@@ -1,5 +1,5 @@
 // The two streaming flows of the coordinator, as plain functions over a
-// call (stream_call.h): Submit (submit_flow.cc: admit, resolve files by reference, queue
+// call (proto/stream_call.h): Submit (submit_flow.cc: admit, resolve files by reference, queue
 // for workers, start the shards, relay progress, record where results are
 // kept; the job's stages and failure causes are its JobMachine's) and
 // Query (query_flow.cc: query sets passed on to the worker that keeps the
@@ -17,10 +17,10 @@
 #include <chrono>
 
 #include "lact/v1/coordinator.grpc.pb.h"
+#include "proto/stream_call.h"
 #include "server/job_admission.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
-#include "server/stream_call.h"
 #include "server/worker_registry.h"
 
 namespace lact::server {
@@ -43,13 +43,13 @@ struct Coordinator {
 };
 
 using SubmitCall = StreamCall<v1::SubmitRequest, v1::SubmitResponse>;
-using QueryCall = StreamCall<v1::QueryRequest, v1::SubmitResponse>;
+using QueryCall = StreamCall<v1::QueryRequest, v1::QueryResponse>;
 
 // What a call that ends before its first message is told.
 inline constexpr char kNoJobSpec[] = "the first Submit message must be a JobSpec";
 inline constexpr char kNoQuerySpec[] = "the first Query message must be a QuerySpec";
 
-// The flows, run on their call's thread (stream_call.h) from its first message.
+// The flows, run on their call's thread (proto/stream_call.h) from its first message.
 grpc::Status RunSubmit(const Coordinator& coordinator, const v1::SubmitRequest& first,
                        SubmitCall& call);
 grpc::Status RunQuery(const Coordinator& coordinator, const v1::QueryRequest& first,

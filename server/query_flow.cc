@@ -47,7 +47,7 @@ absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, in
   v1::ShardResponse response;
   while (bad.ok() && worker->Read(&response)) {
     if (!response.has_output()) continue;
-    v1::SubmitResponse out;
+    v1::QueryResponse out;
     v1::OutputChunk* chunk = out.mutable_output();
     chunk->set_set(response.output().set());
     chunk->set_offset(response.output().offset());
@@ -93,7 +93,7 @@ grpc::Status RunQuery(const Coordinator& c, const v1::QueryRequest& first, Query
   int64_t payload = 0;
   absl::Status s = RelayQuery(**kept, spec, config->output_width(), call, &payload);
   if (!s.ok()) return ToGrpcStatus(s);
-  v1::SubmitResponse done;
+  v1::QueryResponse done;
   done.mutable_done()->set_job_id(spec.job_id());
   done.mutable_done()->mutable_stats()->set_coordinator_payload_bytes(payload);
   call.Write(done);

@@ -51,7 +51,7 @@ Tensor Random(std::vector<int64_t> shape, uint64_t seed) {
 struct Backend {
   std::string name;
   std::unique_ptr<cuda::CudaContext> ctx;
-  std::unique_ptr<DeviceWeights> weights;
+  std::shared_ptr<const DeviceWeights> weights;
   OverlapStats stats;
   std::unique_ptr<BackendOps> ops;
 };
@@ -73,8 +73,10 @@ class BackendOpsTest : public ::testing::TestWithParam<int> {
     absl::StatusOr<std::unique_ptr<cuda::CudaContext>> ctx = cuda::CudaContext::Create(0);
     ASSERT_TRUE(ctx.ok()) << ctx.status();
     gpu->ctx = *std::move(ctx);
-    gpu->weights = std::make_unique<DeviceWeights>();
-    ASSERT_TRUE(gpu->weights->Upload(*model_, *gpu->ctx).ok());
+    absl::StatusOr<std::shared_ptr<const DeviceWeights>> weights =
+        DeviceWeights::Upload(*model_, *gpu->ctx);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    gpu->weights = *std::move(weights);
     absl::StatusOr<std::unique_ptr<CudaOps>> ops =
         CudaOps::Create(*model_, config_, *gpu->ctx, *gpu->weights, kTokens, kTile, nullptr);
     ASSERT_TRUE(ops.ok()) << ops.status();

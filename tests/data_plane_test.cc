@@ -5,7 +5,8 @@
 // workers, a model 768 features wide and bf16 files; bad references fail before
 // any worker computes and write nothing outside the root; a raw client's
 // bad chunks, wrong ticket, stall and disconnect on a ShardData.Transfer
-// stream each end the job with a status that names the problem; a client
+// stream each end the job with a status that names the problem, and a
+// CancelJob reaches a shard waiting for its upload; a client
 // with gRPC's default 4 MiB limit runs a preset:base job with queries and
 // its state.
 #include <gmock/gmock.h>
@@ -325,6 +326,19 @@ TEST_F(DataPlaneTest, StalledUploadEndsTheJob) {
   absl::StatusOr<v1::JobInfo> info = Client().GetJob(job.accepted().job_id());
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->status(), v1::JobInfo::FAILED);
+}
+
+TEST_F(DataPlaneTest, CancelJobReachesAShardWaitingForItsUpload) {
+  RawJob job(cluster_->address(), TinySpec(100));
+  RawJob::Transfer t = job.Open(0, job.accepted().ticket());
+  t.stream->Write(Chunk(0, 0, std::vector<float>(32 * 10, 0.1f)));
+  ASSERT_TRUE(Client().CancelJob(job.accepted().job_id()).ok());
+  // Ended before the 1 s idle limit could end it (DEADLINE_EXCEEDED): the
+  // worker heard the cancel.
+  const grpc::Status transfer = t.Close();
+  EXPECT_EQ(transfer.error_code(), grpc::StatusCode::CANCELLED) << transfer.error_message();
+  const grpc::Status s = job.Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
 }
 
 TEST_F(DataPlaneTest, ClientDisconnectsMidUpload) {

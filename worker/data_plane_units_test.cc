@@ -291,7 +291,7 @@ TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
     }
     transfer->DownloadDone();
   });
-  ASSERT_TRUE(transfer->AwaitUpload(std::chrono::seconds(5), [] { return false; }).ok());
+  ASSERT_TRUE(transfer->AwaitUpload(std::chrono::seconds(5)).ok());
   EXPECT_EQ(transfer->receiver().TakeSet(0).data, (std::vector<float>{1.5f, 2.5f}));
   EXPECT_EQ(transfer->Attach(nullptr).code(), absl::StatusCode::kFailedPrecondition)
       << "one stream per shard";
@@ -299,14 +299,14 @@ TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
   transfer->Publish({0, 0, "", rows});
   transfer->Publish({1, 0, "", rows});
   transfer->EndPublishing();
-  EXPECT_TRUE(transfer->AwaitDownload(std::chrono::seconds(5), [] { return false; }).ok());
+  EXPECT_TRUE(transfer->AwaitDownload(std::chrono::seconds(5)).ok());
   client.join();
   EXPECT_EQ(sent.size(), 4u);
 }
 
 TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
   ShardTransfer never("t", TokenReceiver({2}, 1, WireType::kF32, 0));
-  absl::Status s = never.AwaitUpload(std::chrono::milliseconds(100), [] { return false; });
+  absl::Status s = never.AwaitUpload(std::chrono::milliseconds(100));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(s.message()), HasSubstr("no Transfer stream from the client for 100 ms"));
 
@@ -314,7 +314,7 @@ TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
   bool stream_cancelled = false;
   ASSERT_TRUE(stalled.Attach([&] { stream_cancelled = true; }).ok());
   ASSERT_TRUE(stalled.Accept(Chunk(0, 0, {1})).ok());
-  s = stalled.AwaitUpload(std::chrono::milliseconds(100), [] { return false; });
+  s = stalled.AwaitUpload(std::chrono::milliseconds(100));
   EXPECT_THAT(std::string(s.message()), HasSubstr("no token chunk for 100 ms during the upload"));
   EXPECT_TRUE(stream_cancelled) << "the stalled stream is ended, not left blocked";
   EXPECT_EQ(stalled.Accept(Chunk(0, 1, {2})).code(), absl::StatusCode::kDeadlineExceeded);
@@ -323,7 +323,7 @@ TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
   ShardTransfer unread("t", TokenReceiver({0}, 1, WireType::kF32, 0));
   unread.Publish({0, 0, "", std::make_shared<const Tensor>(Tensor({1, 2}))});
   unread.EndPublishing();
-  s = unread.AwaitDownload(std::chrono::milliseconds(100), [] { return false; });
+  s = unread.AwaitDownload(std::chrono::milliseconds(100));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("no Transfer stream from the client for 100 ms to take the results"));
@@ -333,7 +333,7 @@ TEST(ShardTransfer, FailuresReachTheOtherSide) {
   ShardTransfer bad("t", TokenReceiver({2}, 1, WireType::kF32, 0));
   ASSERT_TRUE(bad.Attach(nullptr).ok());
   EXPECT_FALSE(bad.Accept(Chunk(0, 1, {1})).ok());
-  absl::Status s = bad.AwaitUpload(std::chrono::seconds(5), [] { return false; });
+  absl::Status s = bad.AwaitUpload(std::chrono::seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("starts at token 1; expected token 0"));
 
@@ -347,9 +347,23 @@ TEST(ShardTransfer, FailuresReachTheOtherSide) {
   EXPECT_EQ(item.status().code(), absl::StatusCode::kUnavailable)
       << "the waiting stream wakes with the cause";
 
-  ShardTransfer cancelled("t", TokenReceiver({1}, 1, WireType::kF32, 0));
-  s = cancelled.AwaitUpload(std::chrono::seconds(5), [] { return true; });
+  // The coordinator's cancel wakes the wait when it comes, and ends the
+  // client's stream.
+  ShardTransfer cancelled("t", TokenReceiver({2}, 1, WireType::kF32, 0));
+  bool stream_cancelled = false;
+  ASSERT_TRUE(cancelled.Attach([&] { stream_cancelled = true; }).ok());
+  ASSERT_TRUE(cancelled.Accept(Chunk(0, 0, {1})).ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::thread coordinator([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancelled.Cancel();
+  });
+  s = cancelled.AwaitUpload(std::chrono::seconds(30));
+  coordinator.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("cancelled during the upload"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_TRUE(stream_cancelled);
 }
 
 TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {

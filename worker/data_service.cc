@@ -1,8 +1,8 @@
 #include "worker/data_service.h"
 
-#include <grpcpp/impl/codegen/method_handler.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
-#include <grpcpp/impl/codegen/rpc_service_method.h>
+#include <grpcpp/impl/codegen/server_callback_handlers.h>
+#include <grpcpp/impl/rpc_service_method.h>
 
 #include <algorithm>
 
@@ -10,12 +10,21 @@
 #include "common/wire_limits.h"
 #include "lact/v1/data.pb.h"
 #include "proto/status_conversion.h"
+#include "proto/stream_call.h"
+#include "proto/write_call.h"
 
 namespace lact {
 namespace {
 
 // How long a client's stream waits for its shard's RunShard to arrive.
 constexpr std::chrono::seconds kRegistrationWait(10);
+// How long a stream whose reads stopped short waits to hear that it ended.
+constexpr absl::Duration kEndReportWait = absl::Milliseconds(250);
+
+using TransferCall = StreamCall<TransferRequestIn, BulkOut>;
+using FetchCall = WriteCall<BulkOut>;
+
+constexpr char kNoTicket[] = "the first Transfer message must be a TransferTicket";
 
 // data.proto's field numbers.
 constexpr int kRequestTicket = 1, kRequestChunk = 2;
@@ -52,10 +61,9 @@ bool SendItem(const ResultItem& item, Writer* stream) {
   });
 }
 
-grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context,
-                   DataService::Stream* stream) {
+grpc::Status Serve(ShardTransfer& transfer, TransferCall& call) {
   TransferRequestIn request;
-  while (stream->Read(&request)) {
+  while (call.Read(&request)) {
     v1::TokenChunk head;
     if (request.outer_field != kRequestChunk || !head.ParseFromString(request.head)) {
       const absl::Status bad =
@@ -67,7 +75,10 @@ grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context,
     if (!s.ok()) return ToGrpcStatus(s);
     request = TransferRequestIn();  // drops the slices of the chunk just decoded
   }
-  if (context->IsCancelled()) {
+  // A short upload may be the client's going away, which gRPC reports
+  // after the failed read.
+  if (call.ended() ||
+      (!transfer.receiver().CheckComplete().ok() && call.EndsWithin(kEndReportWait))) {
     absl::Status failure = transfer.failure();
     if (failure.ok()) {
       failure = absl::CancelledError("the client went away during the upload");
@@ -80,7 +91,7 @@ grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context,
     absl::StatusOr<std::optional<ShardTransfer::Item>> item = transfer.NextItem();
     if (!item.ok()) return ToGrpcStatus(item.status());
     if (!item->has_value()) break;
-    if (!SendItem(**item, stream)) {
+    if (!SendItem(**item, &call)) {
       const absl::Status gone =
           absl::CancelledError("the client went away while its outputs were sent");
       transfer.Fail(gone);
@@ -91,72 +102,79 @@ grpc::Status Serve(ShardTransfer& transfer, grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-}  // namespace
-
-DataService::DataService(TransferBoard* board, RetainedResults* results)
-    : board_(board), results_(results) {
-  AddMethod(new grpc::internal::RpcServiceMethod(
-      kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING,
-      new grpc::internal::BidiStreamingHandler<DataService, TransferRequestIn, BulkOut>(
-          [](DataService* service, grpc::ServerContext* context, Stream* stream) {
-            return service->Transfer(context, stream);
-          },
-          this)));
-  AddMethod(new grpc::internal::RpcServiceMethod(
-      kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING,
-      new grpc::internal::ServerStreamingHandler<DataService, v1::FetchRequest, BulkOut>(
-          [](DataService* service, grpc::ServerContext* context, const v1::FetchRequest* request,
-             grpc::ServerWriter<BulkOut>* writer) {
-            return service->FetchResult(context, request, writer);
-          },
-          this)));
-}
-
-grpc::Status DataService::Transfer(grpc::ServerContext* context, Stream* stream) {
-  TransferRequestIn request;
+grpc::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
+                          TransferCall& call) {
   v1::TransferTicket ticket;
-  if (!stream->Read(&request) || request.outer_field != kRequestTicket ||
-      !ticket.ParseFromString(request.head)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first Transfer message must be a TransferTicket");
-  }
+  if (first.outer_field != kRequestTicket || !ticket.ParseFromString(first.head))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoTicket);
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
-      board_->Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
+      board.Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
-  if (absl::Status s = (*transfer)->Attach([context] { context->TryCancel(); }); !s.ok())
+  if (absl::Status s = (*transfer)->Attach([&call] { call.Cancel(); }); !s.ok())
     return ToGrpcStatus(s);
-  grpc::Status status = Serve(**transfer, context, stream);
+  grpc::Status status = Serve(**transfer, call);
   (*transfer)->Detach();
   return status;
 }
 
-grpc::Status DataService::FetchResult(grpc::ServerContext*, const v1::FetchRequest* request,
-                                      grpc::ServerWriter<BulkOut>* writer) {
-  absl::StatusOr<RetainedResult> kept = results_->Get(request->job_id());
+grpc::Status FetchFlow(RetainedResults& results, const v1::FetchRequest& request, FetchCall& call) {
+  absl::StatusOr<RetainedResult> kept = results.Get(request.job_id());
   if (!kept.ok()) return ToGrpcStatus(kept.status());
-  if (!TicketsEqual(kept->ticket, request->ticket())) {
+  if (!TicketsEqual(kept->ticket, request.ticket())) {
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("wrong ticket for job '", request->job_id(), "'"));
+                        absl::StrCat("wrong ticket for job '", request.job_id(), "'"));
   }
   if (!kept->outputs_dropped.empty()) {
     return grpc::Status(
         grpc::StatusCode::NOT_FOUND,
-        absl::StrCat("job '", request->job_id(), "': its outputs were ", kept->outputs_dropped));
+        absl::StrCat("job '", request.job_id(), "': its outputs were ", kept->outputs_dropped));
   }
-  if (kept->rank != request->rank()) {
+  if (kept->rank != request.rank()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("this worker ran rank ", kept->rank, " of job '",
-                                     request->job_id(), "', not rank ", request->rank()));
+                                     request.job_id(), "', not rank ", request.rank()));
   }
   std::vector<ResultItem> items = kept->outputs;
   if (kept->state != nullptr) {
     for (ResultItem& item : StateItems(kept->state)) items.push_back(std::move(item));
   }
   for (const ResultItem& item : items) {
-    if (!SendItem(item, writer))
+    if (!SendItem(item, &call))
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   }
   return grpc::Status::OK;
+}
+
+}  // namespace
+
+DataService::DataService(TransferBoard* board, RetainedResults* results)
+    : board_(board), results_(results) {
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING, nullptr));
+  MarkMethodCallback(
+      0, new grpc::internal::CallbackBidiHandler<TransferRequestIn, BulkOut>(
+             [this](grpc::CallbackServerContext* context) { return Transfer(context); }));
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING, nullptr));
+  MarkMethodCallback(1,
+                     new grpc::internal::CallbackServerStreamingHandler<v1::FetchRequest, BulkOut>(
+                         [this](grpc::CallbackServerContext*, const v1::FetchRequest* request) {
+                           return FetchResult(*request);
+                         }));
+}
+
+grpc::ServerBidiReactor<TransferRequestIn, BulkOut>* DataService::Transfer(
+    grpc::CallbackServerContext* context) {
+  return TransferCall::Start(context, kNoTicket,
+                             [board = board_](const TransferRequestIn& first, TransferCall& call) {
+                               return TransferFlow(*board, first, call);
+                             });
+}
+
+grpc::ServerWriteReactor<BulkOut>* DataService::FetchResult(const v1::FetchRequest& request) {
+  return FetchCall::Start([results = results_, request](FetchCall& call) {
+    return FetchFlow(*results, request, call);
+  });
 }
 
 }  // namespace lact

@@ -7,13 +7,14 @@
 // Registered by hand rather than through the generated base class so that
 // its messages are the zero-copy forms of proto/bulk_messages.h: received
 // chunks are decoded straight from gRPC's slices, and sent rows are slices
-// of the output tensors themselves.
+// of the output tensors themselves. Both calls run on gRPC's callback API
+// (proto/stream_call.h, proto/write_call.h): a stream that was opened and
+// sent nothing holds no thread.
 #ifndef LACT_WORKER_DATA_SERVICE_H_
 #define LACT_WORKER_DATA_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/impl/codegen/service_type.h>
-#include <grpcpp/support/sync_stream.h>
+#include <grpcpp/impl/service_type.h>
 
 #include "lact/v1/data.pb.h"
 #include "proto/bulk_messages.h"
@@ -24,13 +25,11 @@ namespace lact {
 
 class DataService final : public grpc::Service {
  public:
-  using Stream = grpc::ServerReaderWriter<BulkOut, TransferRequestIn>;
-
   DataService(TransferBoard* board, RetainedResults* results);
 
-  grpc::Status Transfer(grpc::ServerContext* context, Stream* stream);
-  grpc::Status FetchResult(grpc::ServerContext* context, const v1::FetchRequest* request,
-                           grpc::ServerWriter<BulkOut>* writer);
+  grpc::ServerBidiReactor<TransferRequestIn, BulkOut>* Transfer(
+      grpc::CallbackServerContext* context);
+  grpc::ServerWriteReactor<BulkOut>* FetchResult(const v1::FetchRequest& request);
 
  private:
   TransferBoard* board_;

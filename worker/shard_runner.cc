@@ -13,9 +13,11 @@ namespace {
 
 class CpuShardRunner final : public ShardRunner {
  public:
-  CpuShardRunner(const Model& model, const ModelConfig& config, const BackendOptions& options,
-                 RunHooks hooks)
-      : host_(options.collective_host), runner_(model, config, options, std::move(hooks)) {}
+  CpuShardRunner(std::shared_ptr<const Model> model, const ModelConfig& config,
+                 const BackendOptions& options, RunHooks hooks)
+      : model_(std::move(model)),
+        host_(options.collective_host),
+        runner_(*model_, config, options, std::move(hooks)) {}
 
   absl::Status JoinGroup(const GroupSpec& group) override {
     LACT_ASSIGN_OR_RETURN(group_, JoinGlooGroup(group, host_));
@@ -34,6 +36,7 @@ class CpuShardRunner final : public ShardRunner {
   OverlapStats overlap() const override { return runner_.overlap(); }
 
  private:
+  std::shared_ptr<const Model> model_;
   std::string host_;
   CpuRunner runner_;
   GlooGroup group_;
@@ -56,15 +59,16 @@ absl::Status ValidateBackend(const BackendOptions& options) {
 }
 
 absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options,
-                                                             const Model& model,
+                                                             std::shared_ptr<const Model> model,
                                                              const ModelConfig& config,
                                                              RunHooks hooks) {
   LACT_RETURN_IF_ERROR(ValidateBackend(options));
 #ifdef LACT_HAVE_CUDA
   if (options.backend == "cuda")
-    return MakeCudaShardRunner(options, model, config, std::move(hooks));
+    return MakeCudaShardRunner(options, std::move(model), config, std::move(hooks));
 #endif
-  return std::unique_ptr<ShardRunner>(new CpuShardRunner(model, config, options, std::move(hooks)));
+  return std::unique_ptr<ShardRunner>(
+      new CpuShardRunner(std::move(model), config, options, std::move(hooks)));
 }
 
 }  // namespace lact

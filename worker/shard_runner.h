@@ -34,8 +34,10 @@ class ShardRunner {
   virtual OverlapStats overlap() const = 0;
 };
 
+// The runner keeps `model` alive; on a GPU its weights are uploaded once
+// per worker process (DeviceWeightsCache).
 absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options,
-                                                             const Model& model,
+                                                             std::shared_ptr<const Model> model,
                                                              const ModelConfig& config,
                                                              RunHooks hooks);
 

@@ -4,12 +4,6 @@
 #include "absl/time/time.h"
 
 namespace lact {
-namespace {
-
-constexpr absl::Duration kPoll = absl::Milliseconds(50);
-
-}  // namespace
-
 bool ShardTransfer::TicketMatches(const std::string& ticket) const {
   return TicketsEqual(ticket, ticket_);
 }
@@ -69,29 +63,40 @@ void ShardTransfer::DownloadDone() {
   stage_ = Stage::kDownloaded;
 }
 
-absl::Status ShardTransfer::AwaitStage(Stage stage, const std::function<void()>& on_poll) {
+absl::Status ShardTransfer::AwaitStage(Stage stage, std::chrono::milliseconds idle,
+                                       const std::function<bool()>& idle_applies,
+                                       const std::function<std::string()>& idle_error) {
   auto reached = [this, stage]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !failure_.ok() || stage_ == stage;
   };
   while (!reached()) {
-    mu_.AwaitWithTimeout(absl::Condition(&reached), kPoll);
-    if (!reached()) on_poll();
+    if (!idle_applies()) {
+      // Until something changes (an attach makes the idle rule moot).
+      const bool attached = attached_;
+      auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return reached() || attached_ != attached;
+      };
+      mu_.Await(absl::Condition(&changed));
+      continue;
+    }
+    const auto left = last_activity_ + idle - std::chrono::steady_clock::now();
+    if (mu_.AwaitWithTimeout(absl::Condition(&reached), absl::FromChrono(left))) break;
+    if (idle_applies() && std::chrono::steady_clock::now() - last_activity_ >= idle) {
+      AbortLocked(absl::DeadlineExceededError(idle_error()));
+    }
   }
   return failure_;
 }
 
-absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle,
-                                        const std::function<bool()>& cancelled) {
+absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle) {
   absl::MutexLock lock(&mu_);
-  return AwaitStage(Stage::kUploaded, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (cancelled()) {
-      AbortLocked(absl::CancelledError("the job was cancelled during the upload"));
-    } else if (std::chrono::steady_clock::now() - last_activity_ > idle) {
-      AbortLocked(absl::DeadlineExceededError(absl::StrCat(
-          attached_ ? "no token chunk for " : "no Transfer stream from the client for ",
-          idle.count(), " ms during the upload")));
-    }
-  });
+  return AwaitStage(
+      Stage::kUploaded, idle, [] { return true; },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return absl::StrCat(
+            attached_ ? "no token chunk for " : "no Transfer stream from the client for ",
+            idle.count(), " ms during the upload");
+      });
 }
 
 void ShardTransfer::Publish(Item item) {
@@ -105,17 +110,14 @@ void ShardTransfer::EndPublishing() {
   last_activity_ = std::chrono::steady_clock::now();
 }
 
-absl::Status ShardTransfer::AwaitDownload(std::chrono::milliseconds idle,
-                                          const std::function<bool()>& cancelled) {
+absl::Status ShardTransfer::AwaitDownload(std::chrono::milliseconds idle) {
   absl::MutexLock lock(&mu_);
-  return AwaitStage(Stage::kDownloaded, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (cancelled()) {
-      AbortLocked(absl::CancelledError("the job was cancelled while its outputs were sent"));
-    } else if (!attached_ && std::chrono::steady_clock::now() - last_activity_ > idle) {
-      AbortLocked(absl::DeadlineExceededError(absl::StrCat(
-          "no Transfer stream from the client for ", idle.count(), " ms to take the results")));
-    }
-  });
+  return AwaitStage(
+      Stage::kDownloaded, idle, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !attached_; },
+      [&] {
+        return absl::StrCat("no Transfer stream from the client for ", idle.count(),
+                            " ms to take the results");
+      });
 }
 
 void ShardTransfer::Detach() {
@@ -131,6 +133,14 @@ void ShardTransfer::Fail(absl::Status status) {
 void ShardTransfer::Abort(absl::Status status) {
   absl::MutexLock lock(&mu_);
   AbortLocked(std::move(status));
+}
+
+void ShardTransfer::Cancel() {
+  absl::MutexLock lock(&mu_);
+  const char* when = publishing_done_              ? " while its outputs were sent"
+                     : stage_ == Stage::kUploading ? " during the upload"
+                                                   : "";
+  AbortLocked(absl::CancelledError(absl::StrCat("the job was cancelled", when)));
 }
 
 void ShardTransfer::AbortLocked(absl::Status status) {

@@ -64,17 +64,15 @@ class ShardTransfer {
 
   // --- the RunShard side ---
   // Blocks until the upload ended: OK, or why not. A stream that has not
-  // attached, or sent nothing, for `idle` fails it (DEADLINE_EXCEEDED);
-  // `cancelled` is polled.
-  absl::Status AwaitUpload(std::chrono::milliseconds idle, const std::function<bool()>& cancelled);
+  // attached, or sent nothing, for `idle` fails it (DEADLINE_EXCEEDED).
+  absl::Status AwaitUpload(std::chrono::milliseconds idle);
   TokenReceiver& receiver() { return receiver_; }  // after AwaitUpload OK
   void Publish(Item item);
   void EndPublishing();
-  // Blocks until the stream sent every item (OK), the transfer failed,
-  // `cancelled`, or no stream attached for `idle` after the last item was
-  // published (DEADLINE_EXCEEDED: the client is not there to take them).
-  absl::Status AwaitDownload(std::chrono::milliseconds idle,
-                             const std::function<bool()>& cancelled);
+  // Blocks until the stream sent every item (OK), the transfer failed, or
+  // no stream attached for `idle` after the last item was published
+  // (DEADLINE_EXCEEDED: the client is not there to take them).
+  absl::Status AwaitDownload(std::chrono::milliseconds idle);
   int64_t context_bytes() const { return receiver_.bytes_received(); }
 
   // Fails the transfer with `status` (the first failure wins): Fail from
@@ -82,13 +80,21 @@ class ShardTransfer {
   // a client that stalls mid-upload does not hold the Transfer thread).
   void Fail(absl::Status status);
   void Abort(absl::Status status);
+  // The shard's RunShard call ended (the coordinator cancelled the job):
+  // Abort with CANCELLED, worded by how far the transfer got.
+  void Cancel();
   absl::Status failure() const;
 
  private:
   enum class Stage { kWaiting, kUploading, kUploaded, kDownloaded };
   void AbortLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits, polling `on_poll` every 50 ms, until `stage` or a failure.
-  absl::Status AwaitStage(Stage stage, const std::function<void()>& on_poll)
+  // Waits until `stage` or a failure. While `idle_applies` holds, the
+  // transfer fails with DEADLINE_EXCEEDED `idle_error` once `idle` has
+  // passed since the last activity; the wait wakes only for a change or
+  // at that deadline.
+  absl::Status AwaitStage(Stage stage, std::chrono::milliseconds idle,
+                          const std::function<bool()>& idle_applies,
+                          const std::function<std::string()>& idle_error)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string ticket_;

@@ -1,5 +1,6 @@
 #include "worker/worker_service.h"
 
+#include <atomic>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -12,12 +13,15 @@
 #include "proto/job_options.h"
 #include "proto/metadata_keys.h"
 #include "proto/status_conversion.h"
+#include "proto/stream_call.h"
 #include "worker/kv_store_client.h"
 
 namespace lact {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using ShardCall = StreamCall<v1::ShardRequest, v1::ShardResponse>;
+using QueryCall = StreamCall<v1::WorkerQueryRequest, v1::ShardResponse>;
 
 // How long outputs that reached the client are kept, for a client that
 // died with the last messages in flight.
@@ -86,15 +90,14 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec&
 // One RunShard call from its spec to its ShardDone.
 class ShardJob {
  public:
-  ShardJob(const WorkerContext& w, const v1::ShardSpec& spec, JobModel job,
-           grpc::ServerContext* context,
-           grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream,
-           std::shared_ptr<ShardTransfer> transfer)
+  // `cancelled` turns true when the coordinator ends the call.
+  ShardJob(const WorkerContext& w, const v1::ShardSpec& spec, JobModel job, ShardCall& call,
+           const std::atomic<bool>& cancelled, std::shared_ptr<ShardTransfer> transfer)
       : w_(w),
         spec_(spec),
         job_(std::move(job)),
-        context_(context),
-        stream_(stream),
+        call_(call),
+        cancelled_flag_(cancelled),
         transfer_(std::move(transfer)) {}
 
   absl::StatusOr<v1::ShardDone> Run() {
@@ -105,11 +108,11 @@ class ShardJob {
                      if (spec_.rank() != 0) return;
                      v1::ShardResponse r;
                      r.set_layers_done(layers);
-                     stream_->Write(r);
+                     call_.Write(r);
                    },
                    cancelled_};
     LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
-                          MakeShardRunner(w_.backend, *job_.model, job_.config, std::move(hooks)));
+                          MakeShardRunner(w_.backend, job_.model, job_.config, std::move(hooks)));
     const std::chrono::milliseconds timeout(
         spec_.collective_timeout_ms() > 0 ? spec_.collective_timeout_ms() : 60000);
     KvStoreClient store(w_.control, timeout);
@@ -139,7 +142,7 @@ class ShardJob {
       done_.set_context_bytes(bytes);
     }
     if (transfer_ != nullptr && HasInBandInput(spec_)) {
-      LACT_RETURN_IF_ERROR(transfer_->AwaitUpload(IdleTimeout(), cancelled_));
+      LACT_RETURN_IF_ERROR(transfer_->AwaitUpload(IdleTimeout()));
       if (!spec_.has_context_ref()) {
         shard = transfer_->receiver().TakeSet(0);
         done_.set_context_bytes(transfer_->context_bytes());
@@ -185,7 +188,7 @@ class ShardJob {
     done_.set_results_delivered(true);
     if (transfer_ == nullptr) return absl::OkStatus();
     transfer_->EndPublishing();
-    absl::Status sent = transfer_->AwaitDownload(IdleTimeout(), cancelled_);
+    absl::Status sent = transfer_->AwaitDownload(IdleTimeout());
     if (cancelled_())
       return sent.ok() ? absl::CancelledError("cancelled by the coordinator") : sent;
     done_.set_results_delivered(sent.ok());
@@ -202,10 +205,10 @@ class ShardJob {
   const WorkerContext& w_;
   const v1::ShardSpec& spec_;
   JobModel job_;
-  grpc::ServerContext* context_;
-  grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream_;
+  ShardCall& call_;
+  const std::atomic<bool>& cancelled_flag_;
   std::shared_ptr<ShardTransfer> transfer_;
-  const std::function<bool()> cancelled_ = [this] { return context_->IsCancelled(); };
+  const std::function<bool()> cancelled_ = [this] { return cancelled_flag_.load(); };
   v1::ShardDone done_;
 };
 
@@ -226,38 +229,36 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
   return absl::OkStatus();
 }
 
-}  // namespace
+constexpr char kNoShardSpec[] = "the first RunShard message must be a ShardSpec";
 
-grpc::Status WorkerService::RunShard(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream) {
-  context->AddTrailingMetadata(kWorkerStatusKey, "1");
-  v1::ShardRequest request;
-  if (!stream->Read(&request) || !request.has_spec()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first RunShard message must be a ShardSpec");
-  }
-  const v1::ShardSpec spec = request.spec();
+grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first, ShardCall& call) {
+  if (!first.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoShardSpec);
+  const v1::ShardSpec& spec = first.spec();
   if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
   // The transfer is met first: loading the model can take longer than a
   // client waits for its stream to be taken.
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeTransfer(spec, spec.token_width());
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
-  if (*transfer != nullptr) w_.transfers->Register(spec.job_id(), spec.rank(), *transfer);
+  if (*transfer != nullptr) w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
+  std::atomic<bool> cancelled{false};
+  ShardCall::EndWatch watch(&call, [&] {
+    cancelled = true;
+    if (*transfer != nullptr) (*transfer)->Cancel();
+  });
   absl::StatusOr<v1::ShardDone> done = [&]() -> absl::StatusOr<v1::ShardDone> {
-    LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w_.models, spec.model(), spec.options()));
+    LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w.models, spec.model(), spec.options()));
     if (job.config.input_width() != spec.token_width()) {
       return absl::InvalidArgumentError(absl::StrCat("ShardSpec.token_width ", spec.token_width(),
                                                      " but model '", spec.model(), "' takes ",
                                                      job.config.input_width()));
     }
-    return ShardJob(w_, spec, std::move(job), context, stream, *transfer).Run();
+    return ShardJob(w, spec, std::move(job), call, cancelled, *transfer).Run();
   }();
   if (!done.ok())
-    w_.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
+    w.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
   if (*transfer != nullptr) {
     if (!done.ok()) (*transfer)->Abort(done.status());
-    w_.transfers->Unregister(spec.job_id(), spec.rank());
+    w.transfers->Unregister(spec.job_id(), spec.rank());
     // A failure the client's stream caused (a bad chunk, a disconnect) is
     // the transfer's; report that rather than what it led to here.
     absl::Status cause = (*transfer)->failure();
@@ -266,46 +267,45 @@ grpc::Status WorkerService::RunShard(
   if (!done.ok()) return ToGrpcStatus(done.status());
   v1::ShardResponse response;
   *response.mutable_done() = *done;
-  stream->Write(response);
+  call.Write(response);
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::RunQuery(
-    grpc::ServerContext* context,
-    grpc::ServerReaderWriter<v1::ShardResponse, v1::WorkerQueryRequest>* stream) {
-  v1::WorkerQueryRequest request;
-  if (!stream->Read(&request) || !request.has_header()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first RunQuery message must be a header");
-  }
-  const v1::WorkerQueryHeader header = request.header();
-  absl::StatusOr<RetainedResult> kept = w_.results->Get(header.job_id());
+constexpr char kNoQueryHeader[] = "the first RunQuery message must be a header";
+
+grpc::Status RunQueryFlow(const WorkerContext& w, const v1::WorkerQueryRequest& first,
+                          QueryCall& call) {
+  if (!first.has_header()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQueryHeader);
+  const v1::WorkerQueryHeader& header = first.header();
+  absl::StatusOr<RetainedResult> kept = w.results->Get(header.job_id());
   if (!kept.ok()) return ToGrpcStatus(kept.status());
   if (kept->state == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("this worker ran rank ", kept->rank, " of job '",
                                      header.job_id(), "'; its fused state is on rank 0's worker"));
   }
-  absl::StatusOr<JobModel> job = ResolveJobModel(*w_.models, kept->model, kept->options);
+  absl::StatusOr<JobModel> job = ResolveJobModel(*w.models, kept->model, kept->options);
   if (!job.ok()) return ToGrpcStatus(job.status());
   absl::StatusOr<WireType> dtype = FromProto(header.dtype());
   if (!dtype.ok()) return ToGrpcStatus(dtype.status());
   std::vector<int64_t> lengths = {0};
   lengths.insert(lengths.end(), header.query_tokens().begin(), header.query_tokens().end());
   TokenReceiver receiver(std::move(lengths), job->config.input_width(), *dtype, 0);
-  while (stream->Read(&request)) {
+  v1::WorkerQueryRequest request;
+  while (call.Read(&request)) {
     absl::Status s =
         request.has_chunk()
             ? receiver.Accept(request.chunk())
             : absl::InvalidArgumentError("after the header, RunQuery takes only chunks");
     if (!s.ok()) return ToGrpcStatus(s);
   }
-  if (context->IsCancelled())
+  // A short upload may be the coordinator's going away, which gRPC
+  // reports after the failed read.
+  if (call.ended() || (!receiver.CheckComplete().ok() && call.EndsWithin(absl::Milliseconds(250))))
     return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during the upload");
   if (absl::Status s = receiver.CheckComplete(); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<std::unique_ptr<ShardRunner>> runner =
-      MakeShardRunner(w_.backend, *job->model, job->config,
-                      {nullptr, [context] { return context->IsCancelled(); }});
+  absl::StatusOr<std::unique_ptr<ShardRunner>> runner = MakeShardRunner(
+      w.backend, job->model, job->config, {nullptr, [&call] { return call.ended(); }});
   if (!runner.ok()) return ToGrpcStatus(runner.status());
   for (int k = 0; k < header.query_tokens_size(); ++k) {
     absl::StatusOr<Tensor> out = (*runner)->RunQuery(receiver.TakeSet(k + 1), *kept->state);
@@ -317,22 +317,43 @@ grpc::Status WorkerService::RunQuery(
       c->set_set(k + 1);
       c->set_offset(r0);
       c->set_data(reinterpret_cast<const char*>(out->ptr() + r0 * width), n * width * 4);
-      return stream->Write(r);
+      return call.Write(r);
     });
     if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
   }
   v1::ShardResponse done;
   done.mutable_done()->set_peak_rss_bytes(PeakRssBytes());
-  stream->Write(done);
+  call.Write(done);
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::Forget(grpc::ServerContext*, const v1::ForgetRequest* request,
-                                   v1::ForgetResponse* response) {
+}  // namespace
+
+grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::RunShard(
+    grpc::CallbackServerContext* context) {
+  context->AddTrailingMetadata(kWorkerStatusKey, "1");
+  return ShardCall::Start(context, kNoShardSpec,
+                          [this](const v1::ShardRequest& first, ShardCall& call) {
+                            return RunShardFlow(w_, first, call);
+                          });
+}
+
+grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerService::RunQuery(
+    grpc::CallbackServerContext* context) {
+  return QueryCall::Start(context, kNoQueryHeader,
+                          [this](const v1::WorkerQueryRequest& first, QueryCall& call) {
+                            return RunQueryFlow(w_, first, call);
+                          });
+}
+
+grpc::ServerUnaryReactor* WorkerService::Forget(grpc::CallbackServerContext* context,
+                                                const v1::ForgetRequest* request,
+                                                v1::ForgetResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<bool> forgotten = w_.results->Forget(request->job_id(), request->fetch_ticket());
-  if (!forgotten.ok()) return ToGrpcStatus(forgotten.status());
-  response->set_had_results(*forgotten);
-  return grpc::Status::OK;
+  if (forgotten.ok()) response->set_had_results(*forgotten);
+  reactor->Finish(ToGrpcStatus(forgotten.status()));
+  return reactor;
 }
 
 }  // namespace lact

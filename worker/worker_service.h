@@ -5,8 +5,11 @@
 // runs the job's query sets and keeps the fused state. Results sent in
 // band are retained too (retained_results.h), so a client that went away
 // can fetch them, and a shard whose client went away still succeeds.
-// RunQuery runs query sets against a kept state; Forget drops a job's. One shard at a time per
-// worker is the coordinator's policy; the service itself is re-entrant.
+// RunQuery runs query sets against a kept state; Forget drops a job's.
+// One shard at a time per worker is the coordinator's policy; the service
+// itself is re-entrant. The streaming calls run on gRPC's callback API
+// (proto/stream_call.h): the coordinator's cancel reaches a shard when it
+// happens, through the call's end, with no thread polling for it.
 #ifndef LACT_WORKER_WORKER_SERVICE_H_
 #define LACT_WORKER_WORKER_SERVICE_H_
 
@@ -31,18 +34,17 @@ struct WorkerContext {
   RetainedResults* results;
 };
 
-class WorkerService final : public v1::Worker::Service {
+class WorkerService final : public v1::Worker::CallbackService {
  public:
   explicit WorkerService(WorkerContext context) : w_(std::move(context)) {}
 
-  grpc::Status RunShard(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::ShardResponse, v1::ShardRequest>* stream) override;
-  grpc::Status RunQuery(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::ShardResponse, v1::WorkerQueryRequest>* stream) override;
-  grpc::Status Forget(grpc::ServerContext* context, const v1::ForgetRequest* request,
-                      v1::ForgetResponse* response) override;
+  grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* RunShard(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* RunQuery(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Forget(grpc::CallbackServerContext* context,
+                                   const v1::ForgetRequest* request,
+                                   v1::ForgetResponse* response) override;
 
  private:
   WorkerContext w_;

@@ -53,8 +53,9 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
                                        .precision = flags.Get("precision").value_or("fp32")};
   LACT_RETURN_IF_ERROR(ValidateBackend(backend_options));
 
-  LACT_ASSIGN_OR_RETURN(Model model, ResolveModel(model_spec));
-  LACT_ASSIGN_OR_RETURN(ModelConfig config, JobConfig(model, flags));
+  LACT_ASSIGN_OR_RETURN(Model resolved, ResolveModel(model_spec));
+  const auto model = std::make_shared<const Model>(std::move(resolved));
+  LACT_ASSIGN_OR_RETURN(ModelConfig config, JobConfig(*model, flags));
   const int64_t width = config.input_width();
   LACT_ASSIGN_OR_RETURN(Tensor context, LoadTokens(context_spec, width));
   std::vector<Tensor> queries;
@@ -67,7 +68,7 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   for (const Tensor& q : queries) total_tokens += q.rank() > 0 ? q.dim(0) : 0;
   std::fprintf(stderr, "lact run: %s, %lld context tokens, %zu query sets, %lld parameters\n",
                model_spec.c_str(), static_cast<long long>(context_tokens), queries.size(),
-               static_cast<long long>(model.num_parameters()));
+               static_cast<long long>(model->num_parameters()));
 
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] {

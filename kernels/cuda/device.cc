@@ -123,20 +123,22 @@ namespace {
 // One operand of a (batched) row-major GEMM: `rows` x `cols` stored with row
 // stride `ld`, `batch` of them `stride` floats apart.
 struct Operand {
-  const float* data;
+  GemmInput data;
   int64_t rows, cols, ld, stride, batch;
 
   // Floats from data[0] to the last one the GEMM reads.
   int64_t Extent() const { return (batch - 1) * stride + (rows - 1) * ld + cols; }
 };
 
-// The operand rounded to bf16 in the context's scratch `slot`, laid out as
-// the original (gaps between rows are converted too and never read).
+// The operand rounded to bf16: as it was made ahead, or in the context's
+// scratch `slot`, laid out as the original (gaps between rows are
+// converted too and never read).
 absl::StatusOr<const __nv_bfloat16*> ToBf16(const CudaContext& ctx, int slot, const Operand& op) {
+  if (op.data.bf16 != nullptr) return op.data.bf16;
   const int64_t n = op.Extent();
   LACT_ASSIGN_OR_RETURN(void* scratch, ctx.Scratch(slot, n * sizeof(__nv_bfloat16)));
   auto* out = static_cast<__nv_bfloat16*>(scratch);
-  LACT_RETURN_IF_ERROR(RoundToBf16(ctx.stream(), op.data, n, out));
+  LACT_RETURN_IF_ERROR(RoundToBf16(ctx.stream(), op.data.f32, n, out));
   return out;
 }
 
@@ -156,8 +158,8 @@ absl::Status CheckDims(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS
 // gets (B, A) with m and n swapped.
 absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m,
-                                int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                                int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+                                int64_t n, int64_t k, float alpha, GemmInput a, int64_t lda,
+                                int64_t stride_a, GemmInput b, int64_t ldb, int64_t stride_b,
                                 float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
                                 bool fp32) {
   if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
@@ -170,12 +172,12 @@ absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans
   const int ibatch = static_cast<int>(batch);
   if (fp32 || ctx.precision() == Precision::kFp32 || k == 0) {
     if (batch == 1) {
-      LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb,
-                                              a, ilda, &beta, c, ildc));
+      LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b.f32,
+                                              ildb, a.f32, ilda, &beta, c, ildc));
     } else {
-      LACT_CUBLAS_RETURN_IF_ERROR(
-          cublasSgemmStridedBatched(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b, ildb, stride_b,
-                                    a, ilda, stride_a, &beta, c, ildc, stride_c, ibatch));
+      LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
+          ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b.f32, ildb, stride_b, a.f32, ilda,
+          stride_a, &beta, c, ildc, stride_c, ibatch));
     }
     return absl::OkStatus();
   }
@@ -197,14 +199,14 @@ absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans
 }
 
 absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                  int64_t k, float alpha, GemmInput a, int64_t lda, GemmInput b, int64_t ldb,
                   float beta, float* c, int64_t ldc, bool fp32) {
   return GemmStridedBatched(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c,
                             ldc, 0, 1, fp32);
 }
 
-absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in,
-                    const float* w, int64_t out, float* y, int64_t ldy, float beta) {
+absl::Status Linear(const CudaContext& ctx, GemmInput x, int64_t ldx, int64_t rows, int64_t in,
+                    GemmInput w, int64_t out, float* y, int64_t ldy, float beta) {
   return Gemm(ctx, false, true, rows, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);
 }
 

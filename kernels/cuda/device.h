@@ -10,6 +10,7 @@
 #define LACT_KERNELS_CUDA_DEVICE_H_
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -85,24 +86,38 @@ class CudaContext {
   mutable DeviceBuffer scratch_[2];
 };
 
+// A GEMM input: its fp32 values and, where they were made ahead (the
+// model's weights, once per upload), their bf16 rounding laid out the same
+// way, which a bf16 GEMM then reads instead of rounding the input again.
+struct GemmInput {
+  GemmInput(const float* values) : f32(values) {}  // NOLINT(runtime/explicit)
+  GemmInput(const float* values, const __nv_bfloat16* rounded) : f32(values), bf16(rounded) {}
+  // The same input from `floats` values further on.
+  GemmInput Offset(int64_t floats) const {
+    return {f32 + floats, bf16 != nullptr ? bf16 + floats : nullptr};
+  }
+  const float* f32;
+  const __nv_bfloat16* bf16 = nullptr;
+};
+
 // Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C on the context's
 // stream, in the context's precision unless `fp32` forces true fp32 (the
 // Newton-Schulz iteration, which bf16 operands would destabilise).
 absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                  int64_t k, float alpha, GemmInput a, int64_t lda, GemmInput b, int64_t ldb,
                   float beta, float* c, int64_t ldc, bool fp32 = false);
 
 // The same for `batch` independent problems whose matrices are `stride_*`
 // floats apart.
 absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m,
-                                int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                                int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b,
+                                int64_t n, int64_t k, float alpha, GemmInput a, int64_t lda,
+                                int64_t stride_a, GemmInput b, int64_t ldb, int64_t stride_b,
                                 float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
                                 bool fp32 = false);
 
 // y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
-absl::Status Linear(const CudaContext& ctx, const float* x, int64_t ldx, int64_t rows, int64_t in,
-                    const float* w, int64_t out, float* y, int64_t ldy, float beta = 0.0f);
+absl::Status Linear(const CudaContext& ctx, GemmInput x, int64_t ldx, int64_t rows, int64_t in,
+                    GemmInput w, int64_t out, float* y, int64_t ldy, float beta = 0.0f);
 
 }  // namespace lact::cuda
 

@@ -69,10 +69,12 @@ absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int6
   float* hidden_grad = hidden_grad_.get();
   const float *k = kv, *v = kv + D;
   const cuda::CudaContext& ctx = ctx_;
-  LACT_RETURN_IF_ERROR(cuda::Linear(ctx, rows, D, n, D, weights_(w.qkv) + D * D, 2 * D, kv, 2 * D));
+  LACT_RETURN_IF_ERROR(
+      cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.qkv).Offset(D * D), 2 * D, kv, 2 * D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), kv, 2 * D, n, 2 * D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), kv, 2 * D, n, ht, dh));
-  LACT_RETURN_IF_ERROR(cuda::Linear(ctx, rows, D, n, D, weights_(w.lr_w), 3 * ht, lr, 3 * ht));
+  LACT_RETURN_IF_ERROR(
+      cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.lr_w), 3 * ht, lr, 3 * ht));
   LACT_RETURN_IF_ERROR(
       cuda::SoftplusBias(stream(), lr, 3 * ht, n, 3 * ht, weights_(w.lr_b), shift, lr, 3 * ht));
   // Per head: G = K w0^T, U = K w2^T, Hd = V w1 (heads `dh` columns apart).
@@ -131,7 +133,8 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
   const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
   float *q = q_.get(), *o = o_.get(), *g = g_.get(), *u = u_.get();
   const cuda::CudaContext& ctx = ctx_;
-  LACT_RETURN_IF_ERROR(cuda::Linear(ctx, h_.get() + first * D, D, n, D, weights_(w.qkv), D, q, D));
+  LACT_RETURN_IF_ERROR(
+      cuda::Linear(ctx, h_.get() + first * D, D, n, D, weights_.Matrix(w.qkv), D, q, D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), q, D, n, D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), q, D, n, ht, dh));
   // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.
@@ -146,7 +149,8 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
     float* oh = o + head * dh;
     LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), oh, D, n, dh, weights_(w.o_norm), oh, D));
   }
-  return cuda::Linear(ctx, o, D, n, D, weights_(w.o_proj), D, acc_.get() + first * D, D, 1.0f);
+  return cuda::Linear(ctx, o, D, n, D, weights_.Matrix(w.o_proj), D, acc_.get() + first * D, D,
+                      1.0f);
 }
 
 }  // namespace lact

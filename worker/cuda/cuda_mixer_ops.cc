@@ -41,7 +41,8 @@ absl::Status CudaOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fi
   }
   // The state-only pass needs no gate z: project the conv and dt rows only.
   const int64_t skip = outputs ? 0 : di;
-  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows, D, n, D, weights_(m.in_proj) + skip * D, R - skip,
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows, D, n, D,
+                                    weights_.Matrix(m.in_proj).Offset(skip * D), R - skip,
                                     proj_.get() + skip, R));
   LACT_RETURN_IF_ERROR(cuda::ConvSilu(stream(), proj_.get() + di, R, n, C, c_.ssm.conv_width,
                                       weights_(m.conv_w), weights_(m.conv_b), conv_.get(),
@@ -58,10 +59,10 @@ absl::Status CudaOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fi
       cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di, weights_(m.norm)));
   float* acc = acc_.get() + first * D;
   if (dir == kForward) {
-    return cuda::Linear(ctx_, y_.get(), di, n, di, weights_(w.out_proj), D, acc, D, 1.0f);
+    return cuda::Linear(ctx_, y_.get(), di, n, di, weights_.Matrix(w.out_proj), D, acc, D, 1.0f);
   }
   LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx_, y_.get(), di, n, di, weights_(w.out_proj), D, mixed_.get(), D));
+      cuda::Linear(ctx_, y_.get(), di, n, di, weights_.Matrix(w.out_proj), D, mixed_.get(), D));
   return cuda::AddReversedRows(stream(), acc, mixed_.get(), n, D);
 }
 

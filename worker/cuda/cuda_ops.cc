@@ -59,8 +59,8 @@ absl::Status CudaOps::LoadTokens(Tensor tokens) {
     LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows.get(), tokens.ptr() + t0 * in,
                                               n * in * sizeof(float), cudaMemcpyHostToDevice,
                                               stream()));
-    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows.get(), in, n, in, weights_(model_.embed()), D,
-                                      x_.get() + t0 * D, D));
+    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows.get(), in, n, in, weights_.Matrix(model_.embed()),
+                                      D, x_.get() + t0 * D, D));
   }
   return ctx_.Synchronize();  // `rows` is freed on return
 }
@@ -78,8 +78,9 @@ absl::StatusOr<Tensor> CudaOps::Output() {
   LACT_ASSIGN_OR_RETURN(DeviceBuffer rows, DeviceBuffer::Allocate(tile() * out_width));
   for (int64_t t0 = 0; t0 < L; t0 += tile()) {
     const int64_t n = std::min(tile(), L - t0);
-    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, normed + t0 * D, D, n, D, weights_(model_.head()),
-                                      out_width, rows.get(), out_width));
+    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, normed + t0 * D, D, n, D,
+                                      weights_.Matrix(model_.head()), out_width, rows.get(),
+                                      out_width));
     LACT_RETURN_IF_ERROR(ctx_.Download(rows.get(), n * out_width, out.ptr() + t0 * out_width));
   }
   return out;
@@ -105,10 +106,11 @@ absl::Status CudaOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t 
   LACT_RETURN_IF_ERROR(cuda::AddInPlace(stream(), x, acc_.get() + first * D, n * D));
   LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x, D, n, D, weights_(w.norm2), normed, D));
   LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx_, normed, D, n, D, weights_(w.mlp_gate), F, gate_.get(), F));
-  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, normed, D, n, D, weights_(w.mlp_up), F, up_.get(), F));
+      cuda::Linear(ctx_, normed, D, n, D, weights_.Matrix(w.mlp_gate), F, gate_.get(), F));
+  LACT_RETURN_IF_ERROR(
+      cuda::Linear(ctx_, normed, D, n, D, weights_.Matrix(w.mlp_up), F, up_.get(), F));
   LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), gate_.get(), up_.get(), n * F));
-  return cuda::Linear(ctx_, gate_.get(), F, n, F, weights_(w.mlp_down), D, x, D, 1.0f);
+  return cuda::Linear(ctx_, gate_.get(), F, n, F, weights_.Matrix(w.mlp_down), D, x, D, 1.0f);
 }
 
 }  // namespace lact

@@ -14,6 +14,26 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const Model& mode
                                                                const ModelConfig& config,
                                                                const BackendOptions& options,
                                                                RunHooks hooks) {
+  return Create(model, config, options, std::move(hooks),
+                [&model](cuda::CudaContext& ctx) { return DeviceWeights::Upload(model, ctx); });
+}
+
+absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(std::shared_ptr<const Model> model,
+                                                               const ModelConfig& config,
+                                                               const BackendOptions& options,
+                                                               RunHooks hooks,
+                                                               DeviceWeightsCache& cache) {
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner,
+                        Create(*model, config, options, std::move(hooks),
+                               [&](cuda::CudaContext& ctx) { return cache.Get(model, ctx); }));
+  runner->owned_model_ = std::move(model);
+  return runner;
+}
+
+absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
+    const Model& model, const ModelConfig& config, const BackendOptions& options, RunHooks hooks,
+    const std::function<absl::StatusOr<std::shared_ptr<const DeviceWeights>>(cuda::CudaContext&)>&
+        weights) {
   if (options.tile_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tile of ", options.tile_tokens, " tokens (need >= 1, or 0 for 65536)"));
@@ -22,7 +42,7 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const Model& mode
   const int64_t tile = options.tile_tokens > 0 ? options.tile_tokens : 65536;
   auto runner = std::unique_ptr<CudaRunner>(new CudaRunner(model, config, tile, std::move(hooks)));
   LACT_ASSIGN_OR_RETURN(runner->ctx_, cuda::CudaContext::Create(options.device, precision));
-  LACT_RETURN_IF_ERROR(runner->weights_.Upload(model, *runner->ctx_));
+  LACT_ASSIGN_OR_RETURN(runner->weights_, weights(*runner->ctx_));
   return runner;
 }
 
@@ -61,7 +81,7 @@ absl::StatusOr<Tensor> CudaRunner::Run(Tensor tokens, const ShardContext& shard,
   LACT_RETURN_IF_ERROR(ctx_->Activate());  // the device is per thread in CUDA
   LACT_ASSIGN_OR_RETURN(
       std::unique_ptr<CudaOps> ops,
-      CudaOps::Create(model_, config_, *ctx_, weights_, tokens.dim(0), tile_, grads));
+      CudaOps::Create(model_, config_, *ctx_, *weights_, tokens.dim(0), tile_, grads));
   const double busy = grads ? grads->busy_seconds() : 0;
   const double waited = grads ? grads->waited_seconds() : 0;
   absl::StatusOr<Tensor> rows =

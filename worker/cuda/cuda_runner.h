@@ -1,5 +1,6 @@
 // Runs the model of SPEC.md on one NVIDIA GPU: the one schedule
-// (block_schedule.h) over CudaOps. Weights are uploaded once at Create().
+// (block_schedule.h) over CudaOps. Weights are uploaded at Create(), or
+// taken from a DeviceWeightsCache that uploaded them once for the process.
 // Precision: fp32 (TF32 off; parity with the float64 reference) or bf16 GEMM
 // operands with fp32 accumulation and state (the production mode;
 // kernels/cuda/device.h).
@@ -13,6 +14,7 @@
 #define LACT_WORKER_CUDA_CUDA_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -36,6 +38,12 @@ class CudaRunner {
                                                             const ModelConfig& config,
                                                             const BackendOptions& options = {},
                                                             RunHooks hooks = {});
+  // The same with the weights from `cache`; the runner keeps `model` alive.
+  static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(std::shared_ptr<const Model> model,
+                                                            const ModelConfig& config,
+                                                            const BackendOptions& options,
+                                                            RunHooks hooks,
+                                                            DeviceWeightsCache& cache);
 
   absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state);
   absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
@@ -49,15 +57,21 @@ class CudaRunner {
  private:
   CudaRunner(const Model& model, const ModelConfig& config, int64_t tile, RunHooks hooks)
       : model_(model), config_(config), tile_(tile), hooks_(std::move(hooks)) {}
+  // The runner with its context; `weights` supplies the weights there.
+  static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(
+      const Model& model, const ModelConfig& config, const BackendOptions& options, RunHooks hooks,
+      const std::function<absl::StatusOr<std::shared_ptr<const DeviceWeights>>(cuda::CudaContext&)>&
+          weights);
   absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard, DeviceAllReduce* grads,
                              const FusedState* kept, FusedState* out);
 
   const Model& model_;
+  std::shared_ptr<const Model> owned_model_;  // when made from a cache
   ModelConfig config_;
   int64_t tile_;
   RunHooks hooks_;
   std::unique_ptr<cuda::CudaContext> ctx_;
-  DeviceWeights weights_;
+  std::shared_ptr<const DeviceWeights> weights_;
   LocalCollective local_;
   OverlapStats overlap_;
 };

@@ -89,11 +89,12 @@ absl::Status ValidateCudaBackend(const BackendOptions& options) {
 }
 
 absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCudaShardRunner(const BackendOptions& options,
-                                                                 const Model& model,
+                                                                 std::shared_ptr<const Model> model,
                                                                  const ModelConfig& config,
                                                                  RunHooks hooks) {
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner,
-                        CudaRunner::Create(model, config, options, std::move(hooks)));
+                        CudaRunner::Create(std::move(model), config, options, std::move(hooks),
+                                           DeviceWeightsCache::Process()));
   return std::unique_ptr<ShardRunner>(new CudaShardRunner(options, std::move(runner)));
 }
 

@@ -14,7 +14,7 @@ namespace lact {
 absl::Status ValidateCudaBackend(const BackendOptions& options);
 
 absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCudaShardRunner(const BackendOptions& options,
-                                                                 const Model& model,
+                                                                 std::shared_ptr<const Model> model,
                                                                  const ModelConfig& config,
                                                                  RunHooks hooks);
 
