@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/data_files.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
@@ -300,7 +301,10 @@ class SubmitFlow {
     }
     bool from_worker = true;
     const grpc::Status status = streams_->Finish(rank, &from_worker);
-    ++ranks_ended_;
+    {
+      absl::MutexLock lock(&ranks_mu_);
+      ++ranks_ended_;
+    }
     // A client that vanished from its Submit call and its Transfer streams
     // at once fails its shards too: when the job is bound to the call, that
     // is the cause, whichever the coordinator heard of first.
@@ -309,10 +313,11 @@ class SubmitFlow {
     if (from_worker && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       // Its group broke: if a peer died, that peer's own stream is about to
       // say so; give it a moment, so the dead worker is the one blamed.
-      const auto grace = Clock::now() + std::chrono::seconds(1);
-      while (ranks_ended_ < streams_->size() && Clock::now() < grace) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      absl::MutexLock lock(&ranks_mu_);
+      auto all_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ranks_mu_) {
+        return ranks_ended_ == streams_->size();
+      };
+      ranks_mu_.AwaitWithTimeout(absl::Condition(&all_ended), absl::Seconds(1));
     }
     streams_->Cancel();  // the others cannot finish without this rank
     return done;
@@ -368,7 +373,8 @@ class SubmitFlow {
   std::string fetch_ticket_;
   std::shared_ptr<WorkerStreams> streams_;
   std::atomic<bool> accepted_sent_{false};
-  std::atomic<int> ranks_ended_{0};
+  absl::Mutex ranks_mu_;
+  int ranks_ended_ ABSL_GUARDED_BY(ranks_mu_) = 0;
   v1::JobStats stats_;
 };
 
