@@ -136,10 +136,24 @@ Result RunCpu(const Inputs& in, bool with_y) {
   return r;
 }
 
+// The same inputs with their rows (tokens) in reverse order.
+Inputs Reversed(const Inputs& in) {
+  Inputs r = in;
+  const int64_t T = in.s.tokens;
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(in.xbc.data() + (T - 1 - t) * in.ld, in.ld, r.xbc.data() + t * in.ld);
+    std::copy_n(in.dt.data() + (T - 1 - t) * in.lddt, in.lddt, r.dt.data() + t * in.lddt);
+  }
+  return r;
+}
+
 // cuda::SsdScan on the same inputs; with_log_decay false passes null for it
-// (the result's log_decay then keeps its initial value).
+// (the result's log_decay then keeps its initial value). `reversed` scans
+// the rows from the last, through negated row strides, as the backward
+// direction does; y comes back in the inputs' row order.
 absl::StatusOr<Result> RunGpu(cuda::CudaContext& ctx, const Inputs& in, bool with_y,
-                              cuda::SsdWorkspace& ws, bool with_log_decay = true) {
+                              cuda::SsdWorkspace& ws, bool with_log_decay = true,
+                              bool reversed = false) {
   const Shape& s = in.s;
   Result r{std::vector<float>(with_y ? s.tokens * in.ldy : 0, kSentinel), in.state, in.log_decay};
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer xbc, ctx.Upload(in.xbc.data(), in.xbc.size()));
@@ -150,12 +164,14 @@ absl::StatusOr<Result> RunGpu(cuda::CudaContext& ctx, const Inputs& in, bool wit
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer log_decay,
                         ctx.Upload(r.log_decay.data(), r.log_decay.size()));
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y, ctx.Upload(r.y.data(), r.y.size()));
-  const float* x = xbc.get();
-  LACT_RETURN_IF_ERROR(
-      cuda::SsdScan(ctx.stream(), ws, s.tokens, s.heads, s.head_dim, s.d_state, x, in.ld,
-                    x + s.width(), in.ld, x + s.width() + s.d_state, in.ld, dt.get(), in.lddt,
-                    a_log.get(), in.skip ? d_skip.get() : nullptr, with_y ? y.get() : nullptr,
-                    in.ldy, state.get(), with_log_decay ? log_decay.get() : nullptr));
+  const int64_t first = reversed ? s.tokens - 1 : 0, step = reversed ? -1 : 1;
+  const float* x = xbc.get() + first * in.ld;
+  const int64_t ld = step * in.ld;
+  LACT_RETURN_IF_ERROR(cuda::SsdScan(
+      ctx.stream(), ws, s.tokens, s.heads, s.head_dim, s.d_state, x, ld, x + s.width(), ld,
+      x + s.width() + s.d_state, ld, dt.get() + first * in.lddt, step * in.lddt, a_log.get(),
+      in.skip ? d_skip.get() : nullptr, with_y ? y.get() + first * in.ldy : nullptr, step * in.ldy,
+      state.get(), with_log_decay ? log_decay.get() : nullptr));
   LACT_RETURN_IF_ERROR(ctx.Download(y.get(), r.y.size(), r.y.data()));
   LACT_RETURN_IF_ERROR(ctx.Download(state.get(), r.state.size(), r.state.data()));
   LACT_RETURN_IF_ERROR(ctx.Download(log_decay.get(), r.log_decay.size(), r.log_decay.data()));
@@ -319,6 +335,27 @@ TEST_F(SsdTest, WithoutSkipTermOrLogDecay) {
   ExpectClose(*got, want_state, in, "state only, no log decay");
 }
 
+TEST_F(SsdTest, NegativeStridesScanTheRowsInReverse) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  ASSERT_NE(ctx_, nullptr) << ctx_error_;
+  for (const Shape& s : {Shape{130, 2, 8, 16}, Shape{333, 3, 64, 8}}) {
+    const Inputs in = MakeInputs(s, 9, 0.01, 1.0, 8.0);
+    Result want = RunCpu(Reversed(in), true);
+    const std::vector<float> scan_order = want.y;
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      std::copy_n(scan_order.data() + (s.tokens - 1 - t) * in.ldy, in.ldy,
+                  want.y.data() + t * in.ldy);
+    }
+    cuda::SsdWorkspace ws(2);  // several windows
+    absl::StatusOr<Result> got = RunGpu(*ctx_, in, true, ws, true, /*reversed=*/true);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose(*got, want, in, absl::StrCat("reversed, ", s.tokens, " tokens"));
+    got = RunGpu(*ctx_, in, false, ws, true, /*reversed=*/true);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose(*got, RunCpu(Reversed(in), false), in, "reversed, state only");
+  }
+}
+
 TEST_F(SsdTest, RejectsBadArguments) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   ASSERT_NE(ctx_, nullptr) << ctx_error_;
@@ -332,7 +369,8 @@ TEST_F(SsdTest, RejectsBadArguments) {
   };
   EXPECT_EQ(scan(-1, 2, 8, any).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(scan(10, 0, 8, any).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(scan(10, 2, 7, any).code(), absl::StatusCode::kInvalidArgument);  // ldx < H*P
+  EXPECT_EQ(scan(10, 2, 7, any).code(), absl::StatusCode::kInvalidArgument);   // ldx < H*P
+  EXPECT_EQ(scan(10, 2, -7, any).code(), absl::StatusCode::kInvalidArgument);  // |ldx| < H*P
   EXPECT_EQ(scan(10, 2, 8, nullptr).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -13,22 +13,12 @@ __global__ void SiluRowsKernel(float* x, int64_t ldx, int64_t rows, int64_t cols
   v = DeviceSilu(v);
 }
 
-__global__ void SiluMulKernel(float* a, const float* b, int64_t n) {
+__global__ void SiluMulKernel(float* a, const float* b, int64_t n, __nv_bfloat16* a16) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) a[i] = DeviceSilu(a[i]) * b[i];
-}
-
-__global__ void AddKernel(float* x, const float* y, int64_t n) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] += y[i];
-}
-
-__global__ void ReverseKernel(const float* src, float* dst, int64_t rows, int64_t cols, bool add) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * cols) return;
-  const int64_t r = i / cols, c = i % cols;
-  const float v = src[(rows - 1 - r) * cols + c];
-  dst[i] = add ? dst[i] + v : v;
+  if (i >= n) return;
+  const float v = DeviceSilu(a[i]) * b[i];
+  a[i] = v;
+  if (a16 != nullptr) a16[i] = __float2bfloat16_rn(v);
 }
 
 __global__ void SoftplusBiasKernel(const float* in, int64_t ldi, int64_t rows, int64_t cols,
@@ -85,29 +75,10 @@ absl::Status SiluRows(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64
   return LaunchStatus("SiluRows");
 }
 
-absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n) {
+absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n, __nv_bfloat16* a16) {
   if (n == 0) return absl::OkStatus();
-  SiluMulKernel<<<Blocks(n), kThreads, 0, s>>>(a, b, n);
+  SiluMulKernel<<<Blocks(n), kThreads, 0, s>>>(a, b, n, a16);
   return LaunchStatus("SiluMul");
-}
-
-absl::Status AddInPlace(cudaStream_t s, float* x, const float* y, int64_t n) {
-  if (n == 0) return absl::OkStatus();
-  AddKernel<<<Blocks(n), kThreads, 0, s>>>(x, y, n);
-  return LaunchStatus("AddInPlace");
-}
-
-absl::Status ReverseRows(cudaStream_t s, const float* src, float* dst, int64_t rows, int64_t cols) {
-  if (rows * cols == 0) return absl::OkStatus();
-  ReverseKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(src, dst, rows, cols, false);
-  return LaunchStatus("ReverseRows");
-}
-
-absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64_t rows,
-                             int64_t cols) {
-  if (rows * cols == 0) return absl::OkStatus();
-  ReverseKernel<<<Blocks(rows * cols), kThreads, 0, s>>>(src, dst, rows, cols, true);
-  return LaunchStatus("AddReversedRows");
 }
 
 absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t rows, int64_t cols,

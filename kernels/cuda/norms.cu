@@ -5,18 +5,32 @@
 namespace lact::cuda {
 namespace {
 
-__global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t cols, const float* w, float* y,
-                              int64_t ldy) {
-  const float* xr = x + blockIdx.x * ldx;
+// One block per row: x[r] += add[r] first when `add` is given (x written
+// back), then y[r] = rmsnorm(x[r]) * w, and y16[r] its bf16 rounding when
+// `y16` is given (same row stride as y).
+__global__ void RmsNormKernel(float* x, int64_t ldx, const float* add, int64_t ldadd, int64_t cols,
+                              const float* w, float* y, int64_t ldy, __nv_bfloat16* y16) {
+  float* xr = x + blockIdx.x * ldx;
   float* yr = y + blockIdx.x * ldy;
   float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) ss += xr[c] * xr[c];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = xr[c];
+    if (add != nullptr) {
+      v += add[blockIdx.x * ldadd + c];
+      xr[c] = v;
+    }
+    ss += v * v;
+  }
   const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + 1e-5f);
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = xr[c] * inv * w[c];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = xr[c] * inv * w[c];
+    yr[c] = v;
+    if (y16 != nullptr) y16[blockIdx.x * ldy + c] = __float2bfloat16_rn(v);
+  }
 }
 
 __global__ void GatedRmsNormKernel(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t cols,
-                                   const float* w) {
+                                   const float* w, __nv_bfloat16* y16) {
   float* yr = y + blockIdx.x * ldy;
   const float* zr = z + blockIdx.x * ldz;
   float ss = 0.0f;
@@ -26,7 +40,11 @@ __global__ void GatedRmsNormKernel(float* y, int64_t ldy, const float* z, int64_
     ss += v * v;
   }
   const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + 1e-5f);
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) yr[c] *= inv * w[c];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = yr[c] * (inv * w[c]);
+    yr[c] = v;
+    if (y16 != nullptr) y16[blockIdx.x * ldy + c] = __float2bfloat16_rn(v);
+  }
 }
 
 // One block per (row, group).
@@ -71,16 +89,27 @@ absl::Status NormalizeMatrices(cudaStream_t s, float* x, int64_t batch, int64_t 
 }
 
 absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols,
-                         const float* w, float* y, int64_t ldy) {
+                         const float* w, float* y, int64_t ldy, __nv_bfloat16* y16) {
   if (rows == 0) return absl::OkStatus();
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, ldx, cols, w, y, ldy);
+  // x is only read without `add`.
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(const_cast<float*>(x), ldx,
+                                                                 nullptr, 0, cols, w, y, ldy, y16);
   return LaunchStatus("RmsNormRows");
 }
 
-absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz,
-                              int64_t rows, int64_t cols, const float* w) {
+absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* add, int64_t ldadd,
+                            int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy,
+                            __nv_bfloat16* y16) {
   if (rows == 0) return absl::OkStatus();
-  GatedRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w);
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, ldx, add, ldadd, cols, w, y,
+                                                                 ldy, y16);
+  return LaunchStatus("AddRmsNormRows");
+}
+
+absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz,
+                              int64_t rows, int64_t cols, const float* w, __nv_bfloat16* y16) {
+  if (rows == 0) return absl::OkStatus();
+  GatedRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w, y16);
   return LaunchStatus("GatedRmsNormRows");
 }
 

@@ -14,31 +14,36 @@
 
 namespace lact::cuda {
 
-// y[r] = x[r] / sqrt(mean(x[r]^2) + 1e-5) * w (y may alias x).
+// y[r] = x[r] / sqrt(mean(x[r]^2) + 1e-5) * w (y may alias x), and, when
+// y16 is not null, y16[r] = bf16(y[r]) (row stride ldy too): the rounding
+// a bf16 GEMM reading y needs, made in the same pass.
 absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols,
-                         const float* w, float* y, int64_t ldy);
-// y[r] = rmsnorm(y[r] * silu(z[r]), w), in place.
+                         const float* w, float* y, int64_t ldy, __nv_bfloat16* y16 = nullptr);
+// The residual add fused into the next norm: x[r] += add[r], then
+// RmsNormRows of the new x (y must not alias x or add).
+absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* add, int64_t ldadd,
+                            int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy,
+                            __nv_bfloat16* y16 = nullptr);
+// y[r] = rmsnorm(y[r] * silu(z[r]), w), in place; and y16[r] = bf16(y[r])
+// when y16 is not null (row stride ldy too).
 absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz,
-                              int64_t rows, int64_t cols, const float* w);
+                              int64_t rows, int64_t cols, const float* w,
+                              __nv_bfloat16* y16 = nullptr);
 // Each group of `group` values of a row divided by (its L2 norm + 1e-5).
 absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups,
                           int64_t group);
 absl::Status SiluRows(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols);
-// a[i] = silu(a[i]) * b[i] for i < n (contiguous).
-absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n);
-// x[i] += y[i] for i < n (contiguous).
-absl::Status AddInPlace(cudaStream_t s, float* x, const float* y, int64_t n);
-// dst[r] = src[rows - 1 - r]; dst must not alias src.
-absl::Status ReverseRows(cudaStream_t s, const float* src, float* dst, int64_t rows, int64_t cols);
-// dst[r] += src[rows - 1 - r].
-absl::Status AddReversedRows(cudaStream_t s, float* dst, const float* src, int64_t rows,
-                             int64_t cols);
+// a[i] = silu(a[i]) * b[i] for i < n (contiguous); and a16[i] = bf16(a[i])
+// when a16 is not null.
+absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n,
+                     __nv_bfloat16* a16 = nullptr);
 // out[t, j] = softplus(in[t, j] + bias[j] + shift), in and out [rows, cols] with strides.
 absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t rows, int64_t cols,
                           const float* bias, float shift, float* out, int64_t ldo);
 
 // Causal depthwise conv + silu with W-1 history rows (kernels/cpu/conv.h);
 // `history` [W-1, C] is advanced in place (`scratch` holds (W-1)*C floats).
+// ldu and ldo may be negative (rows walked from the last, as SsdScan's).
 absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels,
                       int width, const float* weight, const float* bias, float* history,
                       float* scratch, float* out, int64_t ldo);

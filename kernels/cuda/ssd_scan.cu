@@ -20,6 +20,7 @@
 // kernel fold masks and decays into the operand loads.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -413,11 +414,12 @@ absl::Status Validate(const ScanArgs& a, const float* state) {
         "SsdScan: x, b, dt, a_log, state (and c when y is given) must not be null");
   }
   const int64_t width = int64_t{a.heads} * a.head_dim;
-  if (a.ldx < width || a.ldb < a.d_state || a.lddt < a.heads ||
-      (a.y != nullptr && (a.ldc < a.d_state || a.ldy < width))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SsdScan: row strides too small: ldx ", a.ldx, ", ldb ", a.ldb, ", ldc ", a.ldc, ", lddt ",
-        a.lddt, ", ldy ", a.ldy, " for heads * head_dim = ", width, ", d_state ", a.d_state));
+  if (std::abs(a.ldx) < width || std::abs(a.ldb) < a.d_state || std::abs(a.lddt) < a.heads ||
+      (a.y != nullptr && (std::abs(a.ldc) < a.d_state || std::abs(a.ldy) < width))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SsdScan: row strides too small in magnitude: ldx ", a.ldx, ", ldb ", a.ldb,
+                     ", ldc ", a.ldc, ", lddt ", a.lddt, ", ldy ", a.ldy,
+                     " for heads * head_dim = ", width, ", d_state ", a.d_state));
   }
   return absl::OkStatus();
 }

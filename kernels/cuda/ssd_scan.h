@@ -1,8 +1,7 @@
 // The Mamba-2 selective scan of SPEC.md section 5 on the GPU, in chunked
 // (SSD) form: the CUDA counterpart of kernels/cpu/ssd_scan.h, fp32 throughout
 // (state and accumulation included, no TF32). For one segment of T tokens in
-// scan order (the caller reverses rows for the backward direction), per head h
-// and channel p of that head:
+// scan order, per head h and channel p of that head:
 //   S(t) = exp(dt_t[h] A[h]) S(t-1) + dt_t[h] outer(x_t[p], B_t),  A = -exp(a_log)
 //   y_t[p] = S(t) @ C_t + d_skip[h] x_t[p]
 // The tokens are cut into chunks of 64; within a chunk the recurrence is
@@ -56,8 +55,11 @@ class SsdWorkspace {
 // null: then only the state (and log_decay) are computed and c, ldc, d_skip
 // are unused (the cheap "summary" pre-pass). d_skip may also be null with y
 // (no skip term). log_decay [H] (may be null) gets sum_t dt_t[h] A[h] added.
-// y must not overlap the inputs. Shapes and strides are checked here
-// (INVALID_ARGUMENT); launch failures are INTERNAL.
+// y must not overlap the inputs. Row strides may be negative: the backward
+// direction passes its rows' last row and negated strides, so the scan
+// walks them in reverse and writes y back in sequence order. Shapes and
+// strides (by magnitude) are checked here (INVALID_ARGUMENT); launch
+// failures are INTERNAL.
 absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim,
                      int d_state, const float* x, int64_t ldx, const float* b, int64_t ldb,
                      const float* c, int64_t ldc, const float* dt, int64_t lddt, const float* a_log,

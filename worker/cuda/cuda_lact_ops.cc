@@ -64,7 +64,7 @@ absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int6
   const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
   float *d0 = grads_.get(), *d1 = d0 + f.size(), *d2 = d1 + f.size();
   const float shift = static_cast<float>(c_.ttt.base_lr + std::log(-std::expm1(-c_.ttt.base_lr)));
-  const float* rows = h_.get() + first * D;
+  const cuda::GemmInput rows = NormedRows(first);
   float *kv = kv_.get(), *lr = lr_.get(), *g = g_.get(), *u = u_.get();
   float* hidden_grad = hidden_grad_.get();
   const float *k = kv, *v = kv + D;
@@ -134,7 +134,7 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
   float *q = q_.get(), *o = o_.get(), *g = g_.get(), *u = u_.get();
   const cuda::CudaContext& ctx = ctx_;
   LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx, h_.get() + first * D, D, n, D, weights_.Matrix(w.qkv), D, q, D));
+      cuda::Linear(ctx, NormedRows(first), D, n, D, weights_.Matrix(w.qkv), D, q, D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), q, D, n, D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), q, D, n, ht, dh));
   // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.

@@ -1,5 +1,5 @@
 // The BiMamba operations of CudaOps: one direction's mixer over a tile
-// (projection, conv + SiLU, dt, the SSD scan, gated norm, out_proj into
+// (projection, dt, conv + SiLU, the SSD scan, gated norm, out_proj into
 // acc) and the scan state's trips to and from the host.
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
@@ -28,42 +28,39 @@ absl::Status CudaOps::StoreScanState(MambaState* s, float* log_decay) {
   return ctx_.Download(log_decay_.get(), c_.ssm_heads(), log_decay);
 }
 
+// The backward direction runs by index: its rows are projected in sequence
+// order (a row-wise product), and the conv and the scan walk them from the
+// last (a view of the last row with negated row strides), writing their
+// outputs back in sequence order, so no reversed copy is made and out_proj
+// adds straight into acc.
 absl::Status CudaOps::MixerTile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                                 bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
   const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
   const int hs = c_.ssm_heads(), N = c_.ssm.d_state;
-  // The tile's normed rows in scan order.
-  const float* rows = h_.get() + first * D;
-  if (dir == kBackward) {
-    LACT_RETURN_IF_ERROR(cuda::ReverseRows(stream(), rows, reversed_.get(), n, D));
-    rows = reversed_.get();
-  }
   // The state-only pass needs no gate z: project the conv and dt rows only.
   const int64_t skip = outputs ? 0 : di;
-  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows, D, n, D,
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, NormedRows(first), D, n, D,
                                     weights_.Matrix(m.in_proj).Offset(skip * D), R - skip,
                                     proj_.get() + skip, R));
-  LACT_RETURN_IF_ERROR(cuda::ConvSilu(stream(), proj_.get() + di, R, n, C, c_.ssm.conv_width,
-                                      weights_(m.conv_w), weights_(m.conv_b), conv_.get(),
-                                      conv_scratch_.get(), xbc_.get(), C));
   LACT_RETURN_IF_ERROR(cuda::SoftplusBias(stream(), proj_.get() + di + C, R, n, hs,
                                           weights_(m.dt_bias), 0.0f, dt_.get(), hs));
-  const float* xbc = xbc_.get();
-  LACT_RETURN_IF_ERROR(cuda::SsdScan(stream(), ssd_, n, hs, c_.ssm.head_dim, N, xbc, C, xbc + di, C,
-                                     xbc + di + N, C, dt_.get(), hs, weights_(m.a_log),
-                                     weights_(m.d_skip), outputs ? y_.get() : nullptr, di,
-                                     ssm_.get(), summarize ? log_decay_.get() : nullptr));
+  // Row i of the scan order: row i (forward) or n - 1 - i (backward).
+  const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
+  LACT_RETURN_IF_ERROR(cuda::ConvSilu(
+      stream(), proj_.get() + last * R + di, step * R, n, C, c_.ssm.conv_width, weights_(m.conv_w),
+      weights_(m.conv_b), conv_.get(), conv_scratch_.get(), xbc_.get() + last * C, step * C));
+  const float* xbc = xbc_.get() + last * C;
+  LACT_RETURN_IF_ERROR(
+      cuda::SsdScan(stream(), ssd_, n, hs, c_.ssm.head_dim, N, xbc, step * C, xbc + di, step * C,
+                    xbc + di + N, step * C, dt_.get() + last * hs, step * hs, weights_(m.a_log),
+                    weights_(m.d_skip), outputs ? y_.get() + last * di : nullptr, step * di,
+                    ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
-  LACT_RETURN_IF_ERROR(
-      cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di, weights_(m.norm)));
-  float* acc = acc_.get() + first * D;
-  if (dir == kForward) {
-    return cuda::Linear(ctx_, y_.get(), di, n, di, weights_.Matrix(w.out_proj), D, acc, D, 1.0f);
-  }
-  LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx_, y_.get(), di, n, di, weights_.Matrix(w.out_proj), D, mixed_.get(), D));
-  return cuda::AddReversedRows(stream(), acc, mixed_.get(), n, D);
+  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di,
+                                              weights_(m.norm), Bf16(y16_)));
+  return cuda::Linear(ctx_, {y_.get(), Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
+                      acc_.get() + first * D, D, 1.0f);
 }
 
 }  // namespace lact

@@ -28,10 +28,9 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(const Model& model, con
     int64_t floats;
   } plan[] = {
       {&o.x_, L * D},           {&o.h_, L * D},
-      {&o.acc_, L * D},         {&o.reversed_, T * D},
-      {&o.proj_, T * R},        {&o.xbc_, T * C},
-      {&o.dt_, T * hs},         {&o.y_, T * di},
-      {&o.mixed_, T * D},       {&o.ssm_, hs * c.ssm.head_dim * c.ssm.d_state},
+      {&o.acc_, L * D},         {&o.proj_, T * R},
+      {&o.xbc_, T * C},         {&o.dt_, T * hs},
+      {&o.y_, T * di},          {&o.ssm_, hs * c.ssm.head_dim * c.ssm.d_state},
       {&o.conv_, history},      {&o.conv_scratch_, history},
       {&o.log_decay_, hs},      {&o.kv_, T * 2 * D},
       {&o.lr_, T * 3 * ht},     {&o.q_, T * D},
@@ -43,7 +42,21 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(const Model& model, con
   for (auto& p : plan) {
     LACT_ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(static_cast<size_t>(p.floats)));
   }
+  if (ctx.precision() == cuda::Precision::kBf16) {
+    for (auto [buffer, values] :
+         {std::pair{&o.h16_, L * D}, std::pair{&o.y16_, T * di}, std::pair{&o.gate16_, T * F}}) {
+      LACT_ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(static_cast<size_t>((values + 1) / 2)));
+    }
+  }
   return ops;
+}
+
+__nv_bfloat16* CudaOps::NormedBf16(int64_t first) const {
+  return h16_.get() == nullptr ? nullptr : Bf16(h16_) + first * c_.d_model;
+}
+
+cuda::GemmInput CudaOps::NormedRows(int64_t first) const {
+  return {h_.get() + first * c_.d_model, NormedBf16(first)};
 }
 
 absl::Status CudaOps::LoadTokens(Tensor tokens) {
@@ -93,8 +106,8 @@ absl::Status CudaOps::ReadRows(Activation a, int64_t first, int64_t n, float* ou
 
 absl::Status CudaOps::BeginBlock(const LayerWeights& w) {
   const int64_t L = tokens(), D = c_.d_model;
-  LACT_RETURN_IF_ERROR(
-      cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(w.norm1), h_.get(), D));
+  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(w.norm1), h_.get(),
+                                         D, NormedBf16(0)));
   LACT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(acc_.get(), 0, acc_.size() * sizeof(float), stream()));
   return absl::OkStatus();
 }
@@ -103,14 +116,15 @@ absl::Status CudaOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t 
   const int64_t D = c_.d_model, F = c_.mlp_hidden;
   float* x = x_.get() + first * D;
   float* normed = h_.get() + first * D;  // h is free once the block's mixers have run
-  LACT_RETURN_IF_ERROR(cuda::AddInPlace(stream(), x, acc_.get() + first * D, n * D));
-  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x, D, n, D, weights_(w.norm2), normed, D));
+  LACT_RETURN_IF_ERROR(cuda::AddRmsNormRows(stream(), x, D, acc_.get() + first * D, D, n, D,
+                                            weights_(w.norm2), normed, D, NormedBf16(first)));
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, NormedRows(first), D, n, D, weights_.Matrix(w.mlp_gate),
+                                    F, gate_.get(), F));
   LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx_, normed, D, n, D, weights_.Matrix(w.mlp_gate), F, gate_.get(), F));
-  LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx_, normed, D, n, D, weights_.Matrix(w.mlp_up), F, up_.get(), F));
-  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), gate_.get(), up_.get(), n * F));
-  return cuda::Linear(ctx_, gate_.get(), F, n, F, weights_.Matrix(w.mlp_down), D, x, D, 1.0f);
+      cuda::Linear(ctx_, NormedRows(first), D, n, D, weights_.Matrix(w.mlp_up), F, up_.get(), F));
+  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), gate_.get(), up_.get(), n * F, Bf16(gate16_)));
+  return cuda::Linear(ctx_, {gate_.get(), Bf16(gate16_)}, F, n, F, weights_.Matrix(w.mlp_down), D,
+                      x, D, 1.0f);
 }
 
 }  // namespace lact

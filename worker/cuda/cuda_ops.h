@@ -70,15 +70,28 @@ class CudaOps final : public BackendOps {
         grads_allreduce_(grads) {}
 
   cudaStream_t stream() const { return ctx_.stream(); }
+  // h's rows from `first` as a GEMM input: in bf16 precision with their
+  // rounding, made by the norm that writes h (BeginBlock, ResidualMlp) for
+  // the several GEMMs that read the rows.
+  cuda::GemmInput NormedRows(int64_t first) const;
+  // Where that rounding of h's rows from `first` goes (null in fp32).
+  __nv_bfloat16* NormedBf16(int64_t first) const;
+  // A bf16 rounding buffer from its start, as bf16 (null when not made).
+  static __nv_bfloat16* Bf16(const cuda::DeviceBuffer& b) {
+    return reinterpret_cast<__nv_bfloat16*>(b.get());
+  }
 
   const Model& model_;
   const ModelConfig& c_;
   cuda::CudaContext& ctx_;
   const DeviceWeights& weights_;
   DeviceAllReduce* grads_allreduce_;
-  cuda::DeviceBuffer x_, h_, acc_;                             // [L, D]
-  cuda::DeviceBuffer reversed_, proj_, xbc_, dt_, y_, mixed_;  // BiMamba tiles
-  cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;   // the scan state
+  cuda::DeviceBuffer x_, h_, acc_;  // [L, D]
+  // bf16 roundings of GEMM inputs, made by the kernels that write them
+  // (bf16 precision only): h, the gated-norm output y, the MLP's gate.
+  cuda::DeviceBuffer h16_, y16_, gate16_;
+  cuda::DeviceBuffer proj_, xbc_, dt_, y_;                    // BiMamba tiles
+  cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;  // the scan state
   cuda::SsdWorkspace ssd_;
   // LaCT tiles; the per-head factors g, u and hidden_grad are [H_t, tile, d_h].
   cuda::DeviceBuffer kv_, lr_, q_, o_, g_, u_, hidden_grad_;
