@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(const Model& model, con
   for (auto& p : plan) {
     LACT_ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(static_cast<size_t>(p.floats)));
   }
+  LACT_ASSIGN_OR_RETURN(o.io_, TileIo::Create(ctx));
   if (ctx.precision() == cuda::Precision::kBf16) {
     for (auto [buffer, values] :
          {std::pair{&o.h16_, L * D}, std::pair{&o.y16_, T * di}, std::pair{&o.gate16_, T * F}}) {
@@ -59,43 +60,39 @@ cuda::GemmInput CudaOps::NormedRows(int64_t first) const {
   return {h_.get() + first * c_.d_model, NormedBf16(first)};
 }
 
+// The tokens go up tile by tile through TileIo, each tile embedded (or
+// copied into x) while the next is staged and sent.
 absl::Status CudaOps::LoadTokens(Tensor tokens) {
-  const int64_t L = tokens.dim(0), D = c_.d_model, in = c_.d_input;
-  if (model_.embed() == nullptr) {
-    LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_.get(), tokens.ptr(), L * D * sizeof(float),
-                                              cudaMemcpyHostToDevice, stream()));
-    return ctx_.Synchronize();
-  }
-  LACT_ASSIGN_OR_RETURN(DeviceBuffer rows, DeviceBuffer::Allocate(tile() * in));
-  for (int64_t t0 = 0; t0 < L; t0 += tile()) {
-    const int64_t n = std::min(tile(), L - t0);
-    LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows.get(), tokens.ptr() + t0 * in,
-                                              n * in * sizeof(float), cudaMemcpyHostToDevice,
-                                              stream()));
-    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows.get(), in, n, in, weights_.Matrix(model_.embed()),
-                                      D, x_.get() + t0 * D, D));
-  }
-  return ctx_.Synchronize();  // `rows` is freed on return
+  const int64_t L = tokens.dim(0), D = c_.d_model, in = c_.input_width();
+  return io_->Upload(tokens.ptr(), L, in, [&](const float* rows, int64_t first, int64_t n) {
+    float* x = x_.get() + first * D;
+    if (model_.embed() == nullptr) {
+      LACT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(x, rows, n * D * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+      return absl::OkStatus();
+    }
+    return cuda::Linear(ctx_, rows, in, n, in, weights_.Matrix(model_.embed()), D, x, D);
+  });
 }
 
+// The output comes down tile by tile through TileIo: the host copies one
+// tile out while the next is made and sent.
 absl::StatusOr<Tensor> CudaOps::Output() {
   const int64_t L = tokens(), D = c_.d_model, out_width = c_.output_width();
   float* normed = h_.get();
-  LACT_RETURN_IF_ERROR(
-      cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(model_.final_norm()), normed, D));
+  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(model_.final_norm()),
+                                         normed, D,
+                                         model_.head() != nullptr ? NormedBf16(0) : nullptr));
   Tensor out({L, out_width});
-  if (model_.head() == nullptr) {
-    LACT_RETURN_IF_ERROR(ctx_.Download(normed, out.size(), out.ptr()));
-    return out;
-  }
-  LACT_ASSIGN_OR_RETURN(DeviceBuffer rows, DeviceBuffer::Allocate(tile() * out_width));
-  for (int64_t t0 = 0; t0 < L; t0 += tile()) {
-    const int64_t n = std::min(tile(), L - t0);
-    LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, normed + t0 * D, D, n, D,
-                                      weights_.Matrix(model_.head()), out_width, rows.get(),
-                                      out_width));
-    LACT_RETURN_IF_ERROR(ctx_.Download(rows.get(), n * out_width, out.ptr() + t0 * out_width));
-  }
+  LACT_RETURN_IF_ERROR(
+      io_->Download(out.ptr(), L, out_width,
+                    [&](float* scratch, int64_t first, int64_t n) -> absl::StatusOr<const float*> {
+                      if (model_.head() == nullptr) return normed + first * D;
+                      LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, NormedRows(first), D, n, D,
+                                                        weights_.Matrix(model_.head()), out_width,
+                                                        scratch, out_width));
+                      return scratch;
+                    }));
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include "kernels/cuda/ssd_scan.h"
 #include "worker/collective/device_allreduce.h"
 #include "worker/cuda/device_weights.h"
+#include "worker/cuda/tile_io.h"
 #include "worker/schedule/backend_ops.h"
 
 namespace lact {
@@ -97,6 +98,7 @@ class CudaOps final : public BackendOps {
   cuda::DeviceBuffer kv_, lr_, q_, o_, g_, u_, hidden_grad_;
   cuda::DeviceBuffer fast_, grads_;  // w0 | w1 | w2 and their gradients
   cuda::DeviceBuffer muon_;          // Newton-Schulz scratch
+  std::unique_ptr<TileIo> io_;       // the tokens in, the output out
   cuda::DeviceBuffer gate_, up_;     // MLP tiles
 };
 

@@ -24,7 +24,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 typedef struct FakeEvent* cudaEvent_t;  // streams are synchronous: an event is always complete
 cudaError_t cudaEventCreate(cudaEvent_t* e);
+#define cudaEventDisableTiming 2
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceCount(int* n);
 cudaError_t cudaGetLastError();

@@ -123,8 +123,26 @@ cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = reinterpret_cast<cudaEvent_t>(new int(0));
   return cudaSuccess;
 }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete reinterpret_cast<int*>(e);
+  return cudaSuccess;
+}
+// Streams are synchronous here: recording marks the event, and waiting on
+// one (recorded or not, as in CUDA) returns at once.
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  CheckCurrent();
+  if (e == nullptr || s == nullptr) Die("cudaEventRecord without an event or a stream");
+  *reinterpret_cast<int*>(e) = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  CheckCurrent();
+  if (e == nullptr || s == nullptr) Die("cudaStreamWaitEvent without an event or a stream");
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e == nullptr) Die("cudaEventSynchronize without an event");
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
