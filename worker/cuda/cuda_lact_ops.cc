@@ -73,27 +73,31 @@ absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int6
       cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.qkv).Offset(D * D), 2 * D, kv, 2 * D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), kv, 2 * D, n, 2 * D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), kv, 2 * D, n, ht, dh));
+  // K and V are read by six GEMMs: rounded once for all of them.
+  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* kv16, RoundOnce(kv, n * 2 * D, kv16_));
+  const cuda::GemmInput k_in{k, kv16}, v_in{v, kv16 != nullptr ? kv16 + D : nullptr};
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.lr_w), 3 * ht, lr, 3 * ht));
   LACT_RETURN_IF_ERROR(
       cuda::SoftplusBias(stream(), lr, 3 * ht, n, 3 * ht, weights_(w.lr_b), shift, lr, 3 * ht));
   // Per head: G = K w0^T, U = K w2^T, Hd = V w1 (heads `dh` columns apart).
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D, dh,
-                                                w0, dh, mat, 0.0f, g, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D, dh,
-                                                w2, dh, mat, 0.0f, u, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, false, n, hidden, dh, 1.0f, v, 2 * D,
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k_in, 2 * D,
+                                                dh, w0, dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k_in, 2 * D,
+                                                dh, w2, dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, false, n, hidden, dh, 1.0f, v_in, 2 * D,
                                                 dh, w1, hidden, mat, 0.0f, hidden_grad, hidden,
                                                 per_head, ht));
   LACT_RETURN_IF_ERROR(
       cuda::LactGradFactors(stream(), g, u, hidden_grad, ht, n, hidden, lr, 3 * ht));
   // dw1 += V^T (LR1 Hd), dw0 += (LR0 dG)^T K, dw2 += (LR2 dU)^T K.
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v, 2 * D, dh,
-                                                u, hidden, per_head, 1.0f, d1, hidden, mat, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v_in, 2 * D,
+                                                dh, u, hidden, per_head, 1.0f, d1, hidden, mat,
+                                                ht));
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, g, hidden,
-                                                per_head, k, 2 * D, dh, 1.0f, d0, dh, mat, ht));
+                                                per_head, k_in, 2 * D, dh, 1.0f, d0, dh, mat, ht));
   return cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, hidden_grad, hidden,
-                                  per_head, k, 2 * D, dh, 1.0f, d2, dh, mat, ht);
+                                  per_head, k_in, 2 * D, dh, 1.0f, d2, dh, mat, ht);
 }
 
 absl::Status CudaOps::StartGradAllReduce() {
@@ -137,14 +141,17 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
       cuda::Linear(ctx, NormedRows(first), D, n, D, weights_.Matrix(w.qkv), D, q, D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), q, D, n, D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), q, D, n, ht, dh));
+  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* q16, RoundOnce(q, n * D, q16_));
+  const cuda::GemmInput q_in{q, q16};
   // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh, w0,
-                                                dh, mat, 0.0f, g, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh, w2,
-                                                dh, mat, 0.0f, u, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), g, u, ht * per_head));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, dh, hidden, 1.0f, g, hidden,
-                                                per_head, w1, hidden, mat, 0.0f, o, D, dh, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q_in, D, dh,
+                                                w0, dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q_in, D, dh,
+                                                w2, dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), g, u, ht * per_head, Bf16(g16_)));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, dh, hidden, 1.0f,
+                                                {g, Bf16(g16_)}, hidden, per_head, w1, hidden, mat,
+                                                0.0f, o, D, dh, ht));
   for (int64_t head = 0; head < ht; ++head) {
     float* oh = o + head * dh;
     LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), oh, D, n, dh, weights_(w.o_norm), oh, D));

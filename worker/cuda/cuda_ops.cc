@@ -44,12 +44,20 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(const Model& model, con
   }
   LACT_ASSIGN_OR_RETURN(o.io_, TileIo::Create(ctx));
   if (ctx.precision() == cuda::Precision::kBf16) {
-    for (auto [buffer, values] :
-         {std::pair{&o.h16_, L * D}, std::pair{&o.y16_, T * di}, std::pair{&o.gate16_, T * F}}) {
+    for (auto [buffer, values] : {std::pair{&o.h16_, L * D}, std::pair{&o.y16_, T * di},
+                                  std::pair{&o.gate16_, T * F}, std::pair{&o.kv16_, T * 2 * D},
+                                  std::pair{&o.q16_, T * D}, std::pair{&o.g16_, ht * T * hidden}}) {
       LACT_ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(static_cast<size_t>((values + 1) / 2)));
     }
   }
   return ops;
+}
+
+absl::StatusOr<const __nv_bfloat16*> CudaOps::RoundOnce(const float* x, int64_t n,
+                                                        const cuda::DeviceBuffer& into) {
+  if (into.get() == nullptr) return nullptr;
+  LACT_RETURN_IF_ERROR(cuda::RoundToBf16(stream(), x, n, Bf16(into)));
+  return Bf16(into);
 }
 
 __nv_bfloat16* CudaOps::NormedBf16(int64_t first) const {

@@ -81,6 +81,10 @@ class CudaOps final : public BackendOps {
   static __nv_bfloat16* Bf16(const cuda::DeviceBuffer& b) {
     return reinterpret_cast<__nv_bfloat16*>(b.get());
   }
+  // In bf16 precision, `x`'s `n` values rounded into `into` once, for the
+  // several GEMMs that read them; null in fp32.
+  absl::StatusOr<const __nv_bfloat16*> RoundOnce(const float* x, int64_t n,
+                                                 const cuda::DeviceBuffer& into);
 
   const Model& model_;
   const ModelConfig& c_;
@@ -89,8 +93,9 @@ class CudaOps final : public BackendOps {
   DeviceAllReduce* grads_allreduce_;
   cuda::DeviceBuffer x_, h_, acc_;  // [L, D]
   // bf16 roundings of GEMM inputs, made by the kernels that write them
-  // (bf16 precision only): h, the gated-norm output y, the MLP's gate.
-  cuda::DeviceBuffer h16_, y16_, gate16_;
+  // (bf16 precision only): h, the gated-norm output y, the MLP's gate, and
+  // LaCT's K|V, Q and the applied fast weights' gate.
+  cuda::DeviceBuffer h16_, y16_, gate16_, kv16_, q16_, g16_;
   cuda::DeviceBuffer proj_, xbc_, dt_, y_;                    // BiMamba tiles
   cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;  // the scan state
   cuda::SsdWorkspace ssd_;
