@@ -152,12 +152,12 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, dh, hidden, 1.0f,
                                                 {g, Bf16(g16_)}, hidden, per_head, w1, hidden, mat,
                                                 0.0f, o, D, dh, ht));
-  for (int64_t head = 0; head < ht; ++head) {
-    float* oh = o + head * dh;
-    LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), oh, D, n, dh, weights_(w.o_norm), oh, D));
-  }
-  return cuda::Linear(ctx, o, D, n, D, weights_.Matrix(w.o_proj), D, acc_.get() + first * D, D,
-                      1.0f);
+  // Each head's dh columns normed: o as [n * ht, dh] rows, in one launch
+  // that also makes o_proj's bf16 input.
+  LACT_RETURN_IF_ERROR(
+      cuda::RmsNormRows(stream(), o, dh, n * ht, dh, weights_(w.o_norm), o, dh, Bf16(o16_)));
+  return cuda::Linear(ctx, {o, Bf16(o16_)}, D, n, D, weights_.Matrix(w.o_proj), D,
+                      acc_.get() + first * D, D, 1.0f);
 }
 
 }  // namespace lact

@@ -44,9 +44,10 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(const Model& model, con
   }
   LACT_ASSIGN_OR_RETURN(o.io_, TileIo::Create(ctx));
   if (ctx.precision() == cuda::Precision::kBf16) {
-    for (auto [buffer, values] : {std::pair{&o.h16_, L * D}, std::pair{&o.y16_, T * di},
-                                  std::pair{&o.gate16_, T * F}, std::pair{&o.kv16_, T * 2 * D},
-                                  std::pair{&o.q16_, T * D}, std::pair{&o.g16_, ht * T * hidden}}) {
+    for (auto [buffer, values] :
+         {std::pair{&o.h16_, L * D}, std::pair{&o.y16_, T * di}, std::pair{&o.gate16_, T * F},
+          std::pair{&o.kv16_, T * 2 * D}, std::pair{&o.q16_, T * D},
+          std::pair{&o.g16_, ht * T * hidden}, std::pair{&o.o16_, T * D}}) {
       LACT_ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(static_cast<size_t>((values + 1) / 2)));
     }
   }
