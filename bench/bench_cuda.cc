@@ -168,8 +168,18 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
                          a_log_d.get(), d_skip_d.get(), with_y ? y_d.get() : nullptr, width,
                          state_d.get(), nullptr);
   };
+  // The backward direction's form: the rows walked from the last through
+  // negated strides, y written back in row order.
+  auto reversed = [&](cuda::SsdWorkspace& ws) {
+    const float* last = x + (T - 1) * ld;
+    return cuda::SsdScan(s, ws, T, H, P, N, last, -ld, last + width, -ld, last + width + N, -ld,
+                         dt_d.get() + (T - 1) * H, -H, a_log_d.get(), d_skip_d.get(),
+                         y_d.get() + (T - 1) * width, -width, state_d.get(), nullptr);
+  };
   cuda::SsdWorkspace ws;
   LACT_ASSIGN_OR_RETURN(const double ssd, timer.Time(s, 1, kReps, [&] { return scan(ws, true); }));
+  LACT_ASSIGN_OR_RETURN(const double backward,
+                        timer.Time(s, 1, kReps, [&] { return reversed(ws); }));
   LACT_ASSIGN_OR_RETURN(const double state_only,
                         timer.Time(s, 1, kReps, [&] { return scan(ws, false); }));
   nlohmann::json windows = nlohmann::json::array();
@@ -195,6 +205,8 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
                         {"d_state", N},
                         {"bytes", bytes},
                         {"ms", 1e3 * ssd},
+                        {"reversed_ms", 1e3 * backward},
+                        {"head_tokens_per_s", H * T / ssd},
                         {"gbps", gbps},
                         {"of_copy", gbps / copy_gbps},
                         {"state_only_ms", 1e3 * state_only},
