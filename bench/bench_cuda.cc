@@ -180,6 +180,10 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
   LACT_ASSIGN_OR_RETURN(const double ssd, timer.Time(s, 1, kReps, [&] { return scan(ws, true); }));
   LACT_ASSIGN_OR_RETURN(const double backward,
                         timer.Time(s, 1, kReps, [&] { return reversed(ws); }));
+  // The same scan with its products on the tensor cores (3xTF32).
+  cuda::SsdWorkspace tensor(0, cuda::SsdMath::kTf32x3);
+  LACT_ASSIGN_OR_RETURN(const double tf32x3,
+                        timer.Time(s, 1, kReps, [&] { return scan(tensor, true); }));
   LACT_ASSIGN_OR_RETURN(const double state_only,
                         timer.Time(s, 1, kReps, [&] { return scan(ws, false); }));
   nlohmann::json windows = nlohmann::json::array();
@@ -207,6 +211,8 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
                         {"ms", 1e3 * ssd},
                         {"reversed_ms", 1e3 * backward},
                         {"head_tokens_per_s", H * T / ssd},
+                        {"tf32x3_ms", 1e3 * tf32x3},
+                        {"tf32x3_head_tokens_per_s", H * T / tf32x3},
                         {"gbps", gbps},
                         {"of_copy", gbps / copy_gbps},
                         {"state_only_ms", 1e3 * state_only},
@@ -239,14 +245,20 @@ absl::StatusOr<nlohmann::json> RunMicro() {
                         {"ssd_scan", scan}};
 }
 
-absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_gemm_tflops) {
+absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_gemm_tflops,
+                                        const std::string& scan_math) {
   LACT_ASSIGN_OR_RETURN(ModelBenchResult r,
-                        RunModelBench("base", tokens, cuda::Precision::kBf16, ranks));
+                        RunModelBench("base", tokens, cuda::Precision::kBf16, ranks, scan_math));
   const double tflops = r.model_flops / r.seconds * 1e-12;
-  nlohmann::json j{{"model", "preset:base"}, {"tokens", tokens},
-                   {"precision", "bf16"},    {"ranks", ranks},
-                   {"seconds", r.seconds},   {"tokens_per_s", tokens / r.seconds},
-                   {"model_tflops", tflops}, {"of_bf16_gemm", tflops / bf16_gemm_tflops}};
+  nlohmann::json j{{"model", "preset:base"},
+                   {"tokens", tokens},
+                   {"precision", "bf16"},
+                   {"scan_math", scan_math},
+                   {"ranks", ranks},
+                   {"seconds", r.seconds},
+                   {"tokens_per_s", tokens / r.seconds},
+                   {"model_tflops", tflops},
+                   {"of_bf16_gemm", tflops / bf16_gemm_tflops}};
   if (ranks > 1) {
     j["allreduce_seconds"] = r.allreduce_seconds;
     j["allreduce_hidden"] = r.hidden_fraction();
@@ -280,9 +292,11 @@ int Main(int argc, char** argv) {
   PrintLine(*micro);
   all = *micro;
   save();
-  for (int ranks : {1, 2}) {
+  // One rank with each scan math, then two ranks.
+  for (auto [ranks, scan_math] :
+       {std::pair{1, "fp32"}, std::pair{1, "tf32x3"}, std::pair{2, "fp32"}}) {
     absl::StatusOr<nlohmann::json> model =
-        RunModel(*tokens, ranks, (*micro)["bf16_gemm_tflops"].get<double>());
+        RunModel(*tokens, ranks, (*micro)["bf16_gemm_tflops"].get<double>(), scan_math);
     if (!model.ok()) {
       std::fprintf(stderr, "bench_cuda: model on %d ranks: %s\n", ranks,
                    std::string(model.status().message()).c_str());

@@ -33,10 +33,11 @@ double ContextFlops(const ModelConfig& c, int64_t tokens) {
 }
 
 // One rank's context shard, run twice (a warm-up, then timed).
-absl::Status RunRank(const Model& model, cuda::Precision precision, const Tensor& shard,
-                     int64_t begin, int64_t total, Collective* sync, Collective* grads,
-                     double* seconds, OverlapStats* overlap) {
-  const BackendOptions options{.backend = "cuda", .precision = cuda::PrecisionName(precision)};
+absl::Status RunRank(const Model& model, cuda::Precision precision, const std::string& scan_math,
+                     const Tensor& shard, int64_t begin, int64_t total, Collective* sync,
+                     Collective* grads, double* seconds, OverlapStats* overlap) {
+  BackendOptions options{.backend = "cuda", .precision = cuda::PrecisionName(precision)};
+  options.scan_math = scan_math;
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner,
                         CudaRunner::Create(model, model.config(), options));
   HostStagedAllReduce reduce(grads);
@@ -56,7 +57,8 @@ absl::Status RunRank(const Model& model, cuda::Precision precision, const Tensor
 }  // namespace
 
 absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_t tokens,
-                                               cuda::Precision precision, int ranks) {
+                                               cuda::Precision precision, int ranks,
+                                               const std::string& scan_math) {
   if (ranks < 1 || ranks > 2 || tokens < ranks)
     return absl::InvalidArgumentError("1 or 2 ranks, >= 1 token each");
   LACT_ASSIGN_OR_RETURN(Model model, MakePresetModel(preset, 1));
@@ -86,8 +88,8 @@ absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_
         sync = *std::move(s);
         grads = *std::move(g);
       }
-      status[r] = RunRank(model, precision, shard, begin, tokens, sync.get(), grads.get(),
-                          &seconds[r], &overlap[r]);
+      status[r] = RunRank(model, precision, scan_math, shard, begin, tokens, sync.get(),
+                          grads.get(), &seconds[r], &overlap[r]);
     });
   }
   for (std::thread& t : threads) t.join();

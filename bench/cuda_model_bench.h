@@ -25,9 +25,11 @@ struct ModelBenchResult {
   }
 };
 
-// `preset` as in MakePresetModel ("base", "small"); `ranks` 1 or 2.
+// `preset` as in MakePresetModel ("base", "small"); `ranks` 1 or 2;
+// `scan_math` as BackendOptions::scan_math.
 absl::StatusOr<ModelBenchResult> RunModelBench(const std::string& preset, int64_t tokens,
-                                               cuda::Precision precision, int ranks);
+                                               cuda::Precision precision, int ranks,
+                                               const std::string& scan_math = "fp32");
 
 }  // namespace lact::bench
 

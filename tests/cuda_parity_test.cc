@@ -126,9 +126,11 @@ struct Outputs {
 
 absl::StatusOr<Outputs> RunOnGpu(const Model& model, const ModelConfig& config,
                                  const Tensor& context, const std::vector<Tensor>& queries,
-                                 cuda::Precision precision, int64_t tile) {
-  const BackendOptions options{
+                                 cuda::Precision precision, int64_t tile,
+                                 const std::string& scan_math = "fp32") {
+  BackendOptions options{
       .backend = "cuda", .tile_tokens = tile, .precision = cuda::PrecisionName(precision)};
+  options.scan_math = scan_math;
   absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(model, config, options);
   if (!runner.ok()) return runner.status();
   Outputs out;
@@ -175,6 +177,27 @@ TEST_P(CudaParityTest, Fp32MatchesFloat64Reference) {
   }
   for (const auto& [name, t] : FusedStateTensors(got->state)) {
     EXPECT_LE(RelativeError(*t, want.state.at(name)), 1e-4) << name;
+  }
+}
+
+// The SSD scan's products on the tensor cores (3xTF32) keep fp32's bound
+// through the whole model: odd sizes, a scan of several chunks, tiles of 3.
+TEST(CudaRunner, TensorCoreScanMatchesFloat64Reference) {
+  LACT_SKIP_WITHOUT_GPU();
+  for (const ParityCase& pc : FixedParityCases()) {
+    if (pc.name != "odd_sizes" && pc.name != "long_scan_chunks" && pc.name != "tiny_tiles") {
+      continue;
+    }
+    const Job job = MakeJob(pc);
+    const reference::JobOutputs want =
+        reference::RunJob(job.model, pc.config, job.context, job.queries);
+    absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries,
+                                           cuda::Precision::kFp32, pc.tile, "tf32x3");
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_LE(RelativeError(got->output, want.output), 1e-4) << pc.name << " output";
+    for (const auto& [name, t] : FusedStateTensors(got->state)) {
+      EXPECT_LE(RelativeError(*t, want.state.at(name)), 1e-4) << pc.name << " " << name;
+    }
   }
 }
 

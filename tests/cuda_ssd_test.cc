@@ -356,6 +356,25 @@ TEST_F(SsdTest, NegativeStridesScanTheRowsInReverse) {
   }
 }
 
+// The products on the tensor cores (3xTF32) keep the fp32 kernel's bound:
+// a ragged chunk, N = 128, P over one 64-wide tile, several windows, the
+// state-only pass and the reversed walk.
+TEST_F(SsdTest, TensorCoresMatchTheCpu) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  ASSERT_NE(ctx_, nullptr) << ctx_error_;
+  for (const Shape& s : {Shape{130, 2, 8, 16}, Shape{200, 3, 64, 128}, Shape{333, 2, 72, 8}}) {
+    const Inputs in = MakeInputs(s, 11, 0.01, 1.0, 8.0);
+    cuda::SsdWorkspace ws(2, cuda::SsdMath::kTf32x3);
+    const std::string what = absl::StrCat("tf32x3, ", s.tokens, " tokens, P ", s.head_dim);
+    absl::StatusOr<Result> got = RunGpu(*ctx_, in, true, ws);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose(*got, RunCpu(in, true), in, what);
+    got = RunGpu(*ctx_, in, false, ws);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectClose(*got, RunCpu(in, false), in, what + ", state only");
+  }
+}
+
 TEST_F(SsdTest, RejectsBadArguments) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   ASSERT_NE(ctx_, nullptr) << ctx_error_;

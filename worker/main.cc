@@ -3,6 +3,7 @@
 //   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
 //               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
+//               [--scan-math fp32|tf32x3 (the SSD scan's products on the tensor cores)]
 //               [--collective gloo|nccl] [--data-root DIR]
 //               [--retain-bytes N (results and fused states kept for FetchResult and Query, default
 //               8 GiB)]
@@ -74,7 +75,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags =
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                    {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
-                    "device", "precision", "collective", "data-root", "retain-bytes"});
+                    "device", "precision", "scan-math", "collective", "data-root", "retain-bytes"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
@@ -100,7 +101,8 @@ int Main(int argc, char** argv) {
                                static_cast<int>(*device),
                                flags->Get("precision").value_or("fp32"),
                                flags->Get("collective").value_or("gloo"),
-                               host};
+                               host,
+                               flags->Get("scan-math").value_or("fp32")};
   if (absl::Status s = ValidateBackend(backend); !s.ok()) {
     std::fprintf(stderr, "lact-worker: --backend %s: %s\n", backend.backend.c_str(),
                  std::string(s.message()).c_str());

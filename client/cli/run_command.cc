@@ -32,11 +32,11 @@ absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
 }  // namespace
 
 absl::Status RunCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(
-      Flags flags, Flags::Parse(args,
-                                {"model", "context", "query", "muon-steps", "chunk-tokens",
-                                 "threads", "tile-tokens", "out", "backend", "device", "precision"},
-                                {"query"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
+                                                  {"model", "context", "query", "muon-steps",
+                                                   "chunk-tokens", "threads", "tile-tokens", "out",
+                                                   "backend", "device", "precision", "scan-math"},
+                                                  {"query"}));
   LACT_ASSIGN_OR_RETURN(std::string model_spec, flags.Required("model"));
   LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
@@ -50,7 +50,8 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
                                        .threads = static_cast<int>(threads),
                                        .tile_tokens = tile,
                                        .device = static_cast<int>(device),
-                                       .precision = flags.Get("precision").value_or("fp32")};
+                                       .precision = flags.Get("precision").value_or("fp32"),
+                                       .scan_math = flags.Get("scan-math").value_or("fp32")};
   LACT_RETURN_IF_ERROR(ValidateBackend(backend_options));
 
   LACT_ASSIGN_OR_RETURN(Model resolved, ResolveModel(model_spec));

@@ -314,9 +314,10 @@ absl::Status ModelsCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status LocalCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"workers", "port", "model-dir",
-                                                         "threads-per-worker", "backend", "devices",
-                                                         "precision", "collective", "data-root"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags,
+      Flags::Parse(args, {"workers", "port", "model-dir", "threads-per-worker", "backend",
+                          "devices", "precision", "scan-math", "collective", "data-root"}));
   LocalClusterOptions options;
   options.data_root = flags.Get("data-root").value_or("");
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
@@ -326,7 +327,7 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   options.port = static_cast<int>(port);
   options.threads_per_worker = static_cast<int>(threads);
   options.model_dir = flags.Get("model-dir").value_or("");
-  for (const char* name : {"backend", "precision", "collective"}) {
+  for (const char* name : {"backend", "precision", "scan-math", "collective"}) {
     if (std::optional<std::string> v = flags.Get(name)) {
       options.worker_args.push_back(absl::StrCat("--", name));
       options.worker_args.push_back(*v);

@@ -17,7 +17,13 @@
 // no ChunkOutput and uses segments of many chunks, so its scratch stays small.
 // The matrix products run through one tiled block GEMM (BlockGemm) whose
 // operands are produced element by element by the caller, which lets each
-// kernel fold masks and decays into the operand loads.
+// kernel fold masks and decays into the operand loads. Its products run on
+// fp32 cores (SsdMath::kFp32) or on the tensor cores as 3xTF32
+// (SsdMath::kTf32x3: each operand split into a tf32 head and the tf32 of
+// the remainder; head*head + head*tail + tail*head keeps about fp32's
+// accuracy), with the same tiles either way.
+#include <mma.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -72,6 +78,7 @@ struct ScanArgs {
   const float* d_skip;
   float* y;
   int64_t ldy;
+  bool tensor_cores;  // BlockGemm's products as 3xTF32 (SsdMath::kTf32x3)
 };
 
 // Tokens [start, end) scanned by one round of kernels, cut into `segments`
@@ -115,10 +122,13 @@ __device__ void ChunkDecay(const float* dt, int64_t lddt, int n, float a, float*
   __syncwarp();
 }
 
-// The block GEMM: shared tiles of the two operands for one reduction step.
+// The block GEMM: shared tiles of the two operands for one reduction step,
+// and (tensor cores) the product on its way from the warps' fragments to
+// each thread's outputs. 256-bit aligned, as wmma loads and stores need.
 struct GemmTiles {
-  __align__(16) float a[kDepth][kTile + kPad];  // a[k][m] = A[m][k]
-  __align__(16) float b[kDepth][kTile + kPad];  // b[k][n] = B[k][n]
+  __align__(32) float a[kDepth][kTile + kPad];  // a[k][m] = A[m][k]
+  __align__(32) float b[kDepth][kTile + kPad];  // b[k][n] = B[k][n]
+  __align__(32) float product[kTile][kTile + kPad];
 };
 
 // First output row and column of this thread's kTm x kTn block of outputs.
@@ -169,8 +179,8 @@ __device__ inline void StoreTile(const float (&v)[kPerThread],
 // shared memory that the fetches read must be written, and a __syncthreads
 // passed, before the call.
 template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
-__device__ void BlockGemm(int depth, const FetchA& fetch_a, const FetchB& fetch_b, GemmTiles& tiles,
-                          float (&acc)[kTm][kTn]) {
+__device__ void BlockGemmFp32(int depth, const FetchA& fetch_a, const FetchB& fetch_b,
+                              GemmTiles& tiles, float (&acc)[kTm][kTn]) {
   const int row0 = TileRow0(), col0 = TileCol0();
   float next_a[kPerThread], next_b[kPerThread];
   FetchTile<kAKFastest>(0, fetch_a, next_a);
@@ -200,6 +210,80 @@ __device__ void BlockGemm(int depth, const FetchA& fetch_a, const FetchB& fetch_
   }
 }
 
+namespace wmma = nvcuda::wmma;
+using TileA = wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major>;
+using TileB = wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>;
+using TileC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
+static_assert(kGemmThreads / 32 == kTile / 16, "one warp per 16 rows of the output tile");
+static_assert(kDepth % 8 == 0, "tf32 products reduce 8 deep");
+
+// head <- tf32(v), tail <- tf32(v - head), for each of the fragment's values.
+template <class Frag>
+__device__ inline void SplitTf32(Frag& head, Frag& tail) {
+  for (int i = 0; i < head.num_elements; ++i) {
+    const float v = head.x[i];
+    head.x[i] = wmma::__float_to_tf32(v);
+    tail.x[i] = wmma::__float_to_tf32(v - head.x[i]);
+  }
+}
+
+// BlockGemmFp32's contract on the tensor cores: warp w makes output rows
+// [16w, 16w + 16) as four 16x16 fragments, 3xTF32; at the end the product
+// goes through shared memory and each thread adds its kTm x kTn block.
+template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
+__device__ void BlockGemmTf32x3(int depth, const FetchA& fetch_a, const FetchB& fetch_b,
+                                GemmTiles& tiles, float (&acc)[kTm][kTn]) {
+  const int warp = threadIdx.x / 32;
+  constexpr unsigned kLd = kTile + kPad;
+  TileC out[kTile / 16];
+  for (TileC& f : out) wmma::fill_fragment(f, 0.0f);
+  float next_a[kPerThread], next_b[kPerThread];
+  FetchTile<kAKFastest>(0, fetch_a, next_a);
+  FetchTile<kBKFastest>(0, fetch_b, next_b);
+  for (int k0 = 0; k0 < depth; k0 += kDepth) {
+    __syncthreads();  // every warp is done with the previous step's tiles
+    StoreTile<kAKFastest>(next_a, tiles.a);
+    StoreTile<kBKFastest>(next_b, tiles.b);
+    __syncthreads();
+    if (k0 + kDepth < depth) {
+      FetchTile<kAKFastest>(k0 + kDepth, fetch_a, next_a);
+      FetchTile<kBKFastest>(k0 + kDepth, fetch_b, next_b);
+    }
+    for (int kk = 0; kk < kDepth; kk += 8) {
+      TileA a_head, a_tail;
+      wmma::load_matrix_sync(a_head, &tiles.a[kk][16 * warp], kLd);
+      SplitTf32(a_head, a_tail);
+      for (int j = 0; j < kTile / 16; ++j) {
+        TileB b_head, b_tail;
+        wmma::load_matrix_sync(b_head, &tiles.b[kk][16 * j], kLd);
+        SplitTf32(b_head, b_tail);
+        wmma::mma_sync(out[j], a_tail, b_head, out[j]);
+        wmma::mma_sync(out[j], a_head, b_tail, out[j]);
+        wmma::mma_sync(out[j], a_head, b_head, out[j]);
+      }
+    }
+  }
+  for (int j = 0; j < kTile / 16; ++j) {
+    wmma::store_matrix_sync(&tiles.product[16 * warp][16 * j], out[j], kLd, wmma::mem_row_major);
+  }
+  __syncthreads();
+  const int row0 = TileRow0(), col0 = TileCol0();
+  for (int r = 0; r < kTm; ++r) {
+    for (int q = 0; q < kTn; ++q) acc[r][q] += tiles.product[row0 + r][col0 + q];
+  }
+  __syncthreads();  // the product is read before the next call rewrites it
+}
+
+template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
+__device__ void BlockGemm(bool tensor_cores, int depth, const FetchA& fetch_a,
+                          const FetchB& fetch_b, GemmTiles& tiles, float (&acc)[kTm][kTn]) {
+  if (tensor_cores) {
+    BlockGemmTf32x3<kAKFastest, kBKFastest>(depth, fetch_a, fetch_b, tiles, acc);
+  } else {
+    BlockGemmFp32<kAKFastest, kBKFastest>(depth, fetch_a, fetch_b, tiles, acc);
+  }
+}
+
 // G[i][j] = C_i . B_j for the tokens i, j of one chunk (zero past its end).
 __device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, GemmTiles& tiles) {
   const int64_t t0 = w.start + chunk * kChunk;
@@ -209,7 +293,8 @@ __device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, 
   const float* b_rows = args.b + t0 * ldb;
   float acc[kTm][kTn] = {};
   BlockGemm<true, true>(
-      N, [&](int k, int i) { return i < n && k < N ? c_rows[i * ldc + k] : 0.0f; },
+      args.tensor_cores, N,
+      [&](int k, int i) { return i < n && k < N ? c_rows[i * ldc + k] : 0.0f; },
       [&](int k, int j) { return j < n && k < N ? b_rows[j * ldb + k] : 0.0f; }, tiles, acc);
   float* gram = w.gram + chunk * kChunk * kChunk;
   const int row0 = TileRow0(), col0 = TileCol0();
@@ -260,7 +345,7 @@ __device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t inde
     const float* b_rows = args.b + t0 * ldb;
     const float* x_rows = args.x + t0 * ldx + static_cast<int64_t>(h) * P;
     BlockGemm<false, false>(
-        kChunk,
+        args.tensor_cores, kChunk,
         [&](int j, int m) {
           const int row = n0 + m;
           return j < n && row < N ? b_rows[j * ldb + row] : 0.0f;
@@ -373,7 +458,7 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkOutputKernel(ScanArgs ar
   const float* carry = w.states + (chunk * H + h) * static_cast<int64_t>(N) * P;  // S_in^T [N][P]
   float acc[kTm][kTn] = {};
   BlockGemm<true, false>(
-      kChunk + N,
+      args.tensor_cores, kChunk + N,
       [&](int k, int i) {
         if (i >= n) return 0.0f;
         if (k < kChunk)
@@ -515,6 +600,13 @@ absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& a
 
 }  // namespace
 
+absl::StatusOr<SsdMath> ParseSsdMath(const std::string& name) {
+  if (name == "fp32") return SsdMath::kFp32;
+  if (name == "tf32x3") return SsdMath::kTf32x3;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown scan math '", name, "' (allowed: fp32, tf32x3)"));
+}
+
 absl::StatusOr<float*> SsdWorkspace::Reserve(cudaStream_t s, size_t floats) {
   if (floats > buffer_.size()) {
     LACT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
@@ -531,8 +623,23 @@ absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads
   if (tokens < 0)
     return absl::InvalidArgumentError(absl::StrCat("SsdScan: tokens ", tokens, " < 0"));
   if (tokens == 0) return absl::OkStatus();
-  const ScanArgs args{tokens, heads, head_dim, d_state, x,     ldx,    b, ldb,
-                      c,      ldc,   dt,       lddt,    a_log, d_skip, y, ldy};
+  const ScanArgs args{tokens,
+                      heads,
+                      head_dim,
+                      d_state,
+                      x,
+                      ldx,
+                      b,
+                      ldb,
+                      c,
+                      ldc,
+                      dt,
+                      lddt,
+                      a_log,
+                      d_skip,
+                      y,
+                      ldy,
+                      ws.math() == SsdMath::kTf32x3};
   LACT_RETURN_IF_ERROR(Validate(args, state));
   if (y == nullptr) return ScanStateOnly(s, ws, args, state, log_decay);
   return ScanWithOutputs(s, ws, args, state, log_decay);

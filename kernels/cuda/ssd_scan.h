@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,18 +27,29 @@
 
 namespace lact::cuda {
 
-// Scratch for SsdScan, grown on demand (cudaMalloc only when it must grow).
-// One per stream of work: the kernels of a scan use it until they complete.
-// Not thread-safe.
+// How the scan's matrix products run: on the fp32 cores (the default, the
+// kernel the H200 run measured), or on the tensor cores as 3xTF32 (each
+// operand split into a tf32 head and the tf32 of its remainder, three
+// products, fp32 accumulation: about fp32's accuracy; sm_80 and later).
+enum class SsdMath { kFp32, kTf32x3 };
+
+// "fp32" or "tf32x3"; INVALID_ARGUMENT naming the allowed values otherwise.
+absl::StatusOr<SsdMath> ParseSsdMath(const std::string& name);
+
+// Scratch for SsdScan, grown on demand (cudaMalloc only when it must grow),
+// and the scan's SsdMath. One per stream of work: the kernels of a scan use
+// it until they complete. Not thread-safe.
 class SsdWorkspace {
  public:
   SsdWorkspace() = default;
   // At most `max_window_chunks` chunks of 64 tokens per window of the scan
   // with outputs (0: automatic, about 32 MB of scratch): a smaller bound
   // means less scratch and more, smaller launches.
-  explicit SsdWorkspace(int64_t max_window_chunks) : max_window_chunks_(max_window_chunks) {}
+  explicit SsdWorkspace(int64_t max_window_chunks, SsdMath math = SsdMath::kFp32)
+      : max_window_chunks_(max_window_chunks), math_(math) {}
 
   int64_t max_window_chunks() const { return max_window_chunks_; }
+  SsdMath math() const { return math_; }
 
   // At least `floats` floats of scratch. Growing first synchronizes `s`,
   // whose pending kernels may still use the old buffer.
@@ -45,6 +57,7 @@ class SsdWorkspace {
 
  private:
   int64_t max_window_chunks_ = 0;
+  SsdMath math_ = SsdMath::kFp32;
   DeviceBuffer buffer_;
 };
 

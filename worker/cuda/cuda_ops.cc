@@ -11,12 +11,11 @@ namespace lact {
 
 using cuda::DeviceBuffer;
 
-absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(const Model& model, const ModelConfig& c,
-                                                         cuda::CudaContext& ctx,
-                                                         const DeviceWeights& weights,
-                                                         int64_t tokens, int64_t tile,
-                                                         DeviceAllReduce* grads) {
+absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
+    const Model& model, const ModelConfig& c, cuda::CudaContext& ctx, const DeviceWeights& weights,
+    int64_t tokens, int64_t tile, DeviceAllReduce* grads, cuda::SsdMath scan_math) {
   auto ops = std::unique_ptr<CudaOps>(new CudaOps(model, c, ctx, weights, tokens, tile, grads));
+  ops->ssd_ = cuda::SsdWorkspace(0, scan_math);
   const int64_t L = tokens, T = ops->tile(), D = c.d_model, di = c.d_inner();
   const int64_t C = c.conv_channels(), R = c.in_proj_rows(), F = c.mlp_hidden;
   const int64_t hs = c.ssm_heads(), ht = c.ttt_heads(), hidden = c.fast_hidden();

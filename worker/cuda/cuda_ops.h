@@ -30,11 +30,10 @@ class CudaOps final : public BackendOps {
  public:
   // Allocates the activations for `tokens` rows and the tile scratch.
   // `grads` may be null for a group of one.
-  static absl::StatusOr<std::unique_ptr<CudaOps>> Create(const Model& model, const ModelConfig& c,
-                                                         cuda::CudaContext& ctx,
-                                                         const DeviceWeights& weights,
-                                                         int64_t tokens, int64_t tile,
-                                                         DeviceAllReduce* grads);
+  static absl::StatusOr<std::unique_ptr<CudaOps>> Create(
+      const Model& model, const ModelConfig& c, cuda::CudaContext& ctx,
+      const DeviceWeights& weights, int64_t tokens, int64_t tile, DeviceAllReduce* grads,
+      cuda::SsdMath scan_math = cuda::SsdMath::kFp32);
 
   absl::Status LoadTokens(Tensor tokens) override;
   absl::StatusOr<Tensor> Output() override;

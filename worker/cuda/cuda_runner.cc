@@ -39,8 +39,10 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
         absl::StrCat("tile of ", options.tile_tokens, " tokens (need >= 1, or 0 for 65536)"));
   }
   LACT_ASSIGN_OR_RETURN(cuda::Precision precision, cuda::ParsePrecision(options.precision));
+  LACT_ASSIGN_OR_RETURN(const cuda::SsdMath scan_math, cuda::ParseSsdMath(options.scan_math));
   const int64_t tile = options.tile_tokens > 0 ? options.tile_tokens : 65536;
   auto runner = std::unique_ptr<CudaRunner>(new CudaRunner(model, config, tile, std::move(hooks)));
+  runner->scan_math_ = scan_math;
   LACT_ASSIGN_OR_RETURN(runner->ctx_, cuda::CudaContext::Create(options.device, precision));
   LACT_ASSIGN_OR_RETURN(runner->weights_, weights(*runner->ctx_));
   return runner;
@@ -81,7 +83,7 @@ absl::StatusOr<Tensor> CudaRunner::Run(Tensor tokens, const ShardContext& shard,
   LACT_RETURN_IF_ERROR(ctx_->Activate());  // the device is per thread in CUDA
   LACT_ASSIGN_OR_RETURN(
       std::unique_ptr<CudaOps> ops,
-      CudaOps::Create(model_, config_, *ctx_, *weights_, tokens.dim(0), tile_, grads));
+      CudaOps::Create(model_, config_, *ctx_, *weights_, tokens.dim(0), tile_, grads, scan_math_));
   const double busy = grads ? grads->busy_seconds() : 0;
   const double waited = grads ? grads->waited_seconds() : 0;
   absl::StatusOr<Tensor> rows =

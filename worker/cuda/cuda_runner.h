@@ -22,6 +22,7 @@
 #include "common/model.h"
 #include "common/tensor.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ssd_scan.h"
 #include "worker/collective/collective.h"
 #include "worker/collective/device_allreduce.h"
 #include "worker/cuda/device_weights.h"
@@ -31,8 +32,9 @@ namespace lact {
 
 class CudaRunner {
  public:
-  // Of `options`, device, precision and tile_tokens are used. FAILED_PRECONDITION
-  // when there is no such device; INVALID_ARGUMENT for an unknown precision.
+  // Of `options`, device, precision, scan_math and tile_tokens are used.
+  // FAILED_PRECONDITION when there is no such device; INVALID_ARGUMENT for
+  // an unknown precision or scan math.
   // `config` is the model's config with the job's overrides applied.
   static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(const Model& model,
                                                             const ModelConfig& config,
@@ -69,6 +71,7 @@ class CudaRunner {
   std::shared_ptr<const Model> owned_model_;  // when made from a cache
   ModelConfig config_;
   int64_t tile_;
+  cuda::SsdMath scan_math_ = cuda::SsdMath::kFp32;
   RunHooks hooks_;
   std::unique_ptr<cuda::CudaContext> ctx_;
   std::shared_ptr<const DeviceWeights> weights_;

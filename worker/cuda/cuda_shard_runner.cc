@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ssd_scan.h"
 #include "worker/collective/group.h"
 #include "worker/collective/host_staged_allreduce.h"
 #include "worker/cuda/cuda_runner.h"
@@ -72,6 +73,7 @@ class CudaShardRunner final : public ShardRunner {
 
 absl::Status ValidateCudaBackend(const BackendOptions& options) {
   LACT_RETURN_IF_ERROR(cuda::ParsePrecision(options.precision).status());
+  LACT_RETURN_IF_ERROR(cuda::ParseSsdMath(options.scan_math).status());
   if (options.collective != "gloo" && options.collective != "nccl") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown collective '", options.collective, "' (allowed: gloo, nccl)"));

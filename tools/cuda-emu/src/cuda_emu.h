@@ -109,9 +109,13 @@ struct BlockState {
   std::vector<int> warp_alive, warp_arrived;
   std::vector<uint64_t> warp_gen;
   std::vector<float> exchange;
+  std::vector<float> mma_exchange;  // per warp, the operands of a wmma::mma_sync (mma.h)
   const std::function<void()>* body = nullptr;
   const char* kernel_name = "";
 };
+
+// Floats per warp for the two operands of one mma_sync (16x16 tiles at most).
+constexpr int kMmaExchange = 2 * 16 * 16;
 
 inline BlockState& B() {
   static BlockState b;
@@ -320,6 +324,7 @@ void Launch(bool direct, const char* name, dim3 grid, dim3 block, K kernel, A...
   const std::function<void()> body = [&] { kernel(args...); };
   b.body = &body;
   b.exchange.assign(n, 0.0f);
+  b.mma_exchange.assign(static_cast<size_t>((n + 31) / 32) * kMmaExchange, 0.0f);
   gridDim = grid;
   blockDim = block;
   for (unsigned bz = 0; bz < grid.z; ++bz)
