@@ -123,12 +123,10 @@ __device__ void ChunkDecay(const float* dt, int64_t lddt, int n, float a, float*
 }
 
 // The block GEMM: shared tiles of the two operands for one reduction step,
-// and (tensor cores) the product on its way from the warps' fragments to
-// each thread's outputs. 256-bit aligned, as wmma loads and stores need.
+// 256-bit aligned, as wmma loads need.
 struct GemmTiles {
   __align__(32) float a[kDepth][kTile + kPad];  // a[k][m] = A[m][k]
   __align__(32) float b[kDepth][kTile + kPad];  // b[k][n] = B[k][n]
-  __align__(32) float product[kTile][kTile + kPad];
 };
 
 // First output row and column of this thread's kTm x kTn block of outputs.
@@ -217,9 +215,14 @@ using TileC = wmma::fragment<wmma::accumulator, 16, 16, 8, float>;
 static_assert(kGemmThreads / 32 == kTile / 16, "one warp per 16 rows of the output tile");
 static_assert(kDepth % 8 == 0, "tf32 products reduce 8 deep");
 
+struct ProductTile {
+  __align__(32) float v[kTile][kTile + kPad];
+};
+
 // head <- tf32(v), tail <- tf32(v - head), for each of the fragment's values.
 template <class Frag>
 __device__ inline void SplitTf32(Frag& head, Frag& tail) {
+#pragma unroll
   for (int i = 0; i < head.num_elements; ++i) {
     const float v = head.x[i];
     head.x[i] = wmma::__float_to_tf32(v);
@@ -233,10 +236,13 @@ __device__ inline void SplitTf32(Frag& head, Frag& tail) {
 template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
 __device__ void BlockGemmTf32x3(int depth, const FetchA& fetch_a, const FetchB& fetch_b,
                                 GemmTiles& tiles, float (&acc)[kTm][kTn]) {
+  // The product on its way from the warps' fragments to each thread's outputs.
+  __shared__ ProductTile product;
   const int warp = threadIdx.x / 32;
   constexpr unsigned kLd = kTile + kPad;
   TileC out[kTile / 16];
-  for (TileC& f : out) wmma::fill_fragment(f, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kTile / 16; ++j) wmma::fill_fragment(out[j], 0.0f);
   float next_a[kPerThread], next_b[kPerThread];
   FetchTile<kAKFastest>(0, fetch_a, next_a);
   FetchTile<kBKFastest>(0, fetch_b, next_b);
@@ -249,10 +255,12 @@ __device__ void BlockGemmTf32x3(int depth, const FetchA& fetch_a, const FetchB& 
       FetchTile<kAKFastest>(k0 + kDepth, fetch_a, next_a);
       FetchTile<kBKFastest>(k0 + kDepth, fetch_b, next_b);
     }
+#pragma unroll
     for (int kk = 0; kk < kDepth; kk += 8) {
       TileA a_head, a_tail;
       wmma::load_matrix_sync(a_head, &tiles.a[kk][16 * warp], kLd);
       SplitTf32(a_head, a_tail);
+#pragma unroll
       for (int j = 0; j < kTile / 16; ++j) {
         TileB b_head, b_tail;
         wmma::load_matrix_sync(b_head, &tiles.b[kk][16 * j], kLd);
@@ -263,21 +271,23 @@ __device__ void BlockGemmTf32x3(int depth, const FetchA& fetch_a, const FetchB& 
       }
     }
   }
+#pragma unroll
   for (int j = 0; j < kTile / 16; ++j) {
-    wmma::store_matrix_sync(&tiles.product[16 * warp][16 * j], out[j], kLd, wmma::mem_row_major);
+    wmma::store_matrix_sync(&product.v[16 * warp][16 * j], out[j], kLd, wmma::mem_row_major);
   }
   __syncthreads();
   const int row0 = TileRow0(), col0 = TileCol0();
   for (int r = 0; r < kTm; ++r) {
-    for (int q = 0; q < kTn; ++q) acc[r][q] += tiles.product[row0 + r][col0 + q];
+    for (int q = 0; q < kTn; ++q) acc[r][q] += product.v[row0 + r][col0 + q];
   }
   __syncthreads();  // the product is read before the next call rewrites it
 }
 
-template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
-__device__ void BlockGemm(bool tensor_cores, int depth, const FetchA& fetch_a,
-                          const FetchB& fetch_b, GemmTiles& tiles, float (&acc)[kTm][kTn]) {
-  if (tensor_cores) {
+// Each kernel is instantiated for both: kTensorCores picks the products.
+template <bool kTensorCores, bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
+__device__ void BlockGemm(int depth, const FetchA& fetch_a, const FetchB& fetch_b, GemmTiles& tiles,
+                          float (&acc)[kTm][kTn]) {
+  if constexpr (kTensorCores) {
     BlockGemmTf32x3<kAKFastest, kBKFastest>(depth, fetch_a, fetch_b, tiles, acc);
   } else {
     BlockGemmFp32<kAKFastest, kBKFastest>(depth, fetch_a, fetch_b, tiles, acc);
@@ -285,6 +295,7 @@ __device__ void BlockGemm(bool tensor_cores, int depth, const FetchA& fetch_a,
 }
 
 // G[i][j] = C_i . B_j for the tokens i, j of one chunk (zero past its end).
+template <bool kTensorCores>
 __device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, GemmTiles& tiles) {
   const int64_t t0 = w.start + chunk * kChunk;
   const int n = ChunkTokens(w, t0), N = args.d_state;
@@ -292,9 +303,8 @@ __device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, 
   const float* c_rows = args.c + t0 * ldc;
   const float* b_rows = args.b + t0 * ldb;
   float acc[kTm][kTn] = {};
-  BlockGemm<true, true>(
-      args.tensor_cores, N,
-      [&](int k, int i) { return i < n && k < N ? c_rows[i * ldc + k] : 0.0f; },
+  BlockGemm<kTensorCores, true, true>(
+      N, [&](int k, int i) { return i < n && k < N ? c_rows[i * ldc + k] : 0.0f; },
       [&](int k, int j) { return j < n && k < N ? b_rows[j * ldb + k] : 0.0f; }, tiles, acc);
   float* gram = w.gram + chunk * kChunk * kChunk;
   const int row0 = TileRow0(), col0 = TileCol0();
@@ -308,6 +318,7 @@ __device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, 
 // decay. Per chunk: S <- exp(cum_last) S + sum_j w_j B_j x_j^T (as S^T) with
 // w_j = exp(cum_last - cum_j) dt_j. `index` enumerates segment x head x
 // N tiles x P tiles.
+template <bool kTensorCores>
 __device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t index,
                              GemmTiles& tiles) {
   __shared__ float dts[kChunk], cum[kChunk], weight[kChunk];
@@ -344,8 +355,8 @@ __device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t inde
     }
     const float* b_rows = args.b + t0 * ldb;
     const float* x_rows = args.x + t0 * ldx + static_cast<int64_t>(h) * P;
-    BlockGemm<false, false>(
-        args.tensor_cores, kChunk,
+    BlockGemm<kTensorCores, false, false>(
+        kChunk,
         [&](int j, int m) {
           const int row = n0 + m;
           return j < n && row < N ? b_rows[j * ldb + row] : 0.0f;
@@ -371,13 +382,14 @@ __device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t inde
 // The window's chunk Gram matrices (when w.gram is set, i.e. with outputs;
 // one block per chunk, first) and segment states (the other blocks), in one
 // launch so that the few Gram blocks run beside the many state blocks.
+template <bool kTensorCores>
 __global__ void __launch_bounds__(kGemmThreads, 4) ChunkStateKernel(ScanArgs args, Window w) {
   __shared__ GemmTiles tiles;
   const int64_t gram_blocks = w.gram != nullptr ? WindowChunks(w) : 0;
   if (blockIdx.x < gram_blocks) {
-    ChunkGram(args, w, blockIdx.x, tiles);
+    ChunkGram<kTensorCores>(args, w, blockIdx.x, tiles);
   } else {
-    SegmentState(args, w, blockIdx.x - gram_blocks, tiles);
+    SegmentState<kTensorCores>(args, w, blockIdx.x - gram_blocks, tiles);
   }
 }
 
@@ -433,6 +445,7 @@ __global__ void PassStatesKernel(int heads, int head_dim, int d_state, Window w,
 // kChunk + N: A = [M | diag(exp(cum)) C] with M[i][j] = G[i][j]
 // exp(cum_i - cum_j) dt_j for j <= i, against B = [X ; S_in^T]; then + D x.
 // Grid: chunk x head x P tiles.
+template <bool kTensorCores>
 __global__ void __launch_bounds__(kGemmThreads, 4) ChunkOutputKernel(ScanArgs args, Window w) {
   __shared__ GemmTiles tiles;
   __shared__ float dts[kChunk], cum[kChunk], growth[kChunk];
@@ -457,8 +470,8 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkOutputKernel(ScanArgs ar
   const float* x_rows = args.x + t0 * ldx + static_cast<int64_t>(h) * P;
   const float* carry = w.states + (chunk * H + h) * static_cast<int64_t>(N) * P;  // S_in^T [N][P]
   float acc[kTm][kTn] = {};
-  BlockGemm<true, false>(
-      args.tensor_cores, kChunk + N,
+  BlockGemm<kTensorCores, true, false>(
+      kChunk + N,
       [&](int k, int i) {
         if (i >= n) return 0.0f;
         if (k < kChunk)
@@ -534,7 +547,8 @@ absl::Status LaunchChunkStates(cudaStream_t s, const ScanArgs& args, const Windo
   LACT_ASSIGN_OR_RETURN(const unsigned blocks,
                         GridSize(gram_blocks + w.segments * args.heads * TilesOf(args.d_state) *
                                                    TilesOf(args.head_dim)));
-  ChunkStateKernel<<<blocks, kGemmThreads, 0, s>>>(args, w);
+  auto* const kernel = args.tensor_cores ? ChunkStateKernel<true> : ChunkStateKernel<false>;
+  kernel<<<blocks, kGemmThreads, 0, s>>>(args, w);
   return LaunchStatus("SsdScan chunk states");
 }
 
@@ -592,7 +606,8 @@ absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& a
     LACT_RETURN_IF_ERROR(LaunchChunkStates(s, args, w, count));
     LACT_RETURN_IF_ERROR(LaunchPassStates(s, args, w, /*write_carry=*/true, state, log_decay));
     LACT_ASSIGN_OR_RETURN(const unsigned out_blocks, GridSize(count * args.heads * ptiles));
-    ChunkOutputKernel<<<out_blocks, kGemmThreads, 0, s>>>(args, w);
+    auto* const kernel = args.tensor_cores ? ChunkOutputKernel<true> : ChunkOutputKernel<false>;
+    kernel<<<out_blocks, kGemmThreads, 0, s>>>(args, w);
     LACT_RETURN_IF_ERROR(LaunchStatus("SsdScan chunk outputs"));
   }
   return absl::OkStatus();
