@@ -35,8 +35,10 @@ constexpr float kSentinel = -12345.0f;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // max|got - want| / max|want| over a [rows, cols] block (absolute when want
-// is all zeros); infinity when got has a non-finite value.
-double RelError(int64_t rows, int64_t cols, const float* got, int64_t ldg, const float* want,
+// is all zeros); infinity when got has a non-finite value. `want` is float,
+// or float64 for an exact oracle.
+template <typename Want>
+double RelError(int64_t rows, int64_t cols, const float* got, int64_t ldg, const Want* want,
                 int64_t ldw) {
   double diff = 0, scale = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -213,21 +215,6 @@ ExactResult RecurrenceF64(const Inputs& in) {
   }
   for (std::thread& t : heads) t.join();
   return r;
-}
-
-// max|got - want| / max|want| of float results against float64 ones.
-double RelErrorF64(int64_t rows, int64_t cols, const float* got, int64_t ldg, const double* want,
-                   int64_t ldw) {
-  double diff = 0, scale = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t k = 0; k < cols; ++k) {
-      const double g = got[r * ldg + k], w = want[r * ldw + k];
-      if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
-      diff = std::max(diff, std::abs(g - w));
-      scale = std::max(scale, std::abs(w));
-    }
-  }
-  return scale > 0 ? diff / scale : diff;
 }
 
 // got within kTolerance of want: y's [T, H*P] (its padding columns still the
@@ -455,18 +442,17 @@ TEST_F(SsdTest, LongSequenceMatchesRecurrence) {
   for (int h = 0; h < s.heads; ++h) {
     const int64_t col = int64_t{h} * s.head_dim;
     const double* exact_state = exact.state.data() + h * per_head;
-    const double ssd_y = RelErrorF64(s.tokens, s.head_dim, ssd->y.data() + col, in.ldy,
-                                     exact.y.data() + col, in.ldy);
+    const double ssd_y =
+        RelError(s.tokens, s.head_dim, ssd->y.data() + col, in.ldy, exact.y.data() + col, in.ldy);
     const double ssd_state =
-        RelErrorF64(1, per_head, ssd->state.data() + h * per_head, 0, exact_state, 0);
-    std::printf("head %d: SSD y %.2e state %.2e; fp32 recurrence y %.2e state %.2e\n", h, ssd_y,
-                ssd_state,
-                RelErrorF64(s.tokens, s.head_dim, fp32_y.data() + col, in.ldy, exact.y.data() + col,
-                            in.ldy),
-                RelErrorF64(1, per_head, fp32_state.data() + h * per_head, 0, exact_state, 0));
+        RelError(1, per_head, ssd->state.data() + h * per_head, 0, exact_state, 0);
+    std::printf(
+        "head %d: SSD y %.2e state %.2e; fp32 recurrence y %.2e state %.2e\n", h, ssd_y, ssd_state,
+        RelError(s.tokens, s.head_dim, fp32_y.data() + col, in.ldy, exact.y.data() + col, in.ldy),
+        RelError(1, per_head, fp32_state.data() + h * per_head, 0, exact_state, 0));
     EXPECT_LE(ssd_y, kTolerance) << "y, head " << h;
     EXPECT_LE(ssd_state, kTolerance) << "state, head " << h;
-    EXPECT_LE(RelErrorF64(1, per_head, summary->state.data() + h * per_head, 0, exact_state, 0),
+    EXPECT_LE(RelError(1, per_head, summary->state.data() + h * per_head, 0, exact_state, 0),
               kTolerance)
         << "state-only state, head " << h;
     double log_decay = in.log_decay[h];

@@ -169,17 +169,12 @@ __device__ inline void StoreTile(const float (&v)[kPerThread],
   }
 }
 
-// acc[r][q] += sum_{k < depth} A[row0 + r][k] B[k][col0 + q] over the block's
-// kTile x kTile output, where fetch_a(k, m) = A[m][k] and fetch_b(k, n) =
-// B[k][n], zero outside the operands (including k >= depth, up to the next
-// multiple of kDepth). The next step's operands are fetched into registers
-// while the current step computes. Every thread of the block must call it;
-// shared memory that the fetches read must be written, and a __syncthreads
-// passed, before the call.
-template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
-__device__ void BlockGemmFp32(int depth, const FetchA& fetch_a, const FetchB& fetch_b,
-                              GemmTiles& tiles, float (&acc)[kTm][kTn]) {
-  const int row0 = TileRow0(), col0 = TileCol0();
+// The reduction steps of a block GEMM over `depth`: each stores a step's
+// kDepth-deep operand tiles in shared memory and runs `step` on them, while
+// the next step's operands are fetched into registers.
+template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB, class Step>
+__device__ void ForEachStep(int depth, const FetchA& fetch_a, const FetchB& fetch_b,
+                            GemmTiles& tiles, const Step& step) {
   float next_a[kPerThread], next_b[kPerThread];
   FetchTile<kAKFastest>(0, fetch_a, next_a);
   FetchTile<kBKFastest>(0, fetch_b, next_b);
@@ -192,6 +187,22 @@ __device__ void BlockGemmFp32(int depth, const FetchA& fetch_a, const FetchB& fe
       FetchTile<kAKFastest>(k0 + kDepth, fetch_a, next_a);
       FetchTile<kBKFastest>(k0 + kDepth, fetch_b, next_b);
     }
+    step();
+  }
+}
+
+// acc[r][q] += sum_{k < depth} A[row0 + r][k] B[k][col0 + q] over the block's
+// kTile x kTile output, where fetch_a(k, m) = A[m][k] and fetch_b(k, n) =
+// B[k][n], zero outside the operands (including k >= depth, up to the next
+// multiple of kDepth). The next step's operands are fetched into registers
+// while the current step computes. Every thread of the block must call it;
+// shared memory that the fetches read must be written, and a __syncthreads
+// passed, before the call.
+template <bool kAKFastest, bool kBKFastest, class FetchA, class FetchB>
+__device__ void BlockGemmFp32(int depth, const FetchA& fetch_a, const FetchB& fetch_b,
+                              GemmTiles& tiles, float (&acc)[kTm][kTn]) {
+  const int row0 = TileRow0(), col0 = TileCol0();
+  ForEachStep<kAKFastest, kBKFastest>(depth, fetch_a, fetch_b, tiles, [&] {
 #pragma unroll
     for (int kk = 0; kk < kDepth; ++kk) {
       const float4 a0 = *reinterpret_cast<const float4*>(&tiles.a[kk][row0]);
@@ -205,7 +216,7 @@ __device__ void BlockGemmFp32(int depth, const FetchA& fetch_a, const FetchB& fe
         for (int q = 0; q < kTn; ++q) acc[r][q] = fmaf(a[r], b[q], acc[r][q]);
       }
     }
-  }
+  });
 }
 
 namespace wmma = nvcuda::wmma;
@@ -243,18 +254,7 @@ __device__ void BlockGemmTf32x3(int depth, const FetchA& fetch_a, const FetchB& 
   TileC out[kTile / 16];
 #pragma unroll
   for (int j = 0; j < kTile / 16; ++j) wmma::fill_fragment(out[j], 0.0f);
-  float next_a[kPerThread], next_b[kPerThread];
-  FetchTile<kAKFastest>(0, fetch_a, next_a);
-  FetchTile<kBKFastest>(0, fetch_b, next_b);
-  for (int k0 = 0; k0 < depth; k0 += kDepth) {
-    __syncthreads();  // every warp is done with the previous step's tiles
-    StoreTile<kAKFastest>(next_a, tiles.a);
-    StoreTile<kBKFastest>(next_b, tiles.b);
-    __syncthreads();
-    if (k0 + kDepth < depth) {
-      FetchTile<kAKFastest>(k0 + kDepth, fetch_a, next_a);
-      FetchTile<kBKFastest>(k0 + kDepth, fetch_b, next_b);
-    }
+  ForEachStep<kAKFastest, kBKFastest>(depth, fetch_a, fetch_b, tiles, [&] {
 #pragma unroll
     for (int kk = 0; kk < kDepth; kk += 8) {
       TileA a_head, a_tail;
@@ -270,7 +270,7 @@ __device__ void BlockGemmTf32x3(int depth, const FetchA& fetch_a, const FetchB& 
         wmma::mma_sync(out[j], a_head, b_head, out[j]);
       }
     }
-  }
+  });
 #pragma unroll
   for (int j = 0; j < kTile / 16; ++j) {
     wmma::store_matrix_sync(&product.v[16 * warp][16 * j], out[j], kLd, wmma::mem_row_major);
