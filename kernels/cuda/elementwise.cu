@@ -31,7 +31,8 @@ __global__ void SoftplusBiasKernel(const float* in, int64_t ldi, int64_t rows, i
 }
 
 __global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t heads, int64_t tokens,
-                                  int64_t hidden, const float* lr, int64_t ldlr) {
+                                  int64_t hidden, const float* lr, int64_t ldlr,
+                                  __nv_bfloat16* rounded) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= heads * tokens * hidden) return;
   const int64_t head = i / (tokens * hidden), t = (i / hidden) % tokens;
@@ -41,6 +42,12 @@ __global__ void GradFactorsKernel(float* g, float* u, float* dh, int64_t heads, 
   g[i] = rates[0] * dhv * uv * sg * (1.0f + gv * (1.0f - sg));
   u[i] = rates[1] * silu * uv;
   dh[i] = rates[2] * dhv * silu;
+  if (rounded != nullptr) {
+    const int64_t n = heads * tokens * hidden;
+    rounded[i] = __float2bfloat16_rn(g[i]);
+    rounded[n + i] = __float2bfloat16_rn(u[i]);
+    rounded[2 * n + i] = __float2bfloat16_rn(dh[i]);
+  }
 }
 
 __global__ void RoundToBf16Kernel(const float* in, int64_t n, __nv_bfloat16* out) {
@@ -90,10 +97,12 @@ absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t 
 }
 
 absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads,
-                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr) {
+                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr,
+                             __nv_bfloat16* rounded) {
   const int64_t n = heads * tokens * hidden;
   if (n == 0) return absl::OkStatus();
-  GradFactorsKernel<<<Blocks(n), kThreads, 0, s>>>(g, u, dh, heads, tokens, hidden, lr, ldlr);
+  GradFactorsKernel<<<Blocks(n), kThreads, 0, s>>>(g, u, dh, heads, tokens, hidden, lr, ldlr,
+                                                   rounded);
   return LaunchStatus("LactGradFactors");
 }
 

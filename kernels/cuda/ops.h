@@ -59,9 +59,11 @@ absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_
 // LaCT gradient factors in place for `heads` heads (kernels/cpu/lact_ops.cc):
 // g <- lr0 * dG, u <- lr1 * Hd, dh <- lr2 * dU, where g, u, dh are
 // [heads, tokens, hidden] and head h's three rates are columns 3h..3h+2 of
-// lr (row stride ldlr).
+// lr (row stride ldlr). When `rounded` is not null it gets the three
+// results' bf16 roundings, g | u | dh, for the GEMMs that read them.
 absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads,
-                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr);
+                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr,
+                             __nv_bfloat16* rounded = nullptr);
 // w += dw, then each row rescaled to the norm of the same row of w_init.
 absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init,
                               int64_t rows, int64_t cols);

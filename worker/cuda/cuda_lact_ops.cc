@@ -88,16 +88,23 @@ absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int6
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, false, n, hidden, dh, 1.0f, v_in, 2 * D,
                                                 dh, w1, hidden, mat, 0.0f, hidden_grad, hidden,
                                                 per_head, ht));
+  // The factors' bf16 roundings come with them, one [H_t, n, d_h] after another.
+  __nv_bfloat16* const factors16 = Bf16(factors16_);
+  const int64_t factor = ht * per_head;
   LACT_RETURN_IF_ERROR(
-      cuda::LactGradFactors(stream(), g, u, hidden_grad, ht, n, hidden, lr, 3 * ht));
+      cuda::LactGradFactors(stream(), g, u, hidden_grad, ht, n, hidden, lr, 3 * ht, factors16));
+  const auto rounded = [&](const float* values, int k) -> cuda::GemmInput {
+    return {values, factors16 != nullptr ? factors16 + k * factor : nullptr};
+  };
   // dw1 += V^T (LR1 Hd), dw0 += (LR0 dG)^T K, dw2 += (LR2 dU)^T K.
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v_in, 2 * D,
-                                                dh, u, hidden, per_head, 1.0f, d1, hidden, mat,
-                                                ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, g, hidden,
-                                                per_head, k_in, 2 * D, dh, 1.0f, d0, dh, mat, ht));
-  return cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, hidden_grad, hidden,
-                                  per_head, k_in, 2 * D, dh, 1.0f, d2, dh, mat, ht);
+                                                dh, rounded(u, 1), hidden, per_head, 1.0f, d1,
+                                                hidden, mat, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f,
+                                                rounded(g, 0), hidden, per_head, k_in, 2 * D, dh,
+                                                1.0f, d0, dh, mat, ht));
+  return cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, rounded(hidden_grad, 2),
+                                  hidden, per_head, k_in, 2 * D, dh, 1.0f, d2, dh, mat, ht);
 }
 
 absl::Status CudaOps::StartGradAllReduce() {

@@ -46,7 +46,8 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
     for (auto [buffer, values] :
          {std::pair{&o.h16_, L * D}, std::pair{&o.y16_, T * di}, std::pair{&o.gate16_, T * F},
           std::pair{&o.kv16_, T * 2 * D}, std::pair{&o.q16_, T * D},
-          std::pair{&o.g16_, ht * T * hidden}, std::pair{&o.o16_, T * D}}) {
+          std::pair{&o.g16_, ht * T * hidden}, std::pair{&o.o16_, T * D},
+          std::pair{&o.factors16_, 3 * ht * T * hidden}}) {
       LACT_ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(static_cast<size_t>((values + 1) / 2)));
     }
   }

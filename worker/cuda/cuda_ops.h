@@ -93,8 +93,9 @@ class CudaOps final : public BackendOps {
   cuda::DeviceBuffer x_, h_, acc_;  // [L, D]
   // bf16 roundings of GEMM inputs, made by the kernels that write them
   // (bf16 precision only): h, the gated-norm output y, the MLP's gate, and
-  // LaCT's K|V, Q, the applied fast weights' gate and their normed output.
-  cuda::DeviceBuffer h16_, y16_, gate16_, kv16_, q16_, g16_, o16_;
+  // LaCT's K|V, Q, the gradient factors, the applied fast weights' gate and
+  // their normed output.
+  cuda::DeviceBuffer h16_, y16_, gate16_, kv16_, q16_, factors16_, g16_, o16_;
   cuda::DeviceBuffer proj_, xbc_, dt_, y_;                    // BiMamba tiles
   cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;  // the scan state
   cuda::SsdWorkspace ssd_;
