@@ -1,11 +1,12 @@
 // C++ client of the lact Coordinator service and of the workers' ShardData
 // service. Every call carries a deadline: the timeout given, or the
-// default for its kind below; errors come back as statuses with the server's message. Submit sends
-// the JobSpec to the coordinator, then moves the job's bytes straight to and from the workers it
-// names, one Transfer stream per shard, in parallel, while the coordinator's stream brings progress
-// and the job's end; by reference (context_ref, output_ref) the workers read and write the files
-// themselves. Uses gRPC's default channel limits: every message it sends
-// or receives stays under 4 MiB. A LactClient may be used from several
+// default for its kind below; errors come back as statuses with the
+// server's message. Submit sends the JobSpec to the coordinator, then
+// moves the job's bytes straight to and from the workers it names, one
+// Transfer stream per shard, in parallel, while the coordinator's stream
+// brings progress and the job's end; by reference (context_ref,
+// output_ref) the workers read and write the files themselves. Uses gRPC's default channel limits:
+// every message it sends or receives stays under 4 MiB. A LactClient may be used from several
 // threads. Submit's Transfer streams run on a thread each; Query runs on
 // gRPC's callback API.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
