@@ -102,12 +102,15 @@ class CallState {
     absl::MutexLock lock(&mu_);
     return ended_;
   }
-  // Whether the call ends within `wait`. gRPC may fail a read before it
-  // reports the call's end, so a flow whose reads stopped short asks this
-  // to tell a peer that went away from one that closed its side early.
-  bool EndsWithin(absl::Duration wait) const ABSL_LOCKS_EXCLUDED(mu_) {
+  // After the peer's messages stopped (a Read returned false): whether the
+  // call ended, as opposed to the peer closing its side. gRPC may fail the
+  // read before it reports the call's end, so when the messages stopped
+  // short of what the flow expected (`short_of_expected`) this waits up to
+  // 250 ms for that report.
+  bool EndedAfterReads(bool short_of_expected) const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithTimeout(absl::Condition(&ended_), wait);
+    if (ended_ || !short_of_expected) return ended_;
+    return mu_.AwaitWithTimeout(absl::Condition(&ended_), absl::Milliseconds(250));
   }
 
   // While the watch lives, `on_end` runs once when the call ends (at once,

@@ -60,7 +60,9 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   // writes fail, and the EndWatch runs.
   void Cancel() { context_->TryCancel(); }
   bool ended() const { return state_.ended(); }
-  bool EndsWithin(absl::Duration wait) const { return state_.EndsWithin(wait); }
+  bool EndedAfterReads(bool short_of_expected) const {
+    return state_.EndedAfterReads(short_of_expected);
+  }
   std::chrono::system_clock::time_point deadline() const { return context_->deadline(); }
 
  private:

@@ -18,8 +18,6 @@ namespace {
 
 // How long a client's stream waits for its shard's RunShard to arrive.
 constexpr std::chrono::seconds kRegistrationWait(10);
-// How long a stream whose reads stopped short waits to hear that it ended.
-constexpr absl::Duration kEndReportWait = absl::Milliseconds(250);
 
 using TransferCall = StreamCall<TransferRequestIn, BulkOut>;
 using FetchCall = WriteCall<BulkOut>;
@@ -75,10 +73,7 @@ grpc::Status Serve(ShardTransfer& transfer, TransferCall& call) {
     if (!s.ok()) return ToGrpcStatus(s);
     request = TransferRequestIn();  // drops the slices of the chunk just decoded
   }
-  // A short upload may be the client's going away, which gRPC reports
-  // after the failed read.
-  if (call.ended() ||
-      (!transfer.receiver().CheckComplete().ok() && call.EndsWithin(kEndReportWait))) {
+  if (call.EndedAfterReads(!transfer.receiver().CheckComplete().ok())) {
     absl::Status failure = transfer.failure();
     if (failure.ok()) {
       failure = absl::CancelledError("the client went away during the upload");

@@ -299,9 +299,7 @@ grpc::Status RunQueryFlow(const WorkerContext& w, const v1::WorkerQueryRequest& 
             : absl::InvalidArgumentError("after the header, RunQuery takes only chunks");
     if (!s.ok()) return ToGrpcStatus(s);
   }
-  // A short upload may be the coordinator's going away, which gRPC
-  // reports after the failed read.
-  if (call.ended() || (!receiver.CheckComplete().ok() && call.EndsWithin(absl::Milliseconds(250))))
+  if (call.EndedAfterReads(!receiver.CheckComplete().ok()))
     return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during the upload");
   if (absl::Status s = receiver.CheckComplete(); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::unique_ptr<ShardRunner>> runner = MakeShardRunner(

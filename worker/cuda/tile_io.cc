@@ -23,6 +23,11 @@ absl::StatusOr<std::unique_ptr<TileIo>> TileIo::Create(const cuda::CudaContext& 
   return io;
 }
 
+absl::StatusOr<int64_t> TileIo::WholeRows(int64_t width) const {
+  if (width > tile_floats_) return absl::InternalError("TileIo: a row is wider than a tile");
+  return TileRows(width);
+}
+
 int64_t TileIo::TileRows(int64_t width) const {
   return std::max<int64_t>(1, tile_floats_ / std::max<int64_t>(width, 1));
 }
@@ -32,10 +37,7 @@ int64_t TileIo::TileRows(int64_t width) const {
 absl::Status TileIo::Upload(
     const float* host, int64_t rows, int64_t width,
     const std::function<absl::Status(const float*, int64_t, int64_t)>& use) {
-  if (width > tile_floats_) {
-    return absl::InternalError("TileIo: a row is wider than a tile");
-  }
-  const int64_t tile_rows = TileRows(width);
+  LACT_ASSIGN_OR_RETURN(const int64_t tile_rows, WholeRows(width));
   for (int64_t first = 0, t = 0; first < rows; first += tile_rows, ++t) {
     const int k = static_cast<int>(t % 2);
     const int64_t n = std::min(tile_rows, rows - first);
@@ -58,10 +60,7 @@ absl::Status TileIo::Upload(
 absl::Status TileIo::Download(
     float* host, int64_t rows, int64_t width,
     const std::function<absl::StatusOr<const float*>(float*, int64_t, int64_t)>& produce) {
-  if (width > tile_floats_) {
-    return absl::InternalError("TileIo: a row is wider than a tile");
-  }
-  const int64_t tile_rows = TileRows(width);
+  LACT_ASSIGN_OR_RETURN(const int64_t tile_rows, WholeRows(width));
   // The tile whose DMA was queued last, still to be copied to the host.
   int64_t pending_first = 0, pending_rows = 0;
   int pending_k = 0;

@@ -50,6 +50,8 @@ class TileIo {
   TileIo(const cuda::CudaContext& ctx, int64_t tile_floats)
       : ctx_(ctx), tile_floats_(tile_floats) {}
   cudaStream_t compute() const { return ctx_.stream(); }
+  // TileRows, or INTERNAL when one row does not fit a tile.
+  absl::StatusOr<int64_t> WholeRows(int64_t width) const;
 
   const cuda::CudaContext& ctx_;
   const int64_t tile_floats_;
