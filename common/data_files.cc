@@ -264,12 +264,14 @@ absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std
                                                    " tokens of width ", layout.width,
                                                    "; need >= 1 of each"));
   }
-  const uint64_t need = layout.data_offset +
-                        static_cast<uint64_t>(layout.rows * layout.width) * WireBytes(layout.dtype);
-  if (size < need) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' is ", size, " bytes, too short for its header's ", layout.rows,
-                     " x ", layout.width, " tokens (", need, " bytes); truncated?"));
+  const int64_t elements =
+      CheckedNumElements({layout.rows, layout.width}, static_cast<int64_t>(size / 2));
+  const uint64_t need =
+      layout.data_offset + static_cast<uint64_t>(elements) * WireBytes(layout.dtype);
+  if (elements < 0 || size < need) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' is ", size, " bytes, too short for its header's ", layout.rows, " x ",
+        layout.width, " tokens of ", WireBytes(layout.dtype), " bytes; truncated?"));
   }
   return layout;
 }

@@ -96,7 +96,12 @@ absl::StatusOr<NpyLayout> ParseNpyLayout(const std::string& path, const uint8_t*
       NpyHeader h,
       ParseHeader(path, std::string(reinterpret_cast<const char*>(p + start), header_len)));
   if (h.fortran_order) return bad("Fortran-order arrays are not supported; save with C order");
-  return NpyLayout{h.descr, h.shape, start + header_len};
+  constexpr int64_t kMaxElements = int64_t{1} << 60;
+  const int64_t elements = CheckedNumElements(h.shape, kMaxElements);
+  if (elements < 0) {
+    return bad(absl::StrCat("shape ", ShapeString(h.shape), " has more than 2^60 elements"));
+  }
+  return NpyLayout{h.descr, h.shape, elements, start + header_len};
 }
 
 std::string NpyF32Header(const std::vector<int64_t>& shape) {
@@ -130,12 +135,13 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
     return bad(
         absl::StrCat("dtype '", h.descr,
                      "' is not supported (allowed: little-endian float32 <f4, float16 <f2)"));
-  Tensor t(h.shape);
-  const size_t payload = file.size() - h.data_offset;
-  if (payload != static_cast<size_t>(t.size()) * elem) {
+  const uint64_t payload = file.size() - h.data_offset,
+                 need = static_cast<uint64_t>(h.elements) * elem;
+  if (payload != need) {
     return bad(absl::StrCat("payload is ", payload, " bytes but shape ", ShapeString(h.shape),
-                            " needs ", t.size() * elem, " (truncated?)"));
+                            " needs ", need, payload < need ? " (truncated?)" : ""));
   }
+  Tensor t(h.shape);
   const uint8_t* src = p + h.data_offset;
   if (elem == 4) {
     std::memcpy(t.ptr(), src, payload);

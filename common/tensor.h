@@ -32,6 +32,11 @@ struct BasicTensor {
 using Tensor = BasicTensor<float>;
 using TensorD = BasicTensor<double>;
 
+// The element count of `shape`, or -1 when a dimension is negative or the
+// count exceeds `limit`; never overflows, so it can check a shape read from
+// an untrusted file before anything is allocated for it.
+int64_t CheckedNumElements(const std::vector<int64_t>& shape, int64_t limit);
+
 // "[3, 4]" for error messages.
 std::string ShapeString(const std::vector<int64_t>& shape);
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
@@ -239,6 +240,15 @@ TEST(NpyErrors, MalformedFiles) {
        "header lacks descr, fortran_order or shape"},
       {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (x,), }", payload),
        "is not a tuple"},
+      // Crafted shapes in a small file: refused before anything is allocated
+      // (these once overflowed the element count, or threw bad_alloc).
+      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (72057594037927936, 256), }",
+                payload),
+       "shape [72057594037927936, 256] has more than 2^60 elements"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 256), }", payload),
+       "payload is 8 bytes but shape [4294967296, 256] needs 4398046511104 (truncated?)"},
+      {NpyBytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), }", payload),
+       "payload is 8 bytes but shape [1, 1] needs 4"},
   };
   for (const Case& c : cases) {
     WriteBytes(path, c.bytes);
@@ -247,6 +257,18 @@ TEST(NpyErrors, MalformedFiles) {
     EXPECT_THAT(ErrorOf(t), HasSubstr(c.message));
   }
   std::remove(path.c_str());
+}
+
+TEST(Npy, ElementCountsNeverOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(CheckedNumElements({3, 4}, 12), 12);
+  EXPECT_EQ(CheckedNumElements({3, 4}, 11), -1);
+  EXPECT_EQ(CheckedNumElements({}, 1), 1);
+  EXPECT_EQ(CheckedNumElements({int64_t{1} << 62, 0}, 5), 0);
+  EXPECT_EQ(CheckedNumElements({2, -1}, kMax), -1);
+  EXPECT_EQ(CheckedNumElements({int64_t{1} << 31, int64_t{1} << 31}, kMax), int64_t{1} << 62);
+  EXPECT_EQ(CheckedNumElements({int64_t{1} << 32, int64_t{1} << 31}, kMax), -1) << "2^63";
+  EXPECT_EQ(CheckedNumElements({int64_t{1} << 62, 4, 0}, kMax), 0);
 }
 
 TEST(Npy, RoundTripAndFloat16) {

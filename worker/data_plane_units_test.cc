@@ -161,6 +161,18 @@ TEST_F(DataRoot, BadTokenFilesAreRefusedWithAMessage) {
   WriteBytes(root_ + "/short.npy", good.substr(0, good.size() - 5));
   WriteBytes(root_ + "/header_only.npy", good.substr(0, 20));
   WriteBytes(root_ + "/garbage.bin", "hello world");
+  // The good file with another shape in its header, the header's length
+  // kept (its padding shortened).
+  const auto with_shape = [&](const std::string& shape) {
+    std::string bytes = good;
+    bytes.replace(bytes.find("(8,4)"), 5, shape);
+    bytes.erase(bytes.find(" \n") - (shape.size() - 5), shape.size() - 5);
+    return bytes;
+  };
+  // (2^32, 256): rows x width x 4 bytes once overflowed; (2^62, 2^62)
+  // wraps the byte count to 0.
+  WriteBytes(root_ + "/huge.npy", with_shape("(4294967296, 256)"));
+  WriteBytes(root_ + "/overflow.npy", with_shape("(4611686018427387904, 4611686018427387904)"));
   ASSERT_TRUE(WriteNpy(root_ + "/three_d.npy", Tensor({2, 2, 2})).ok());
   std::string f64 = good;
   f64.replace(f64.find("'<f4'"), 5, "'<f8'");
@@ -173,6 +185,8 @@ TEST_F(DataRoot, BadTokenFilesAreRefusedWithAMessage) {
     std::string file, message;
   } cases[] = {
       {"short.npy", "too short for its header's 8 x 4 tokens"},
+      {"huge.npy", "too short for its header's 4294967296 x 256 tokens of 4 bytes"},
+      {"overflow.npy", "has more than 2^60 elements"},
       {"header_only.npy", "truncated header"},
       {"garbage.bin", "neither an .npy file"},
       {"three_d.npy", "is not [tokens, width]"},
