@@ -144,7 +144,7 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   Tensor t(h.shape);
   const uint8_t* src = p + h.data_offset;
   if (elem == 4) {
-    std::memcpy(t.ptr(), src, payload);
+    if (payload > 0) std::memcpy(t.ptr(), src, payload);
   } else {
     for (int64_t i = 0; i < t.size(); ++i) {
       uint16_t v;

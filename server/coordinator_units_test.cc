@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -54,6 +55,19 @@ TEST(PlanJob, DefaultsToEveryHoldingWorkerAndHonoursExplicitShards) {
   small.max_context_tokens = 4;
   EXPECT_THAT(std::string(PlanJob(spec, registry, small).status().message()),
               HasSubstr("context_tokens 5 is out of range (allowed: 1..4)"));
+}
+
+TEST(CheckQuerySets, HugeCountsDoNotOverflowTheirSum) {
+  // Found by tools/fuzz/job_spec_fuzz: the running sum once wrapped negative
+  // and let these through.
+  google::protobuf::RepeatedField<int64_t> tokens;
+  tokens.Add(2068);
+  tokens.Add(std::numeric_limits<int64_t>::max() - 127);
+  const absl::Status status = CheckQuerySets(tokens, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("query sets hold more than 4194304 tokens"));
+  tokens.Set(1, AdmissionLimits().max_query_tokens - 2068);
+  EXPECT_TRUE(CheckQuerySets(tokens, {}).ok()) << "exactly the limit";
 }
 
 TEST(WorkerRegistry, MissedHeartbeatsMakeAWorkerUnhealthy) {

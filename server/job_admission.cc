@@ -35,11 +35,11 @@ absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& toke
   for (int k = 0; k < tokens.size(); ++k) {
     if (tokens[k] < 1)
       return Invalid(absl::StrCat("query set ", k, " has ", tokens[k], " tokens; need >= 1"));
-    sum += tokens[k];
-    if (sum > limits.max_query_tokens) {
+    if (tokens[k] > limits.max_query_tokens - sum) {
       return Invalid(
           absl::StrCat("query sets hold more than ", limits.max_query_tokens, " tokens in all"));
     }
+    sum += tokens[k];
   }
   return absl::OkStatus();
 }
