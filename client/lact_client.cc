@@ -12,6 +12,7 @@
 #include "common/model.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
+#include "proto/auth.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
 
@@ -113,9 +114,9 @@ v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t wi
   return spec;
 }
 
-LactClient::LactClient(const std::string& address)
-    : stub_(v1::Coordinator::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+LactClient::LactClient(const std::string& address, const std::string& token)
+    : stub_(v1::Coordinator::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials(),
+                                                 grpc::ChannelArguments(), token))) {}
 
 absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
                                              const std::vector<Tensor>& queries,

@@ -72,7 +72,9 @@ class LactClient {
  public:
   using ProgressFn = std::function<void(const v1::Progress&)>;
 
-  explicit LactClient(const std::string& address);
+  // `token`: the bearer token of a cluster that requires one (its
+  // coordinator's --auth-tokens); "" for an open cluster.
+  explicit LactClient(const std::string& address, const std::string& token = "");
 
   // `progress` and `on_accepted` are called from Submit's threads, one at a
   // time; `on_accepted` gets the job's id as soon as the job is admitted.

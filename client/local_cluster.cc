@@ -8,13 +8,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/lact_client.h"
 #include "common/status_macros.h"
+#include "proto/auth.h"
 
 extern char** environ;
 
@@ -42,6 +45,24 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, int stdout_fd)
   return pid;
 }
 
+// `secret` in a new file only this user can read; returns its path.
+absl::StatusOr<std::string> WriteSecretFile(const std::string& secret) {
+  std::string path = (std::filesystem::temp_directory_path() / "lact-secret-XXXXXX").string();
+  const int fd = mkstemp(path.data());  // mode 0600
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create a secret file in ", path, ": ", std::strerror(errno)));
+  }
+  const std::string text = secret + "\n";
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!written) {
+    unlink(path.c_str());
+    return absl::InternalError(absl::StrCat("cannot write the secret file ", path));
+  }
+  return path;
+}
+
 void Stop(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGTERM);
@@ -67,10 +88,15 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     }
   }
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
+  LACT_ASSIGN_OR_RETURN(cluster->secret_file_, WriteSecretFile(RandomHex(32)));
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
-  std::vector<std::string> args = {bin + "/lact-coordinator", "--port",
-                                   std::to_string(options.port)};
+  // Control on a port of its own, both guarded by a secret made for this
+  // cluster: no other local user can register a worker or run its shards.
+  std::vector<std::string> args = {
+      bin + "/lact-coordinator", "--port", std::to_string(options.port),
+      "--control-port",          "0",      "--cluster-secret-file",
+      cluster->secret_file_};
   if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
   absl::StatusOr<pid_t> coordinator = Spawn(args, pipe_fds[1]);
@@ -81,24 +107,31 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   cluster->coordinator_ = *coordinator;
   FILE* out = fdopen(pipe_fds[0], "r");
+  std::string& control_address = cluster->control_address_;
   char line[256] = {0};
-  const bool got_line = fgets(line, sizeof(line), out) != nullptr;
+  while ((cluster->address_.empty() || control_address.empty()) &&
+         fgets(line, sizeof(line), out) != nullptr) {
+    const std::string text(line);
+    for (const auto& [marker, address] :
+         {std::pair<std::string, std::string*>{"listening on ", &cluster->address_},
+          {"control on ", &control_address}}) {
+      if (text.find(marker) == std::string::npos) continue;
+      *address = text.substr(text.find(marker) + marker.size());
+      while (!address->empty() && isspace(address->back())) address->pop_back();
+    }
+  }
   fclose(out);
-  const std::string text(line);
-  const std::string marker = "listening on ";
-  if (!got_line || text.find(marker) == std::string::npos) {
+  if (cluster->address_.empty() || control_address.empty()) {
     return absl::UnavailableError("lact-coordinator did not start (see its error above)");
   }
-  cluster->address_ = text.substr(text.find(marker) + marker.size());
-  while (!cluster->address_.empty() && isspace(cluster->address_.back()))
-    cluster->address_.pop_back();
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
                                                      : std::max(1, cores / options.workers);
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> w = {bin + "/lact-worker", "--coordinator", cluster->address_,
-                                  "--threads", std::to_string(threads)};
+    std::vector<std::string> w = {bin + "/lact-worker",    "--coordinator",       control_address,
+                                  "--cluster-secret-file", cluster->secret_file_, "--threads",
+                                  std::to_string(threads)};
     if (!options.model_dir.empty()) {
       w.push_back("--model-dir");
       w.push_back(options.model_dir);
@@ -112,12 +145,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     LACT_ASSIGN_OR_RETURN(pid_t pid, Spawn(w, -1));
     cluster->workers_.push_back(pid);
   }
-  LACT_RETURN_IF_ERROR(cluster->WaitForWorkers(options.workers));
+  LACT_RETURN_IF_ERROR(cluster->WaitForWorkers(options.workers, options.token));
   return cluster;
 }
 
-absl::Status LocalCluster::WaitForWorkers(int count) {
-  LactClient client(address_);
+absl::Status LocalCluster::WaitForWorkers(int count, const std::string& token) {
+  LactClient client(address_, token);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   int seen = 0;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -148,6 +181,7 @@ void LocalCluster::KillWorker(int i) {
 LocalCluster::~LocalCluster() {
   for (pid_t pid : workers_) Stop(pid);
   Stop(coordinator_);
+  if (!secret_file_.empty()) unlink(secret_file_.c_str());
 }
 
 }  // namespace lact

@@ -2,6 +2,10 @@
 // `lact local` runs and what the end-to-end tests start. Start() returns
 // once the coordinator listens and every worker has registered; the
 // destructor stops them (SIGTERM, then SIGKILL after 10 s) and reaps them.
+// The cluster's Control service has a port of its own and a secret made
+// for this cluster (a file only this user can read); the public port is
+// open, as loopback allows (pass --auth-tokens in coordinator_args to
+// require tokens).
 #ifndef LACT_CLIENT_LOCAL_CLUSTER_H_
 #define LACT_CLIENT_LOCAL_CLUSTER_H_
 
@@ -25,7 +29,10 @@ struct LocalClusterOptions {
   int threads_per_worker = 0;  // 0: cores / workers, at least 1
   std::string bin_dir;  // where lact-coordinator and lact-worker are; "" = next to this program
   std::vector<std::string> coordinator_args;  // extra flags
-  std::vector<std::string> worker_args;       // extra flags for every worker (e.g. --backend cuda)
+  // The bearer token the cluster's start-up check presents, when
+  // coordinator_args require tokens (--auth-tokens).
+  std::string token;
+  std::vector<std::string> worker_args;  // extra flags for every worker (e.g. --backend cuda)
   // CUDA devices the workers take in turn (worker i: devices[i % size]);
   // empty: no --device flag.
   std::vector<int> devices;
@@ -37,15 +44,18 @@ class LocalCluster {
   ~LocalCluster();
 
   const std::string& address() const { return address_; }
+  // The coordinator's Control service (workers only; the cluster secret).
+  const std::string& control_address() const { return control_address_; }
   pid_t coordinator_pid() const { return coordinator_; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
 
  private:
   LocalCluster() = default;
-  absl::Status WaitForWorkers(int count);
+  absl::Status WaitForWorkers(int count, const std::string& token);
 
-  std::string address_;
+  std::string address_, control_address_;
+  std::string secret_file_;  // the cluster secret, removed with the cluster
   pid_t coordinator_ = -1;
   std::vector<pid_t> workers_;
 };

@@ -1,12 +1,22 @@
 #include "server/control_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "proto/auth.h"
 #include "proto/status_conversion.h"
 
 namespace lact::server {
 
-grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRequest* request,
+namespace {
+
+constexpr absl::string_view kClusterSecret = "the cluster secret (--cluster-secret-file)";
+
+}  // namespace
+
+grpc::Status ControlService::Register(grpc::ServerContext* context,
+                                      const v1::RegisterRequest* request,
                                       v1::RegisterResponse* response) {
+  if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())
+    return ToGrpcStatus(s);
   if (request->address().empty())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "address is empty");
   std::map<std::string, ModelConfig> models;
@@ -25,20 +35,35 @@ grpc::Status ControlService::Register(grpc::ServerContext*, const v1::RegisterRe
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+grpc::Status ControlService::Heartbeat(grpc::ServerContext* context,
+                                       const v1::HeartbeatRequest* request,
                                        v1::HeartbeatResponse* response) {
+  if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())
+    return ToGrpcStatus(s);
   response->set_known(registry_->Heartbeat(request->worker_id()));
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::KvSet(grpc::ServerContext*, const v1::KvSetRequest* request,
+grpc::Status ControlService::KvSet(grpc::ServerContext* context, const v1::KvSetRequest* request,
                                    v1::KvSetResponse*) {
-  kv_->Set(request->key(), request->value());
-  return grpc::Status::OK;
+  if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())
+    return ToGrpcStatus(s);
+  const std::string& key = request->key();
+  const std::string job_id = key.substr(0, key.find('/'));
+  absl::StatusOr<v1::JobInfo> job = jobs_->Get(job_id);
+  if (key.find('/') == std::string::npos || !job.ok() ||
+      (job->status() != v1::JobInfo::QUEUED && job->status() != v1::JobInfo::RUNNING)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("rendezvous key '", key.substr(0, 80),
+                                     "' does not belong to a running job (keys are JOB_ID/...)"));
+  }
+  return ToGrpcStatus(kv_->Set(key, request->value()));
 }
 
-grpc::Status ControlService::KvGet(grpc::ServerContext*, const v1::KvGetRequest* request,
+grpc::Status ControlService::KvGet(grpc::ServerContext* context, const v1::KvGetRequest* request,
                                    v1::KvGetResponse* response) {
+  if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())
+    return ToGrpcStatus(s);
   const int timeout_ms = std::clamp(request->timeout_ms(), 0, 600000);
   absl::StatusOr<std::vector<std::string>> values = kv_->Get(
       {request->keys().begin(), request->keys().end()}, std::chrono::milliseconds(timeout_ms));

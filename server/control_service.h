@@ -1,9 +1,15 @@
 // The Control gRPC service (thin adapter): worker registration and
-// heartbeats into the WorkerRegistry, rendezvous KV into the KvStore.
+// heartbeats into the WorkerRegistry, rendezvous KV into the KvStore. Only
+// workers that present the cluster secret are served (UNAUTHENTICATED
+// otherwise), so no one else can register an address to receive a job's
+// tokens or touch a job's rendezvous keys.
 #ifndef LACT_SERVER_CONTROL_SERVICE_H_
 #define LACT_SERVER_CONTROL_SERVICE_H_
 
+#include <string>
+
 #include "lact/v1/control.grpc.pb.h"
+#include "server/job_store.h"
 #include "server/kv_store.h"
 #include "server/worker_registry.h"
 
@@ -11,7 +17,11 @@ namespace lact::server {
 
 class ControlService final : public v1::Control::Service {
  public:
-  ControlService(WorkerRegistry* registry, KvStore* kv) : registry_(registry), kv_(kv) {}
+  // Every call must present `cluster_secret` (none when empty); KvSet
+  // writes only keys of a job that has not ended ("JOB_ID/...").
+  ControlService(WorkerRegistry* registry, KvStore* kv, const JobStore* jobs,
+                 std::string cluster_secret)
+      : registry_(registry), kv_(kv), jobs_(jobs), secret_(std::move(cluster_secret)) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*,
                         v1::RegisterResponse*) override;
@@ -23,6 +33,8 @@ class ControlService final : public v1::Control::Service {
  private:
   WorkerRegistry* registry_;
   KvStore* kv_;
+  const JobStore* jobs_;
+  const std::string secret_;
 };
 
 }  // namespace lact::server

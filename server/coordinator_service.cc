@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "proto/status_conversion.h"
 #include "proto/write_call.h"
 #include "server/worker_streams.h"
@@ -45,48 +46,62 @@ grpc::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::J
 grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* CoordinatorService::Submit(
     grpc::CallbackServerContext* context) {
   return SubmitCall::Start(context, kNoJobSpec,
-                           [c = c_](const v1::SubmitRequest& first, SubmitCall& call) {
-                             return RunSubmit(c, first, call);
+                           [c = c_, context](const v1::SubmitRequest& first, SubmitCall& call) {
+                             absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
+                             if (!caller.ok()) return ToGrpcStatus(caller.status());
+                             return RunSubmit(c, *caller, first, call);
                            });
 }
 
 grpc::ServerBidiReactor<v1::QueryRequest, v1::QueryResponse>* CoordinatorService::Query(
     grpc::CallbackServerContext* context) {
   return QueryCall::Start(context, kNoQuerySpec,
-                          [c = c_](const v1::QueryRequest& first, QueryCall& call) {
-                            return RunQuery(c, first, call);
+                          [c = c_, context](const v1::QueryRequest& first, QueryCall& call) {
+                            absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
+                            if (!caller.ok()) return ToGrpcStatus(caller.status());
+                            return RunQuery(c, *caller, first, call);
                           });
 }
 
 grpc::ServerWriteReactor<v1::JobInfo>* CoordinatorService::WatchJob(
-    grpc::CallbackServerContext*, const v1::GetJobRequest* request) {
-  return WriteCall<v1::JobInfo>::Start(
-      [jobs = c_.jobs, id = request->job_id()](WriteCall<v1::JobInfo>& call) {
-        return WatchJobFlow(*jobs, id, call);
-      });
+    grpc::CallbackServerContext* context, const v1::GetJobRequest* request) {
+  absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
+  return WriteCall<v1::JobInfo>::Start([jobs = c_.jobs, id = request->job_id(),
+                                        caller = std::move(caller)](WriteCall<v1::JobInfo>& call) {
+    if (!caller.ok()) return ToGrpcStatus(caller.status());
+    return WatchJobFlow(*jobs, id, call);
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,
                                                      const v1::GetJobRequest* request,
                                                      v1::JobInfo* response) {
+  absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
+  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
   return Reply(context, GetJob(*request, response));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const v1::ListJobsRequest*,
                                                        v1::ListJobsResponse* response) {
-  return Reply(context, ListJobs(response));
+  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
+  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  return Reply(context, ListJobs(*caller, response));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerContext* context,
                                                         const v1::CancelJobRequest* request,
                                                         v1::JobInfo* response) {
+  absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
+  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
   return Reply(context, CancelJob(*request, response));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerContext* context,
                                                         const v1::DeleteJobRequest* request,
                                                         v1::DeleteJobResponse*) {
+  absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
+  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
   absl::StatusOr<v1::JobInfo> deleted = c_.jobs->Delete(request->job_id());
   if (!deleted.ok()) return Reply(context, ToGrpcStatus(deleted.status()));
   // A job that had not ended is cancelled, and its flow has the workers
@@ -97,9 +112,9 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
   for (const v1::ShardRange& shard : deleted->accepted().shards())
     workers.push_back(shard.worker());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([reactor, id = request->job_id(), ticket = deleted->accepted().fetch_ticket(),
-               workers = std::move(workers)] {
-    ForgetOnWorkers(id, ticket, workers);
+  std::thread([reactor, link = c_.cluster, id = request->job_id(),
+               ticket = deleted->accepted().fetch_ticket(), workers = std::move(workers)] {
+    ForgetOnWorkers(link, id, ticket, workers);
     reactor->Finish(grpc::Status::OK);
   }).detach();
   return reactor;
@@ -108,6 +123,8 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::ListModels(grpc::CallbackServerContext* context,
                                                          const v1::ListModelsRequest*,
                                                          v1::ListModelsResponse* response) {
+  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
+  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
   return Reply(context, ListModels(response));
 }
 
@@ -119,9 +136,17 @@ grpc::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::Jo
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::ListJobs(v1::ListJobsResponse* response) {
+absl::StatusOr<Caller> CoordinatorService::Owner(const grpc::CallbackServerContext& context,
+                                                 const std::string& job_id) const {
+  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(context);
+  if (!caller.ok()) return caller.status();
+  LACT_RETURN_IF_ERROR(c_.jobs->CheckOwner(job_id, *caller));
+  return caller;
+}
+
+grpc::Status CoordinatorService::ListJobs(const Caller& caller, v1::ListJobsResponse* response) {
   c_.jobs->Expire();
-  for (v1::JobInfo& info : c_.jobs->List()) {
+  for (v1::JobInfo& info : c_.jobs->List(caller)) {
     info.mutable_accepted()->clear_ticket();  // only GetJob and WatchJob, for one job, show it
     *response->add_jobs() = std::move(info);
   }

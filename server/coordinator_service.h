@@ -1,5 +1,7 @@
 // The public Coordinator gRPC service, on gRPC's callback API: a thin
-// adapter over the job flows, the job store and the worker registry.
+// adapter over the job flows, the job store and the worker registry. Every
+// call is authenticated first (tenant_tokens.h); a job another tenant
+// owns is NOT_FOUND.
 // Submit and Query run their flows on a thread per call once the call's
 // first message has come (stream_call.h); WatchJob waits for changes of the
 // job on a thread per watcher (woken when the watcher goes); the unary
@@ -42,7 +44,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   grpc::Status GetJob(const v1::GetJobRequest& request, v1::JobInfo* response);
-  grpc::Status ListJobs(v1::ListJobsResponse* response);
+  grpc::Status ListJobs(const Caller& caller, v1::ListJobsResponse* response);
+  // The authenticated caller, if it owns job `job_id` (NOT_FOUND, as for an
+  // unknown job, otherwise).
+  absl::StatusOr<Caller> Owner(const grpc::CallbackServerContext& context,
+                               const std::string& job_id) const;
   grpc::Status CancelJob(const v1::CancelJobRequest& request, v1::JobInfo* response);
   grpc::Status ListModels(v1::ListModelsResponse* response);
 

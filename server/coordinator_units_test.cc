@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -15,6 +17,7 @@
 #include "server/job_machine.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
+#include "server/tenant_tokens.h"
 #include "server/worker_registry.h"
 
 namespace lact::server {
@@ -252,7 +255,7 @@ TEST(KvStore, GetWaitsForKeysAndTimesOut) {
   KvStore kv;
   std::thread setter([&] {
     std::this_thread::sleep_for(milliseconds(20));
-    kv.Set("job/a", "1");
+    EXPECT_TRUE(kv.Set("job/a", "1").ok());
   });
   absl::StatusOr<std::vector<std::string>> got = kv.Get({"job/a"}, milliseconds(5000));
   setter.join();
@@ -260,9 +263,44 @@ TEST(KvStore, GetWaitsForKeysAndTimesOut) {
   EXPECT_EQ(got->at(0), "1");
   EXPECT_EQ(kv.Get({"job/b"}, milliseconds(10)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  kv.Set("other/c", "2");
+  EXPECT_TRUE(kv.Set("other/c", "2").ok());
   kv.ErasePrefix("job/");
   EXPECT_EQ(kv.size(), 1u);
+}
+
+TEST(KvStore, KeysValuesAndTotalBytesAreBounded) {
+  KvStore kv(/*max_bytes=*/100);
+  EXPECT_EQ(kv.Set("", "v").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(kv.Set(std::string(KvStore::kMaxKeyBytes + 1, 'k'), "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  const absl::Status big = kv.Set("job/a", std::string(KvStore::kMaxValueBytes + 1, 'v'));
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(big.message()), HasSubstr("values up to 65536"));
+  ASSERT_TRUE(kv.Set("job/a", std::string(60, 'v')).ok());  // 65 bytes
+  ASSERT_TRUE(kv.Set("job/a", std::string(90, 'v')).ok());  // replaces: 95 bytes
+  const absl::Status full = kv.Set("job/b", std::string(10, 'v'));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.message()), HasSubstr("holds 95 bytes, its limit is 100"));
+  kv.ErasePrefix("job/");
+  EXPECT_TRUE(kv.Set("job/b", std::string(90, 'v')).ok()) << "erased keys free their bytes";
+}
+
+TEST(TenantTokens, FileErrorsNameTheLine) {
+  const std::string path = ::testing::TempDir() + "/lact_tokens_units";
+  const auto error_of = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return std::string(TenantTokens::FromFile(path).status().message());
+  };
+  EXPECT_THAT(error_of("# only a comment\n"), HasSubstr("lists no tokens"));
+  EXPECT_THAT(error_of("a 0123456789abcdef extra\n"), HasSubstr("line 1: want 'TENANT TOKEN'"));
+  EXPECT_THAT(error_of("\na short\n"), HasSubstr("line 2: the token is 5 bytes; need at least 16"));
+  EXPECT_THAT(error_of("a/b 0123456789abcdef\n"), HasSubstr("line 1: the tenant must be"));
+  EXPECT_THAT(error_of("a 0123456789abcdef\nb 0123456789abcdef\n"),
+              HasSubstr("line 2: the token is already given to tenant a"));
+  std::ofstream(path) << "a 0123456789abcdef\n";
+  EXPECT_TRUE(TenantTokens::FromFile(path).ok());
+  EXPECT_EQ(TenantTokens::FromFile(path + ".missing").status().code(), absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
 }
 
 TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "proto/job_options.h"
+#include "server/tenant_tokens.h"
 
 namespace lact::server {
 namespace {
@@ -49,10 +50,7 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   if (spec.model().empty())
     return Invalid("JobSpec.model is empty; ListModels shows the available models");
   const std::string& tenant = spec.tenant();
-  if (tenant.size() > 64 || !std::all_of(tenant.begin(), tenant.end(), [](char ch) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
-               ch == '.';
-      })) {
+  if (!ValidTenantName(tenant)) {
     return Invalid(absl::StrCat("JobSpec.tenant '", tenant.substr(0, 80),
                                 "' must be at most 64 letters, digits, '-', '_' or '.'"));
   }

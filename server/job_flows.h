@@ -21,7 +21,9 @@
 #include "server/job_admission.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
+#include "server/tenant_tokens.h"
 #include "server/worker_registry.h"
+#include "server/worker_streams.h"
 
 namespace lact::server {
 
@@ -40,6 +42,8 @@ struct Coordinator {
   KvStore* kv;
   JobStore* jobs;
   CoordinatorOptions options;
+  const TenantTokens* tenants;  // who may call the public service
+  ClusterLink cluster;          // how to reach the workers
 };
 
 using SubmitCall = StreamCall<v1::SubmitRequest, v1::SubmitResponse>;
@@ -49,11 +53,13 @@ using QueryCall = StreamCall<v1::QueryRequest, v1::QueryResponse>;
 inline constexpr char kNoJobSpec[] = "the first Submit message must be a JobSpec";
 inline constexpr char kNoQuerySpec[] = "the first Query message must be a QuerySpec";
 
-// The flows, run on their call's thread (proto/stream_call.h) from its first message.
-grpc::Status RunSubmit(const Coordinator& coordinator, const v1::SubmitRequest& first,
-                       SubmitCall& call);
-grpc::Status RunQuery(const Coordinator& coordinator, const v1::QueryRequest& first,
-                      QueryCall& call);
+// The flows, run on their call's thread (proto/stream_call.h) from its
+// first message, for an authenticated `caller`: a job Submit starts is
+// the caller's tenant's; Query serves only the caller's jobs.
+grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
+                       const v1::SubmitRequest& first, SubmitCall& call);
+grpc::Status RunQuery(const Coordinator& coordinator, const Caller& caller,
+                      const v1::QueryRequest& first, QueryCall& call);
 
 }  // namespace lact::server
 

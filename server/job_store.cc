@@ -1,10 +1,9 @@
 #include "server/job_store.h"
 
 #include <algorithm>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "proto/auth.h"
 
 namespace lact::server {
 namespace {
@@ -26,9 +25,10 @@ bool JobStore::Ended(const v1::JobInfo& info) {
 std::string JobStore::Create(const v1::JobSpec& spec) {
   absl::MutexLock lock(&mu_);
   ExpireLocked();
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  const std::string id = absl::StrFormat("job-%d-%06x", next_++, rng() & 0xffffff);
+  // 128 random bits: an id cannot be guessed from another.
+  const std::string id = absl::StrCat("job-", RandomHex(16));
   Record& r = jobs_[id];
+  r.sequence = next_++;
   r.info.set_job_id(id);
   r.info.set_model(spec.model());
   r.info.set_tenant(spec.tenant());
@@ -130,11 +130,24 @@ absl::StatusOr<v1::JobInfo> JobStore::Get(const std::string& id) const {
   return it->second.info;
 }
 
-std::vector<v1::JobInfo> JobStore::List() const {
+std::vector<v1::JobInfo> JobStore::List(const Caller& caller) const {
   absl::MutexLock lock(&mu_);
+  std::vector<const Record*> owned;
+  for (const auto& [id, r] : jobs_) {
+    if (caller.Owns(r.info.tenant())) owned.push_back(&r);
+  }
+  std::sort(owned.begin(), owned.end(),
+            [](const Record* a, const Record* b) { return a->sequence < b->sequence; });
   std::vector<v1::JobInfo> out;
-  for (const auto& [id, r] : jobs_) out.push_back(r.info);
+  for (const Record* r : owned) out.push_back(r->info);
   return out;
+}
+
+absl::Status JobStore::CheckOwner(const std::string& id, const Caller& caller) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !caller.Owns(it->second.info.tenant())) return Unknown(id);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {

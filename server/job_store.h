@@ -3,7 +3,8 @@
 // ones that have not ended, and where the retained fused state of finished
 // ones is (dropped after its TTL, or by Delete). A finished job's record is
 // kept for `record_ttl` after it ended (or until its state expires, if
-// later), so the store does not grow without bound. Thread-safe.
+// later), so the store does not grow without bound. Job ids carry 128
+// random bits; a job belongs to its JobSpec's tenant. Thread-safe.
 #ifndef LACT_SERVER_JOB_STORE_H_
 #define LACT_SERVER_JOB_STORE_H_
 
@@ -20,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lact/v1/coordinator.pb.h"
 #include "server/job_machine.h"
+#include "server/tenant_tokens.h"
 
 namespace lact::server {
 
@@ -60,7 +62,10 @@ class JobStore {
                                             const std::atomic<bool>* stop = nullptr);
   // Makes every WaitForChange look at its stop flag.
   void Wake() { absl::MutexLock lock(&mu_); }
-  std::vector<v1::JobInfo> List() const;
+  // The jobs `caller` owns, oldest first.
+  std::vector<v1::JobInfo> List(const Caller& caller = Caller{"", true}) const;
+  // NOT_FOUND, the same as for an unknown job, unless `caller` owns job `id`.
+  absl::Status CheckOwner(const std::string& id, const Caller& caller) const;
   // NOT_FOUND, or FAILED_PRECONDITION if the job has ended.
   absl::StatusOr<v1::JobInfo> Cancel(const std::string& id);
   // Forgets the job (cancelling it if it has not ended); returns its last
@@ -81,6 +86,7 @@ class JobStore {
     std::chrono::system_clock::time_point expires;       // of the retained state
     std::chrono::system_clock::time_point forget_after;  // of the record, once finished
     uint64_t version = 1;                                // bumped at every change
+    uint64_t sequence = 0;                               // order of creation
   };
   void ChangedLocked(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Ended(const v1::JobInfo& info);

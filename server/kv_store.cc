@@ -5,9 +5,23 @@
 
 namespace lact::server {
 
-void KvStore::Set(const std::string& key, std::string value) {
+absl::Status KvStore::Set(const std::string& key, std::string value) {
+  if (key.empty() || key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous key of ", key.size(),
+                                                   " bytes and value of ", value.size(),
+                                                   " bytes (allowed: keys of 1..", kMaxKeyBytes,
+                                                   " bytes, values up to ", kMaxValueBytes, ")"));
+  }
   absl::MutexLock lock(&mu_);  // waiters' conditions are checked as it is released
+  auto it = values_.find(key);
+  const size_t replaced = it == values_.end() ? 0 : key.size() + it->second.size();
+  if (bytes_ - replaced + key.size() + value.size() > max_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the rendezvous store holds ", bytes_, " bytes, its limit is ", max_bytes_));
+  }
+  bytes_ += key.size() + value.size() - replaced;
   values_[key] = std::move(value);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> KvStore::Get(const std::vector<std::string>& keys,
@@ -31,6 +45,7 @@ void KvStore::ErasePrefix(const std::string& prefix) {
   absl::MutexLock lock(&mu_);
   for (auto it = values_.lower_bound(prefix);
        it != values_.end() && absl::StartsWith(it->first, prefix);) {
+    bytes_ -= it->first.size() + it->second.size();
     it = values_.erase(it);
   }
 }

@@ -18,9 +18,10 @@ std::chrono::system_clock::time_point CallDeadline(const QueryCall& call) {
 
 // Passes the client's query chunks to the worker keeping the state, and
 // its outputs back; counts the bytes relayed.
-absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, int64_t output_width,
-                        QueryCall& call, int64_t* payload) {
-  auto stub = v1::Worker::NewStub(WorkerChannel(kept.worker));
+absl::Status RelayQuery(const ClusterLink& link, const RetainedState& kept,
+                        const v1::QuerySpec& spec, int64_t output_width, QueryCall& call,
+                        int64_t* payload) {
+  auto stub = v1::Worker::NewStub(WorkerChannel(link, kept.worker));
   grpc::ClientContext ctx;
   ctx.set_deadline(CallDeadline(call));
   auto worker = stub->RunQuery(&ctx);
@@ -71,9 +72,11 @@ absl::Status RelayQuery(const RetainedState& kept, const v1::QuerySpec& spec, in
 
 }  // namespace
 
-grpc::Status RunQuery(const Coordinator& c, const v1::QueryRequest& first, QueryCall& call) {
+grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& first,
+                      QueryCall& call) {
   if (!first.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQuerySpec);
   const v1::QuerySpec spec = first.spec();
+  if (absl::Status s = c.jobs->CheckOwner(spec.job_id(), caller); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<std::shared_ptr<const RetainedState>> kept = c.jobs->State(spec.job_id());
   if (!kept.ok()) return ToGrpcStatus(kept.status());
   absl::StatusOr<ModelConfig> config = c.registry->FindModel((*kept)->model);
@@ -91,7 +94,7 @@ grpc::Status RunQuery(const Coordinator& c, const v1::QueryRequest& first, Query
   absl::Status sets_ok = CheckQuerySets(spec.query_tokens(), c.options.limits);
   if (!sets_ok.ok()) return ToGrpcStatus(sets_ok);
   int64_t payload = 0;
-  absl::Status s = RelayQuery(**kept, spec, config->output_width(), call, &payload);
+  absl::Status s = RelayQuery(c.cluster, **kept, spec, config->output_width(), call, &payload);
   if (!s.ok()) return ToGrpcStatus(s);
   v1::QueryResponse done;
   done.mutable_done()->set_job_id(spec.job_id());

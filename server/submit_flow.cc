@@ -109,7 +109,8 @@ class SubmitFlow {
     if (!status.ok()) {
       if (output_created_) unlink(files_.output.c_str());
       // Peers that finished before the failure may have kept results.
-      if (!lease_addresses_.empty()) ForgetOnWorkers(job_id_, fetch_ticket_, lease_addresses_);
+      if (!lease_addresses_.empty())
+        ForgetOnWorkers(c_.cluster, job_id_, fetch_ticket_, lease_addresses_);
       c_.jobs->Finish(job_id_, InfoStatus(machine_->stage()), std::string(status.message()),
                       stats_);
       return ToGrpcStatus(status);
@@ -201,7 +202,7 @@ class SubmitFlow {
           CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
       output_created_ = true;
     }
-    streams_ = std::make_shared<WorkerStreams>(lease.addresses());
+    streams_ = std::make_shared<WorkerStreams>(c_.cluster, lease.addresses());
     machine_->SetCancelAction([streams = streams_] { streams->Cancel(); });
     const v1::SubmitResponse accepted = Accepted(ticket);
     v1::JobAccepted shown = accepted.accepted();
@@ -380,9 +381,12 @@ class SubmitFlow {
 
 }  // namespace
 
-grpc::Status RunSubmit(const Coordinator& coordinator, const v1::SubmitRequest& first,
-                       SubmitCall& call) {
-  return SubmitFlow(coordinator, call).Run(first);
+grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
+                       const v1::SubmitRequest& first, SubmitCall& call) {
+  if (caller.any_tenant || !first.has_spec()) return SubmitFlow(coordinator, call).Run(first);
+  v1::SubmitRequest owned = first;  // the job belongs to the tenant whose token submitted it
+  owned.mutable_spec()->set_tenant(caller.tenant);
+  return SubmitFlow(coordinator, call).Run(owned);
 }
 
 }  // namespace lact::server

@@ -2,18 +2,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/wire_limits.h"
+#include "proto/auth.h"
 
 namespace lact::server {
 
-std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> WorkerChannel(const ClusterLink& link, const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   args.SetMaxSendMessageSize(kMaxServerMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return MakeChannel(address, link.credentials, args, link.secret);
 }
 
-void ForgetOnWorkers(const std::string& job_id, const std::string& fetch_ticket,
-                     const std::vector<std::string>& workers) {
+void ForgetOnWorkers(const ClusterLink& link, const std::string& job_id,
+                     const std::string& fetch_ticket, const std::vector<std::string>& workers) {
   for (const std::string& address : workers) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -21,14 +22,16 @@ void ForgetOnWorkers(const std::string& job_id, const std::string& fetch_ticket,
     request.set_job_id(job_id);
     request.set_fetch_ticket(fetch_ticket);
     v1::ForgetResponse response;
-    v1::Worker::NewStub(WorkerChannel(address))->Forget(&ctx, request, &response).IgnoreError();
+    v1::Worker::NewStub(WorkerChannel(link, address))
+        ->Forget(&ctx, request, &response)
+        .IgnoreError();
   }
 }
 
 absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
                                  std::chrono::system_clock::time_point deadline) {
   for (int r = 0; r < size(); ++r) {
-    stubs_.push_back(v1::Worker::NewStub(WorkerChannel(addresses_[r])));
+    stubs_.push_back(v1::Worker::NewStub(WorkerChannel(link_, addresses_[r])));
     auto context = std::make_unique<grpc::ClientContext>();
     context->set_deadline(deadline);
     grpc::ClientContext* raw = context.get();

@@ -21,18 +21,27 @@
 
 namespace lact::server {
 
-std::shared_ptr<grpc::Channel> WorkerChannel(const std::string& address);
+// How the coordinator reaches its workers: the channel credentials
+// (plaintext, or TLS with the coordinator's client certificate) and the
+// cluster secret it presents (none when empty).
+struct ClusterLink {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  std::string secret;
+};
+
+std::shared_ptr<grpc::Channel> WorkerChannel(const ClusterLink& link, const std::string& address);
 
 // Has each worker drop what it retained of a job (Worker.Forget), best
 // effort: a worker that does not answer within 5 s drops it at its TTL.
-void ForgetOnWorkers(const std::string& job_id, const std::string& fetch_ticket,
-                     const std::vector<std::string>& workers);
+void ForgetOnWorkers(const ClusterLink& link, const std::string& job_id,
+                     const std::string& fetch_ticket, const std::vector<std::string>& workers);
 
 class WorkerStreams {
  public:
   using Stream = grpc::ClientReaderWriter<v1::ShardRequest, v1::ShardResponse>;
 
-  explicit WorkerStreams(std::vector<std::string> addresses) : addresses_(std::move(addresses)) {}
+  WorkerStreams(ClusterLink link, std::vector<std::string> addresses)
+      : link_(std::move(link)), addresses_(std::move(addresses)) {}
 
   // Opens every stream and sends specs[r] to rank r.
   absl::Status Open(const std::vector<v1::ShardSpec>& specs,
@@ -49,6 +58,7 @@ class WorkerStreams {
   int broken_rank() const { return broken_rank_; }
 
  private:
+  const ClusterLink link_;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
   absl::Mutex mu_;

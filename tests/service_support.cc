@@ -48,7 +48,9 @@ SubmitOptions GoldenOptions(const GoldenCase& golden) {
 }
 
 std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::string> worker_args,
-                                               std::string data_root) {
+                                               std::string data_root,
+                                               std::vector<std::string> coordinator_args,
+                                               std::string token) {
   LocalClusterOptions options;
   options.data_root = std::move(data_root);
   options.workers = workers;
@@ -60,6 +62,9 @@ std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::str
   options.coordinator_args = {
       "--collective-timeout-ms", "5000", "--acquire-timeout-ms",     "5000",
       "--heartbeat-ms",          "300",  "--upload-idle-timeout-ms", "1000"};
+  options.coordinator_args.insert(options.coordinator_args.end(), coordinator_args.begin(),
+                                  coordinator_args.end());
+  options.token = std::move(token);
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   return cluster.ok() ? *std::move(cluster) : nullptr;

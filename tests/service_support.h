@@ -25,12 +25,16 @@ SubmitOptions GoldenOptions(const GoldenCase& golden);
 
 // A coordinator with short timeouts (5 s collectives and leases, 1 s upload
 // idle) and `workers` workers of one thread each over ModelDir(), with
-// `worker_args` added to every worker's flags and `data_root` (if any) as
-// the cluster's --data-root; null (and a test failure) if it does not
-// start. The binaries are the build's, or $LACT_BIN_DIR's.
+// `worker_args` added to every worker's flags, `coordinator_args` to the
+// coordinator's (with `token`, a token they require), and `data_root` (if
+// any) as the cluster's --data-root;
+// null (and a test failure) if it does not start. The binaries are the
+// build's, or $LACT_BIN_DIR's.
 std::unique_ptr<LocalCluster> StartTestCluster(int workers,
                                                std::vector<std::string> worker_args = {},
-                                               std::string data_root = "");
+                                               std::string data_root = "",
+                                               std::vector<std::string> coordinator_args = {},
+                                               std::string token = "");
 
 }  // namespace lact::testing
 

@@ -261,6 +261,26 @@ v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v,
   return c;
 }
 
+// This process's resident memory (/proc/self/statm).
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+TEST(TokenReceiver, TokensDeclaredButNotSentHoldNoMemory) {
+  // 1 GiB of context declared (the whole set was once zero-filled before
+  // any chunk came); one query token and two context tokens arrive.
+  const int64_t before = ResidentBytes();
+  TokenReceiver receiver({int64_t{1} << 20, 4}, 256, WireType::kF32, 0);
+  ASSERT_TRUE(receiver.Accept(Chunk(1, 0, std::vector<float>(256, 1.0f))).ok());
+  ASSERT_TRUE(receiver.Accept(Chunk(0, 0, std::vector<float>(2 * 256, 2.0f))).ok());
+  EXPECT_LT(ResidentBytes() - before, int64_t{64} << 20);
+  EXPECT_THAT(std::string(receiver.CheckComplete().message()),
+              HasSubstr("after 2 of the 1048576 tokens of the shard's context"));
+}
+
 TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {
   TokenReceiver receiver({3, 2}, 2, WireType::kBF16, 100);
   ASSERT_TRUE(receiver.Accept(Chunk(0, 0, {1, 2, 3, 4}, WireType::kBF16)).ok());

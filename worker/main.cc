@@ -7,12 +7,15 @@
 //               [--collective gloo|nccl] [--data-root DIR]
 //               [--retain-bytes N (results and fused states kept for FetchResult and Query, default
 //               8 GiB)]
+//               [--cluster-secret-file FILE (required off loopback: presented to the
+//               coordinator's Control service and required of its calls here)]
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
 
 #include <atomic>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +24,7 @@
 #include "common/stop_signals.h"
 #include "common/wire_limits.h"
 #include "lact/v1/control.grpc.pb.h"
+#include "proto/auth.h"
 #include "proto/bulk_transport.h"
 #include "worker/data_service.h"
 #include "worker/model_cache.h"
@@ -65,6 +69,10 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
       *interval_ms = response.heartbeat_interval_ms();
       return response.worker_id();
     }
+    if (last.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        last.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      break;  // no retry will fix a wrong secret or request
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   return absl::UnavailableError(
@@ -72,10 +80,10 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags =
-      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                   {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
-                    "device", "precision", "scan-math", "collective", "data-root", "retain-bytes"});
+  absl::StatusOr<Flags> flags = Flags::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend", "device",
+       "precision", "scan-math", "collective", "data-root", "retain-bytes", "cluster-secret-file"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
@@ -95,6 +103,21 @@ int Main(int argc, char** argv) {
   }
   KeepFreedMemory();
   const std::string host = flags->Get("host").value_or("127.0.0.1");
+  std::string secret;
+  if (std::optional<std::string> path = flags->Get("cluster-secret-file")) {
+    absl::StatusOr<std::string> read = ReadSecretFile(*path);
+    if (!read.ok()) {
+      std::fprintf(stderr, "lact-worker: %s\n", std::string(read.status().message()).c_str());
+      return 2;
+    }
+    secret = *read;
+  } else if (!IsLoopbackHost(host)) {
+    std::fprintf(stderr,
+                 "lact-worker: --host %s is not loopback: give --cluster-secret-file FILE (the "
+                 "secret the coordinator and its workers share), or listen on 127.0.0.1\n",
+                 host.c_str());
+    return 2;
+  }
   const BackendOptions backend{flags->Get("backend").value_or("cpu"),
                                static_cast<int>(*threads),
                                *tile,
@@ -118,12 +141,12 @@ int Main(int argc, char** argv) {
   args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   args.SetMaxSendMessageSize(kMaxServerMessageBytes);
   auto control = std::shared_ptr<v1::Control::Stub>(v1::Control::NewStub(
-      grpc::CreateCustomChannel(*coordinator, grpc::InsecureChannelCredentials(), args)));
+      MakeChannel(*coordinator, grpc::InsecureChannelCredentials(), args, secret)));
 
   TransferBoard transfers;
   RetainedResults results(*retain_bytes);
   WorkerService service({models->get(), control, backend, flags->Get("data-root").value_or(""),
-                         &transfers, &results});
+                         &transfers, &results, secret});
   DataService data(&transfers, &results);
   grpc::ServerBuilder builder;
   int bound_port = 0;

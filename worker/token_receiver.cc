@@ -1,7 +1,8 @@
 #include "worker/token_receiver.h"
 
+#include <new>
+
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/wire_limits.h"
 
 namespace lact {
@@ -10,7 +11,13 @@ TokenReceiver::TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireTy
                              int64_t context_begin)
     : lengths_(std::move(lengths)), width_(width), dtype_(dtype), context_begin_(context_begin) {
   received_.assign(lengths_.size(), 0);
-  for (int64_t n : lengths_) sets_.emplace_back(std::vector<int64_t>{n, width});
+  // Shapes only: a set's memory is reserved at its first chunk and filled
+  // as chunks come, so a declared set that never arrives holds none.
+  for (int64_t n : lengths_) {
+    Tensor t;
+    t.shape = {n, width};
+    sets_.push_back(std::move(t));
+  }
 }
 
 absl::Status TokenReceiver::Accept(const v1::TokenChunk& chunk) {
@@ -47,10 +54,24 @@ absl::Status TokenReceiver::Accept(int set, int64_t offset,
                                                    lengths_[set], " tokens"));
   }
   const int64_t first_token = (set == 0 ? context_begin_ : 0) + received_[set];
+  std::vector<float>& values = sets_[set].data;
+  if (values.capacity() == 0) {
+    try {
+      values.reserve(static_cast<size_t>(lengths_[set] * width_));  // address space, not pages
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot reserve memory for set ", set, "'s ",
+                                                       lengths_[set], " tokens of width ", width_));
+    }
+  }
+  values.resize(values.size() + static_cast<size_t>(n * width_));
   int64_t tokens = 0;
-  LACT_RETURN_IF_ERROR(DecodeTokenPiecesInto(data, dtype_, width_, first_token,
-                                             sets_[set].ptr() + received_[set] * width_, n * width_,
-                                             &tokens));
+  if (absl::Status s =
+          DecodeTokenPiecesInto(data, dtype_, width_, first_token,
+                                values.data() + received_[set] * width_, n * width_, &tokens);
+      !s.ok()) {
+    values.resize(static_cast<size_t>(received_[set] * width_));
+    return s;
+  }
   received_[set] += n;
   bytes_ += bytes;
   return absl::OkStatus();

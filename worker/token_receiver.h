@@ -3,7 +3,9 @@
 // query set k) and first token; chunks of a set must arrive in order
 // without gaps or overlaps, hold whole tokens of the job's width and dtype,
 // be at most 4 MiB and finite. Each chunk is decoded once, straight into
-// its set's float32 tensor. Errors are INVALID_ARGUMENT saying what was
+// its set's float32 tensor; a set's memory is reserved at its first chunk
+// and its pages touched only as chunks fill them, so tokens declared but
+// never sent hold no memory. Errors are INVALID_ARGUMENT saying what was
 // wrong and what is allowed; context tokens are named by their index in
 // the whole context. Not thread-safe.
 #ifndef LACT_WORKER_TOKEN_RECEIVER_H_

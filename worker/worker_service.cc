@@ -9,6 +9,7 @@
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
+#include "proto/auth.h"
 #include "proto/in_band.h"
 #include "proto/job_options.h"
 #include "proto/metadata_keys.h"
@@ -331,7 +332,9 @@ grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::Run
     grpc::CallbackServerContext* context) {
   context->AddTrailingMetadata(kWorkerStatusKey, "1");
   return ShardCall::Start(context, kNoShardSpec,
-                          [this](const v1::ShardRequest& first, ShardCall& call) {
+                          [this, context](const v1::ShardRequest& first, ShardCall& call) {
+                            if (absl::Status s = CheckCoordinator(*context); !s.ok())
+                              return ToGrpcStatus(s);
                             return RunShardFlow(w_, first, call);
                           });
 }
@@ -339,7 +342,9 @@ grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::Run
 grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerService::RunQuery(
     grpc::CallbackServerContext* context) {
   return QueryCall::Start(context, kNoQueryHeader,
-                          [this](const v1::WorkerQueryRequest& first, QueryCall& call) {
+                          [this, context](const v1::WorkerQueryRequest& first, QueryCall& call) {
+                            if (absl::Status s = CheckCoordinator(*context); !s.ok())
+                              return ToGrpcStatus(s);
                             return RunQueryFlow(w_, first, call);
                           });
 }
@@ -348,10 +353,18 @@ grpc::ServerUnaryReactor* WorkerService::Forget(grpc::CallbackServerContext* con
                                                 const v1::ForgetRequest* request,
                                                 v1::ForgetResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   absl::StatusOr<bool> forgotten = w_.results->Forget(request->job_id(), request->fetch_ticket());
   if (forgotten.ok()) response->set_had_results(*forgotten);
   reactor->Finish(ToGrpcStatus(forgotten.status()));
   return reactor;
+}
+
+absl::Status WorkerService::CheckCoordinator(const grpc::ServerContextBase& context) const {
+  return CheckSecret(context, w_.cluster_secret, "the cluster secret (--cluster-secret-file)");
 }
 
 }  // namespace lact

@@ -32,6 +32,9 @@ struct WorkerContext {
   std::string data_root;  // empty: no files by reference
   TransferBoard* transfers;
   RetainedResults* results;
+  // What the coordinator presents on every Worker call (none when empty);
+  // UNAUTHENTICATED otherwise.
+  std::string cluster_secret;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
@@ -47,6 +50,8 @@ class WorkerService final : public v1::Worker::CallbackService {
                                    v1::ForgetResponse* response) override;
 
  private:
+  absl::Status CheckCoordinator(const grpc::ServerContextBase& context) const;
+
   WorkerContext w_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -17,9 +18,24 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
+#include "proto/auth.h"
 
 namespace lact::cli {
 namespace {
+
+// A client of `server` presenting the token of --token-file, or of the
+// file $LACT_TOKEN_FILE names (none: an open cluster).
+absl::StatusOr<LactClient> Connect(const Flags& flags, const std::string& server) {
+  std::optional<std::string> path = flags.Get("token-file");
+  if (!path) {
+    if (const char* env = std::getenv("LACT_TOKEN_FILE"); env != nullptr && *env != '\0') {
+      path = env;
+    }
+  }
+  if (!path) return LactClient(server);
+  LACT_ASSIGN_OR_RETURN(const std::string token, ReadSecretFile(*path));
+  return LactClient(server, token);
+}
 
 absl::StatusOr<WireType> ParseDType(const std::string& s) {
   if (s == "f32") return WireType::kF32;
@@ -109,9 +125,9 @@ void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
 absl::Status SubmitCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(
       Flags flags, Flags::Parse(args,
-                                {"server", "model", "context", "query", "workers", "muon-steps",
-                                 "chunk-tokens", "dtype", "timeout", "out", "shards", "context-ref",
-                                 "context-tensor", "out-ref", "tenant"},
+                                {"server", "token-file", "model", "context", "query", "workers",
+                                 "muon-steps", "chunk-tokens", "dtype", "timeout", "out", "shards",
+                                 "context-ref", "context-tensor", "out-ref", "tenant"},
                                 {"query", "shards"}, {"detach", "cancel-on-disconnect"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
@@ -147,7 +163,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
       return absl::InvalidArgumentError(absl::StrCat("--shards '", s, "' is not an integer"));
     options.shard_tokens.push_back(n);
   }
-  LactClient client(server);
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(options.model));
   Tensor context;
   if (!context_spec.empty()) {
@@ -194,7 +210,8 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
 absl::Status QueryCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(
       Flags flags,
-      Flags::Parse(args, {"server", "job", "query", "dtype", "timeout", "out"}, {"query"}));
+      Flags::Parse(args, {"server", "token-file", "job", "query", "dtype", "timeout", "out"},
+                   {"query"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
@@ -202,7 +219,7 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
   if (flags.GetAll("query").empty())
     return absl::InvalidArgumentError("give at least one --query FILE.npy");
-  LactClient client(server);
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.GetJob(job));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(info.model()));
   std::vector<Tensor> queries;
@@ -221,9 +238,9 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status StatusCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
-  LactClient client(server);
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   std::vector<v1::JobInfo> jobs;
   if (std::optional<std::string> job = flags.Get("job")) {
     LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.GetJob(*job));
@@ -244,17 +261,17 @@ absl::Status StatusCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status WatchCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   ProgressLine line;
-  LACT_ASSIGN_OR_RETURN(
-      v1::JobInfo info, LactClient(server).WatchJob(job, [&](const v1::JobInfo& j) {
-        const bool live = j.status() == v1::JobInfo::RUNNING || j.status() == v1::JobInfo::QUEUED;
-        if (live && j.progress().stage() != v1::Progress::STAGE_UNSPECIFIED) {
-          line.Update(j.progress());
-        }
-      }));
+  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.WatchJob(job, [&](const v1::JobInfo& j) {
+    const bool live = j.status() == v1::JobInfo::RUNNING || j.status() == v1::JobInfo::QUEUED;
+    if (live && j.progress().stage() != v1::Progress::STAGE_UNSPECIFIED) {
+      line.Update(j.progress());
+    }
+  }));
   line.Finish();
   std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
   if (info.status() != v1::JobInfo::SUCCEEDED) {
@@ -271,11 +288,12 @@ absl::Status WatchCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status FetchCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job", "out"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job", "out"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
-  LACT_ASSIGN_OR_RETURN(JobResult result, LactClient(server).FetchResult(job));
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
+  LACT_ASSIGN_OR_RETURN(JobResult result, client.FetchResult(job));
   LACT_RETURN_IF_ERROR(WriteResult(out_path, result.output, result.queries, result.state));
   std::fprintf(
       stderr,
@@ -286,27 +304,30 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status DeleteCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
-  LACT_RETURN_IF_ERROR(LactClient(server).DeleteJob(job));
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
+  LACT_RETURN_IF_ERROR(client.DeleteJob(job));
   std::fprintf(stderr, "lact delete: job %s and its retained results deleted\n", job.c_str());
   return absl::OkStatus();
 }
 
 absl::Status CancelCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
-  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, LactClient(server).CancelJob(job));
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
+  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.CancelJob(job));
   std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
   return absl::OkStatus();
 }
 
 absl::Status ModelsCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
-  LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, LactClient(server).ListModels());
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
+  LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, client.ListModels());
   for (const v1::ModelInfo& m : models) {
     std::printf("%-20s %d workers  %s\n", m.name().c_str(), m.workers(), m.config_json().c_str());
   }

@@ -1,0 +1,204 @@
+// Who may call a lact cluster, on a real loopback cluster: the Control
+// service (register, heartbeat, rendezvous keys) and the workers' Worker
+// service serve only callers that present the cluster's secret, so a rogue
+// process can neither register an address to receive a job's tokens nor
+// start a shard; with --auth-tokens every public call needs a bearer
+// token, and a job is visible only to the tenant that submitted it
+// (others get NOT_FOUND, as for a job that does not exist).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "client/lact_client.h"
+#include "lact/v1/control.grpc.pb.h"
+#include "lact/v1/worker.grpc.pb.h"
+#include "proto/auth.h"
+#include "tests/random_model.h"
+#include "tests/service_support.h"
+
+namespace lact::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr char kTokenA[] = "token-of-tenant-a-0123456789";
+constexpr char kTokenB[] = "token-of-tenant-b-0123456789";
+
+std::string TokenFile() {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/lact_tokens_", getpid());
+  std::ofstream(path) << "# tenant token\na " << kTokenA << "\nb " << kTokenB << "\n";
+  return path;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster_ = StartTestCluster(2, {}, "", {"--auth-tokens", TokenFile()}, kTokenA).release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    fs::remove(TokenFile());
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+
+  static LactClient Tenant(const std::string& token) {
+    return LactClient(cluster_->address(), token);
+  }
+  // A short job of tenant a (with a query set), or a status.
+  static absl::StatusOr<JobResult> SubmitAsA(const std::string& spec_tenant = "") {
+    SubmitOptions o;
+    o.model = "preset:small:4";
+    o.workers = 2;
+    o.tenant = spec_tenant;
+    o.timeout = std::chrono::seconds(60);
+    return Tenant(kTokenA).Submit(o, RandomTokens(64, 256, 5), {RandomTokens(8, 256, 6)});
+  }
+
+  static LocalCluster* cluster_;
+};
+
+LocalCluster* SecurityTest::cluster_ = nullptr;
+
+TEST_F(SecurityTest, PublicCallsNeedAKnownToken) {
+  absl::StatusOr<std::vector<v1::ModelInfo>> none = LactClient(cluster_->address()).ListModels();
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("needs a bearer token"));
+  absl::StatusOr<std::vector<v1::ModelInfo>> wrong =
+      Tenant("not-a-token-of-this-cluster").ListModels();
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(Tenant(kTokenA).ListModels().ok());
+  absl::StatusOr<JobResult> job = LactClient(cluster_->address())
+                                      .Submit(SubmitOptions{.model = "preset:small:4"},
+                                              RandomTokens(8, 256, 1), {});
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(SecurityTest, AJobIsItsTenantsAlone) {
+  // The JobSpec names tenant b, but the job is a's: the token decides.
+  absl::StatusOr<JobResult> job = SubmitAsA("b");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->job_id;
+  EXPECT_TRUE(std::regex_match(id, std::regex("job-[0-9a-f]{32}"))) << id << ": 128 random bits";
+
+  absl::StatusOr<v1::JobInfo> mine = Tenant(kTokenA).GetJob(id);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->tenant(), "a");
+  EXPECT_EQ(mine->status(), v1::JobInfo::SUCCEEDED);
+
+  LactClient b = Tenant(kTokenB);
+  EXPECT_EQ(b.GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b.WatchJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b.CancelJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b.DeleteJob(id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b.Query(id, {RandomTokens(4, 256, 7)}).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<v1::JobInfo>> listed = b.ListJobs();
+  ASSERT_TRUE(listed.ok());
+  for (const v1::JobInfo& info : *listed) EXPECT_NE(info.job_id(), id);
+  const std::string unknown = "job-0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(absl::StrReplaceAll(b.GetJob(id).status().message(), {{id, "ID"}}),
+            absl::StrReplaceAll(b.GetJob(unknown).status().message(), {{unknown, "ID"}}))
+      << "another tenant's job reads exactly as one that does not exist";
+
+  // Still whole for its owner.
+  absl::StatusOr<std::vector<Tensor>> again =
+      Tenant(kTokenA).Query(id, {RandomTokens(8, 256, 6)});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[0].data, job->queries[0].data);
+  EXPECT_TRUE(Tenant(kTokenA).DeleteJob(id).ok());
+}
+
+TEST_F(SecurityTest, ControlServesOnlyTheClusterSecret) {
+  const auto control = [](const std::string& address, const std::string& secret) {
+    return v1::Control::NewStub(
+        MakeChannel(address, grpc::InsecureChannelCredentials(), grpc::ChannelArguments(), secret));
+  };
+  v1::RegisterRequest rogue;
+  rogue.set_address("127.0.0.1:1");
+  rogue.set_backend("cpu");
+  for (const std::string& secret : {std::string(), std::string("a-guess-at-the-secret-0000")}) {
+    grpc::ClientContext ctx;
+    v1::RegisterResponse response;
+    const grpc::Status s = control(cluster_->control_address(), secret)->Register(&ctx, rogue, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+    grpc::ClientContext kv_ctx;
+    v1::KvSetRequest set;
+    set.set_key("job-x/rank0");
+    set.set_value("127.0.0.1:1");
+    v1::KvSetResponse set_response;
+    EXPECT_EQ(control(cluster_->control_address(), secret)->KvSet(&kv_ctx, set, &set_response)
+                  .error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {  // Not on the public port at all.
+    grpc::ClientContext ctx;
+    v1::RegisterResponse response;
+    EXPECT_EQ(control(cluster_->address(), "")->Register(&ctx, rogue, &response).error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+  }
+  absl::StatusOr<std::vector<v1::ModelInfo>> models = Tenant(kTokenA).ListModels();
+  ASSERT_TRUE(models.ok());
+  for (const v1::ModelInfo& m : *models) EXPECT_LE(m.workers(), 2) << m.name();
+}
+
+TEST_F(SecurityTest, WorkersRunShardsOnlyForTheCoordinator) {
+  absl::StatusOr<JobResult> job = SubmitAsA();
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string worker = job->shards.at(0).worker();
+  auto stub = v1::Worker::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  auto stream = stub->RunShard(&ctx);
+  v1::ShardRequest request;
+  request.mutable_spec()->set_job_id("job-rogue");
+  stream->Write(request);
+  stream->WritesDone();
+  v1::ShardResponse response;
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  grpc::ClientContext forget_ctx;
+  v1::ForgetRequest forget;
+  forget.set_job_id(job->job_id);
+  v1::ForgetResponse forgot;
+  EXPECT_EQ(stub->Forget(&forget_ctx, forget, &forgot).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Tenant(kTokenA).Query(job->job_id, {RandomTokens(8, 256, 6)}).ok())
+      << "the retained state is still there";
+}
+
+TEST(SecurityFlags, OffLoopbackTheCoordinatorAndWorkersNeedSecrets) {
+  const std::string bin = std::getenv("LACT_BIN_DIR") ? std::getenv("LACT_BIN_DIR") : LACT_BIN_DIR;
+  const auto run = [](const std::string& command) {
+    const std::string out = absl::StrCat(::testing::TempDir(), "/lact_flags_", getpid());
+    const int rc = std::system((command + " > " + out + " 2>&1").c_str());
+    std::ifstream in(out);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    fs::remove(out);
+    return std::make_pair(WEXITSTATUS(rc), text);
+  };
+  auto [rc, text] = run(bin + "/lact-coordinator --host 0.0.0.0 --port 0");
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(text, HasSubstr("is not loopback: give --auth-tokens FILE"));
+  std::tie(rc, text) = run(bin + "/lact-worker --coordinator 127.0.0.1:1 --host 0.0.0.0");
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(text, HasSubstr("is not loopback: give --cluster-secret-file FILE"));
+  const std::string short_secret = absl::StrCat(::testing::TempDir(), "/lact_short_", getpid());
+  std::ofstream(short_secret) << "short\n";
+  std::tie(rc, text) = run(bin + "/lact-coordinator --cluster-secret-file " + short_secret);
+  fs::remove(short_secret);
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(text, HasSubstr("is 5 bytes; need at least 16"));
+}
+
+}  // namespace
+}  // namespace lact::testing
