@@ -178,6 +178,10 @@ void LocalCluster::KillWorker(int i) {
   workers_[i] = -1;
 }
 
+void LocalCluster::SignalWorker(int i, int signal) {
+  if (workers_[i] > 0) kill(workers_[i], signal);
+}
+
 LocalCluster::~LocalCluster() {
   for (pid_t pid : workers_) Stop(pid);
   Stop(coordinator_);

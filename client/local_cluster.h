@@ -49,6 +49,8 @@ class LocalCluster {
   pid_t coordinator_pid() const { return coordinator_; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
+  // Sends worker i `signal` (SIGSTOP and SIGCONT to stall it and let it go).
+  void SignalWorker(int i, int signal);
 
  private:
   LocalCluster() = default;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
+#include "proto/auth.h"
 #include "proto/bulk_messages.h"
 #include "proto/bulk_transport.h"
 #include "proto/job_options.h"
@@ -117,8 +118,8 @@ absl::Status ShardTransfers::Join() {
 
 absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
   const std::string& address = accepted_.shards(rank).worker();
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), BulkChannelArguments());
+  std::shared_ptr<grpc::Channel> channel =
+      MakeChannel(address, grpc::InsecureChannelCredentials(), BulkChannelArguments(), "");
   std::unique_ptr<Stream> stream(
       grpc::internal::ClientReaderWriterFactory<BulkOut, TransferResponseIn>::Create(
           channel.get(),
@@ -131,8 +132,9 @@ absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
 }
 
 absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      accepted_.shards(rank).worker(), grpc::InsecureChannelCredentials(), BulkChannelArguments());
+  std::shared_ptr<grpc::Channel> channel =
+      MakeChannel(accepted_.shards(rank).worker(), grpc::InsecureChannelCredentials(),
+                  BulkChannelArguments(), "");
   v1::FetchRequest request;
   request.set_job_id(accepted_.job_id());
   request.set_rank(rank);

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "proto/keepalive.h"
 
 namespace lact {
 namespace {
@@ -51,10 +52,12 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const std::shared_ptr<grpc::ChannelCredentials>& creds,
                                            const grpc::ChannelArguments& args,
                                            const std::string& secret) {
-  if (secret.empty()) return grpc::CreateCustomChannel(address, creds, args);
+  grpc::ChannelArguments with_keepalive = args;
+  SetKeepalive(&with_keepalive);
+  if (secret.empty()) return grpc::CreateCustomChannel(address, creds, with_keepalive);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<BearerInterceptorFactory>(secret));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, args,
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, creds, with_keepalive,
                                                                  std::move(interceptors));
 }
 
@@ -112,8 +115,7 @@ std::string RandomHex(size_t count) {
 }
 
 bool IsLoopbackHost(absl::string_view host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" ||
-         absl::StartsWith(host, "127.");
+  return host == "localhost" || host == "::1" || host == "[::1]" || absl::StartsWith(host, "127.");
 }
 
 }  // namespace lact

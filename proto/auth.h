@@ -22,7 +22,8 @@ inline constexpr char kAuthorizationKey[] = "authorization";
 // Shortest secret accepted from a file: 16 bytes of text.
 inline constexpr size_t kMinSecretBytes = 16;
 
-// A channel to `address` whose calls present `secret` (none when empty).
+// A channel to `address` whose calls present `secret` (none when empty),
+// with keepalive (keepalive.h).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
                                            const std::shared_ptr<grpc::ChannelCredentials>& creds,
                                            const grpc::ChannelArguments& args,

@@ -25,6 +25,7 @@
 #include "common/stop_signals.h"
 #include "common/wire_limits.h"
 #include "proto/auth.h"
+#include "proto/keepalive.h"
 #include "server/control_service.h"
 #include "server/coordinator_service.h"
 
@@ -89,6 +90,7 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
                            &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
+  SetKeepalive(&builder);
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {

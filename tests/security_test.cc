@@ -77,9 +77,9 @@ TEST_F(SecurityTest, PublicCallsNeedAKnownToken) {
       Tenant("not-a-token-of-this-cluster").ListModels();
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(Tenant(kTokenA).ListModels().ok());
-  absl::StatusOr<JobResult> job = LactClient(cluster_->address())
-                                      .Submit(SubmitOptions{.model = "preset:small:4"},
-                                              RandomTokens(8, 256, 1), {});
+  absl::StatusOr<JobResult> job =
+      LactClient(cluster_->address())
+          .Submit(SubmitOptions{.model = "preset:small:4"}, RandomTokens(8, 256, 1), {});
   EXPECT_EQ(job.status().code(), absl::StatusCode::kUnauthenticated);
 }
 
@@ -110,8 +110,7 @@ TEST_F(SecurityTest, AJobIsItsTenantsAlone) {
       << "another tenant's job reads exactly as one that does not exist";
 
   // Still whole for its owner.
-  absl::StatusOr<std::vector<Tensor>> again =
-      Tenant(kTokenA).Query(id, {RandomTokens(8, 256, 6)});
+  absl::StatusOr<std::vector<Tensor>> again = Tenant(kTokenA).Query(id, {RandomTokens(8, 256, 6)});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)[0].data, job->queries[0].data);
   EXPECT_TRUE(Tenant(kTokenA).DeleteJob(id).ok());
@@ -128,14 +127,16 @@ TEST_F(SecurityTest, ControlServesOnlyTheClusterSecret) {
   for (const std::string& secret : {std::string(), std::string("a-guess-at-the-secret-0000")}) {
     grpc::ClientContext ctx;
     v1::RegisterResponse response;
-    const grpc::Status s = control(cluster_->control_address(), secret)->Register(&ctx, rogue, &response);
+    const grpc::Status s =
+        control(cluster_->control_address(), secret)->Register(&ctx, rogue, &response);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
     grpc::ClientContext kv_ctx;
     v1::KvSetRequest set;
     set.set_key("job-x/rank0");
     set.set_value("127.0.0.1:1");
     v1::KvSetResponse set_response;
-    EXPECT_EQ(control(cluster_->control_address(), secret)->KvSet(&kv_ctx, set, &set_response)
+    EXPECT_EQ(control(cluster_->control_address(), secret)
+                  ->KvSet(&kv_ctx, set, &set_response)
                   .error_code(),
               grpc::StatusCode::UNAUTHENTICATED);
   }

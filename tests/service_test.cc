@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -20,6 +22,7 @@
 #include "client/local_cluster.h"
 #include "common/token_codec.h"
 #include "lact/v1/coordinator.grpc.pb.h"
+#include "proto/keepalive.h"
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
 #include "tests/service_support.h"
@@ -425,6 +428,36 @@ TEST_F(ServiceTest, DeadlineThatExpires) {
   absl::StatusOr<JobResult> got = Client().Submit(o, RandomTokens(32768, 256, 10), {});
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
   ExpectClusterStillWorks(Client(), 3);
+}
+
+// Every worker stopped (SIGSTOP) mid-compute: no worker can report a
+// failure, and their TCP connections stay open; keepalive pings that go
+// unanswered end the job well before its deadline (120 s), naming a
+// worker as gone.
+TEST(ServiceStallTest, StoppedWorkersFailTheJobThroughKeepalive) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  std::atomic<bool> stopped{false};
+  std::chrono::steady_clock::time_point stop_time;
+  absl::StatusOr<JobResult> got =
+      client.Submit(LongJob(2), RandomTokens(65536, 256, 12), {}, [&](const v1::Progress& p) {
+        if (p.stage() == v1::Progress::LAYERS && !stopped.exchange(true)) {
+          stop_time = std::chrono::steady_clock::now();
+          cluster->SignalWorker(0, SIGSTOP);
+          cluster->SignalWorker(1, SIGSTOP);
+        }
+      });
+  const auto took = std::chrono::steady_clock::now() - stop_time;
+  cluster->SignalWorker(0, SIGCONT);
+  cluster->SignalWorker(1, SIGCONT);
+  ASSERT_TRUE(stopped) << "the job ended before its first layer";
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr(") is gone: "));
+  EXPECT_LT(took, kKeepaliveTime + kKeepaliveTimeout + std::chrono::seconds(30))
+      << "detected by keepalive, not at the job's deadline (120 s)";
+  std::printf("stopped workers detected after %.1f s\n",
+              std::chrono::duration<double>(took).count());
 }
 
 // Kills worker 1 during the upload (0) or after the first layer (1).

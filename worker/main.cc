@@ -26,6 +26,7 @@
 #include "lact/v1/control.grpc.pb.h"
 #include "proto/auth.h"
 #include "proto/bulk_transport.h"
+#include "proto/keepalive.h"
 #include "worker/data_service.h"
 #include "worker/model_cache.h"
 #include "worker/worker_service.h"
@@ -155,6 +156,7 @@ int Main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
   TuneBulkServer(&builder);
+  SetKeepalive(&builder);
   builder.RegisterService(&service);
   builder.RegisterService(&data);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
