@@ -128,9 +128,9 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags =
-      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                   {"tokens", "dir", "json", "only", "model", "widths", "reps"});
+  absl::StatusOr<Flags> flags = Flags::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"tokens", "dir", "json", "only", "model", "widths", "reps", "tls"}, {}, {"tls"});
   if (!flags.ok()) {
     std::fprintf(stderr, "bench_data_path: %s\n", std::string(flags.status().message()).c_str());
     return 2;
@@ -157,43 +157,51 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  LocalClusterOptions options;
-  options.workers = 2;
-  options.threads_per_worker = 1;
-  options.model_dir = dir + "/models";
-  options.data_root = dir + "/root";
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
-  if (!cluster.ok()) {
-    std::fprintf(stderr, "bench_data_path: %s\n", std::string(cluster.status().message()).c_str());
-    return 1;
-  }
-  sync();  // the context files' writeback would otherwise compete with the first jobs' writes
-  LactClient client((*cluster)->address());
+  // With --tls, every job runs twice: on a plaintext cluster, then on one
+  // with TLS on every port (the cost of TLS, measured in the same run).
   std::vector<Result> results;
-  std::printf("%-26s %6s %8s %8s %8s %9s %8s %9s %9s %8s %8s\n", "job", "GiB", "job s", "compute",
+  std::printf("%-30s %6s %8s %8s %8s %9s %8s %9s %9s %8s %8s\n", "job", "GiB", "job s", "compute",
               "in s", "in MB/s", "out s", "out MB/s", "overhead", "coord", "payload");
-  for (int width : widths) {
-    const std::string context = absl::StrCat(dir, "/root/context", width, ".npy");
-    const std::string out = absl::StrCat(dir, "/root/out", width, ".npy");
-    for (bool by_ref : {false, true}) {
-      for (int rep = 0; rep < reps; ++rep) {
-        const std::string only = flags->Get("only").value_or("");
-        if (!only.empty() && only != absl::StrCat(width, by_ref ? "ref" : "band")) continue;
-        const std::string name =
-            absl::StrCat("w", width, by_ref ? " by reference" : " in band", " #", rep + 1);
-        absl::StatusOr<Result> r = RunOne(client, model, name, width, context, out, by_ref);
-        if (!r.ok()) {
-          std::fprintf(stderr, "bench_data_path: %s: %s\n", name.c_str(),
-                       std::string(r.status().message()).c_str());
-          return 1;
+  std::vector<bool> tls_modes = {false};
+  if (flags->Has("tls")) tls_modes.push_back(true);
+  for (bool tls : tls_modes) {
+    LocalClusterOptions options;
+    options.workers = 2;
+    options.threads_per_worker = 1;
+    options.model_dir = dir + "/models";
+    options.data_root = dir + "/root";
+    options.tls = tls;
+    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+    if (!cluster.ok()) {
+      std::fprintf(stderr, "bench_data_path: %s\n",
+                   std::string(cluster.status().message()).c_str());
+      return 1;
+    }
+    sync();  // the context files' writeback would otherwise compete with the first jobs' writes
+    LactClient client((*cluster)->address(), (*cluster)->security());
+    for (int width : widths) {
+      const std::string context = absl::StrCat(dir, "/root/context", width, ".npy");
+      const std::string out = absl::StrCat(dir, "/root/out", width, ".npy");
+      for (bool by_ref : {false, true}) {
+        for (int rep = 0; rep < reps; ++rep) {
+          const std::string only = flags->Get("only").value_or("");
+          if (!only.empty() && only != absl::StrCat(width, by_ref ? "ref" : "band")) continue;
+          const std::string name = absl::StrCat(
+              tls ? "tls " : "", "w", width, by_ref ? " by reference" : " in band", " #", rep + 1);
+          absl::StatusOr<Result> r = RunOne(client, model, name, width, context, out, by_ref);
+          if (!r.ok()) {
+            std::fprintf(stderr, "bench_data_path: %s: %s\n", name.c_str(),
+                         std::string(r.status().message()).c_str());
+            return 1;
+          }
+          std::printf("%-30s %6.2f %8.2f %8.2f %8.2f %9.0f %8.2f %9.0f %9.2f %6lldMi %8lld\n",
+                      name.c_str(), r->gib, r->job_s, r->compute_s, r->in_s, r->in_mbps, r->out_s,
+                      r->out_mbps, r->job_s - r->compute_s,
+                      static_cast<long long>(r->coordinator_rss >> 20),
+                      static_cast<long long>(r->payload));
+          std::fflush(stdout);
+          results.push_back(*r);
         }
-        std::printf("%-26s %6.2f %8.2f %8.2f %8.2f %9.0f %8.2f %9.0f %9.2f %6lldMi %8lld\n",
-                    name.c_str(), r->gib, r->job_s, r->compute_s, r->in_s, r->in_mbps, r->out_s,
-                    r->out_mbps, r->job_s - r->compute_s,
-                    static_cast<long long>(r->coordinator_rss >> 20),
-                    static_cast<long long>(r->payload));
-        std::fflush(stdout);
-        results.push_back(*r);
       }
     }
   }

@@ -15,6 +15,7 @@
 #include "proto/auth.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
+#include "proto/tls.h"
 
 namespace lact {
 namespace {
@@ -114,9 +115,10 @@ v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t wi
   return spec;
 }
 
-LactClient::LactClient(const std::string& address, const std::string& token)
-    : stub_(v1::Coordinator::NewStub(MakeChannel(address, grpc::InsecureChannelCredentials(),
-                                                 grpc::ChannelArguments(), token))) {}
+LactClient::LactClient(const std::string& address, const ClientSecurity& security)
+    : credentials_(ChannelCredentialsFromPem(security.tls_roots)),
+      stub_(v1::Coordinator::NewStub(
+          MakeChannel(address, credentials_, grpc::ChannelArguments(), security.token))) {}
 
 absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
                                              const std::vector<Tensor>& queries,
@@ -160,8 +162,8 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
     if (response.has_accepted()) {
       const v1::JobAccepted& a = response.accepted();
       result.shards.assign(a.shards().begin(), a.shards().end());
-      transfers = std::make_unique<ShardTransfers>(a, by_ref ? nullptr : &context, queries,
-                                                   options.output_ref.empty(), &result);
+      transfers = std::make_unique<ShardTransfers>(credentials_, a, by_ref ? nullptr : &context,
+                                                   queries, options.output_ref.empty(), &result);
       if (!by_ref) relay.StartUpload(a.context_tokens());
       transfers->Start(ctx.deadline(), [&relay](int64_t sent) { relay.ContextSent(sent); });
     } else if (response.has_progress()) {
@@ -194,7 +196,8 @@ absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {
   result.job_id = job_id;
   result.shards.assign(info.accepted().shards().begin(), info.accepted().shards().end());
   result.stats = info.stats();
-  std::unique_ptr<ShardTransfers> fetch = ShardTransfers::Fetch(info.accepted(), &result);
+  std::unique_ptr<ShardTransfers> fetch =
+      ShardTransfers::Fetch(credentials_, info.accepted(), &result);
   fetch->Start(std::chrono::system_clock::now() + kDefaultFetchTimeout);
   LACT_RETURN_IF_ERROR(fetch->Join());
   return result;

@@ -12,6 +12,8 @@
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
 #define LACT_CLIENT_LACT_CLIENT_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -68,13 +70,21 @@ struct JobResult {
   v1::JobStats stats;
 };
 
+// How a client proves itself and checks the cluster.
+struct ClientSecurity {
+  // The bearer token of a cluster that requires one (its coordinator's
+  // --auth-tokens); "" for an open cluster.
+  std::string token;
+  // PEM CA certificates that sign the coordinator's and the workers'
+  // certificates: calls then go over TLS; "" = plaintext.
+  std::string tls_roots;
+};
+
 class LactClient {
  public:
   using ProgressFn = std::function<void(const v1::Progress&)>;
 
-  // `token`: the bearer token of a cluster that requires one (its
-  // coordinator's --auth-tokens); "" for an open cluster.
-  explicit LactClient(const std::string& address, const std::string& token = "");
+  explicit LactClient(const std::string& address, const ClientSecurity& security = {});
 
   // `progress` and `on_accepted` are called from Submit's threads, one at a
   // time; `on_accepted` gets the job's id as soon as the job is admitted.
@@ -107,6 +117,7 @@ class LactClient {
   absl::StatusOr<ModelConfig> FindModel(const std::string& model);
 
  private:
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;  // to the coordinator and the workers
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 

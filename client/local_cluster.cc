@@ -10,12 +10,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/lact_client.h"
+#include "client/local_credentials.h"
 #include "common/status_macros.h"
 #include "proto/auth.h"
 
@@ -45,22 +48,30 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& args, int stdout_fd)
   return pid;
 }
 
-// `secret` in a new file only this user can read; returns its path.
-absl::StatusOr<std::string> WriteSecretFile(const std::string& secret) {
-  std::string path = (std::filesystem::temp_directory_path() / "lact-secret-XXXXXX").string();
-  const int fd = mkstemp(path.data());  // mode 0600
-  if (fd < 0) {
+// A new folder only this user can open; returns its path.
+absl::StatusOr<std::string> MakePrivateDir() {
+  std::string path = (std::filesystem::temp_directory_path() / "lact-local-XXXXXX").string();
+  if (mkdtemp(path.data()) == nullptr) {  // mode 0700
     return absl::InternalError(
-        absl::StrCat("cannot create a secret file in ", path, ": ", std::strerror(errno)));
-  }
-  const std::string text = secret + "\n";
-  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (!written) {
-    unlink(path.c_str());
-    return absl::InternalError(absl::StrCat("cannot write the secret file ", path));
+        absl::StrCat("cannot create a folder in ", path, ": ", std::strerror(errno)));
   }
   return path;
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return absl::InternalError(absl::StrCat("cannot read ", path));
+  return text.str();
 }
 
 void Stop(pid_t pid) {
@@ -88,15 +99,26 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     }
   }
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
-  LACT_ASSIGN_OR_RETURN(cluster->secret_file_, WriteSecretFile(RandomHex(32)));
+  LACT_ASSIGN_OR_RETURN(cluster->dir_, MakePrivateDir());
+  const std::string secret_file = cluster->dir_ + "/cluster-secret";
+  LACT_RETURN_IF_ERROR(WriteTextFile(secret_file, RandomHex(32) + "\n"));
+  std::vector<std::string> tls_args;
+  if (options.tls) {
+    LACT_ASSIGN_OR_RETURN(LocalCredentials files, MakeLocalCredentials(cluster->dir_));
+    tls_args = {"--tls-cert",   files.cert_file, "--tls-key",
+                files.key_file, "--tls-ca",      files.ca_file};
+    LACT_ASSIGN_OR_RETURN(cluster->security_.tls_roots, ReadTextFile(files.ca_file));
+    cluster->tls_ca_file_ = files.ca_file;
+  }
+  cluster->security_.token = options.token;
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
   // Control on a port of its own, both guarded by a secret made for this
   // cluster: no other local user can register a worker or run its shards.
   std::vector<std::string> args = {
-      bin + "/lact-coordinator", "--port", std::to_string(options.port),
-      "--control-port",          "0",      "--cluster-secret-file",
-      cluster->secret_file_};
+      bin + "/lact-coordinator", "--port",   std::to_string(options.port), "--control-port", "0",
+      "--cluster-secret-file",   secret_file};
+  args.insert(args.end(), tls_args.begin(), tls_args.end());
   if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
   absl::StatusOr<pid_t> coordinator = Spawn(args, pipe_fds[1]);
@@ -129,9 +151,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
                                                      : std::max(1, cores / options.workers);
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> w = {bin + "/lact-worker",    "--coordinator",       control_address,
-                                  "--cluster-secret-file", cluster->secret_file_, "--threads",
+    std::vector<std::string> w = {bin + "/lact-worker",    "--coordinator", control_address,
+                                  "--cluster-secret-file", secret_file,     "--threads",
                                   std::to_string(threads)};
+    w.insert(w.end(), tls_args.begin(), tls_args.end());
     if (!options.model_dir.empty()) {
       w.push_back("--model-dir");
       w.push_back(options.model_dir);
@@ -145,12 +168,12 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     LACT_ASSIGN_OR_RETURN(pid_t pid, Spawn(w, -1));
     cluster->workers_.push_back(pid);
   }
-  LACT_RETURN_IF_ERROR(cluster->WaitForWorkers(options.workers, options.token));
+  LACT_RETURN_IF_ERROR(cluster->WaitForWorkers(options.workers));
   return cluster;
 }
 
-absl::Status LocalCluster::WaitForWorkers(int count, const std::string& token) {
-  LactClient client(address_, token);
+absl::Status LocalCluster::WaitForWorkers(int count) {
+  LactClient client(address_, security_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   int seen = 0;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -185,7 +208,10 @@ void LocalCluster::SignalWorker(int i, int signal) {
 LocalCluster::~LocalCluster() {
   for (pid_t pid : workers_) Stop(pid);
   Stop(coordinator_);
-  if (!secret_file_.empty()) unlink(secret_file_.c_str());
+  if (!dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
 }
 
 }  // namespace lact

@@ -3,9 +3,10 @@
 // once the coordinator listens and every worker has registered; the
 // destructor stops them (SIGTERM, then SIGKILL after 10 s) and reaps them.
 // The cluster's Control service has a port of its own and a secret made
-// for this cluster (a file only this user can read); the public port is
-// open, as loopback allows (pass --auth-tokens in coordinator_args to
-// require tokens).
+// for this cluster (in a folder only this user can open, removed with the
+// cluster); the public port is open, as loopback allows (pass
+// --auth-tokens in coordinator_args to require tokens), and plaintext
+// unless `tls` is set.
 #ifndef LACT_CLIENT_LOCAL_CLUSTER_H_
 #define LACT_CLIENT_LOCAL_CLUSTER_H_
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/lact_client.h"
 
 namespace lact {
 
@@ -32,6 +34,9 @@ struct LocalClusterOptions {
   // The bearer token the cluster's start-up check presents, when
   // coordinator_args require tokens (--auth-tokens).
   std::string token;
+  // TLS on every port, with a CA and a certificate for 127.0.0.1 made for
+  // this cluster (local_credentials.h); clients trust it through security().
+  bool tls = false;
   std::vector<std::string> worker_args;  // extra flags for every worker (e.g. --backend cuda)
   // CUDA devices the workers take in turn (worker i: devices[i % size]);
   // empty: no --device flag.
@@ -46,6 +51,11 @@ class LocalCluster {
   const std::string& address() const { return address_; }
   // The coordinator's Control service (workers only; the cluster secret).
   const std::string& control_address() const { return control_address_; }
+  // What a client of this cluster presents and trusts: the token given,
+  // and with `tls` the cluster's CA.
+  const ClientSecurity& security() const { return security_; }
+  // With `tls`, the PEM file of the cluster's CA (for lact --tls-ca).
+  const std::string& tls_ca_file() const { return tls_ca_file_; }
   pid_t coordinator_pid() const { return coordinator_; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
@@ -54,10 +64,12 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  absl::Status WaitForWorkers(int count, const std::string& token);
+  absl::Status WaitForWorkers(int count);
 
   std::string address_, control_address_;
-  std::string secret_file_;  // the cluster secret, removed with the cluster
+  std::string dir_;  // the cluster's secret and credentials, removed with the cluster
+  ClientSecurity security_;
+  std::string tls_ca_file_;
   pid_t coordinator_ = -1;
   std::vector<pid_t> workers_;
 };

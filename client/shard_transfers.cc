@@ -63,10 +63,12 @@ absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in,
 
 }  // namespace
 
-ShardTransfers::ShardTransfers(const v1::JobAccepted& accepted, const Tensor* context,
+ShardTransfers::ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                               const v1::JobAccepted& accepted, const Tensor* context,
                                const std::vector<Tensor>& queries, bool output_in_band,
                                JobResult* result)
-    : accepted_(accepted),
+    : credentials_(std::move(credentials)),
+      accepted_(accepted),
       context_(context),
       queries_(queries),
       output_in_band_(output_in_band),
@@ -77,11 +79,12 @@ ShardTransfers::~ShardTransfers() {
   Join().IgnoreError();
 }
 
-std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(const v1::JobAccepted& accepted,
-                                                      JobResult* result) {
+std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(
+    std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
+    JobResult* result) {
   static const std::vector<Tensor> kNoQueries;
-  auto fetch = std::make_unique<ShardTransfers>(accepted, nullptr, kNoQueries,
-                                                accepted.output_in_band(), result);
+  auto fetch = std::make_unique<ShardTransfers>(std::move(credentials), accepted, nullptr,
+                                                kNoQueries, accepted.output_in_band(), result);
   fetch->fetch_ = true;
   return fetch;
 }
@@ -119,7 +122,7 @@ absl::Status ShardTransfers::Join() {
 absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
   const std::string& address = accepted_.shards(rank).worker();
   std::shared_ptr<grpc::Channel> channel =
-      MakeChannel(address, grpc::InsecureChannelCredentials(), BulkChannelArguments(), "");
+      MakeChannel(address, credentials_, BulkChannelArguments(), "");
   std::unique_ptr<Stream> stream(
       grpc::internal::ClientReaderWriterFactory<BulkOut, TransferResponseIn>::Create(
           channel.get(),
@@ -133,8 +136,7 @@ absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
 
 absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
   std::shared_ptr<grpc::Channel> channel =
-      MakeChannel(accepted_.shards(rank).worker(), grpc::InsecureChannelCredentials(),
-                  BulkChannelArguments(), "");
+      MakeChannel(accepted_.shards(rank).worker(), credentials_, BulkChannelArguments(), "");
   v1::FetchRequest request;
   request.set_job_id(accepted_.job_id());
   request.set_rank(rank);

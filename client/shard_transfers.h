@@ -36,10 +36,14 @@ class ShardTransfers {
   // `context` is null when the job reads its context by reference;
   // `output_in_band` says whether set 0 outputs come back. All must
   // outlive Join().
-  ShardTransfers(const v1::JobAccepted& accepted, const Tensor* context,
+  // `credentials`: how to reach the workers (plaintext or TLS).
+  ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                 const v1::JobAccepted& accepted, const Tensor* context,
                  const std::vector<Tensor>& queries, bool output_in_band, JobResult* result);
   // For a finished job's results (JobInfo.accepted).
-  static std::unique_ptr<ShardTransfers> Fetch(const v1::JobAccepted& accepted, JobResult* result);
+  static std::unique_ptr<ShardTransfers> Fetch(
+      std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
+      JobResult* result);
   ~ShardTransfers();
 
   // Starts the streams, each with `deadline`. `on_context_sent`, if set,
@@ -60,6 +64,7 @@ class ShardTransfers {
   absl::Status Place(int rank, const TransferResponseIn& response);
   void AllocateOutputs();
 
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const v1::JobAccepted accepted_;
   const Tensor* context_;
   const std::vector<Tensor>& queries_;

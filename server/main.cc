@@ -4,7 +4,10 @@
 // (then "lact-coordinator control on HOST:PORT" for a port of its own);
 // stops cleanly on SIGINT/SIGTERM (in-flight calls get 10 s). Off loopback
 // it needs --auth-tokens (a file of "TENANT TOKEN" lines: clients' bearer
-// tokens) and --cluster-secret-file (the secret workers present).
+// tokens), --cluster-secret-file (the secret workers present) and TLS
+// (--tls-cert and --tls-key: its certificate; --tls-ca: the CA that signs
+// the workers' certificates, which Control then requires of its callers
+// when it has a port of its own).
 //   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]
 //                    [--retain-seconds 3600] [--max-context-tokens N]
 //                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 0 (= the call's
@@ -12,6 +15,7 @@
 //                    [--max-queued-jobs 256]
 //                    [--upload-idle-timeout-ms 60000] [--data-root DIR]
 //                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]
+//                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -26,6 +30,7 @@
 #include "common/wire_limits.h"
 #include "proto/auth.h"
 #include "proto/keepalive.h"
+#include "proto/tls.h"
 #include "server/control_service.h"
 #include "server/coordinator_service.h"
 
@@ -56,11 +61,12 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
 }
 
 // What guards the coordinator's ports: tenants' tokens on the public
-// service, the cluster secret on Control and toward the workers. Off
-// loopback both are required.
+// service, the cluster secret on Control and toward the workers, TLS on
+// both. Off loopback all are required.
 struct Guards {
   TenantTokens tenants;
   std::string cluster_secret;
+  TlsFiles tls;
 };
 
 absl::StatusOr<Guards> LoadGuards(const Flags& flags, const std::string& host) {
@@ -71,23 +77,44 @@ absl::StatusOr<Guards> LoadGuards(const Flags& flags, const std::string& host) {
   if (std::optional<std::string> path = flags.Get("cluster-secret-file")) {
     LACT_ASSIGN_OR_RETURN(g.cluster_secret, ReadSecretFile(*path));
   }
-  if (!IsLoopbackHost(host) && (g.tenants.open() || g.cluster_secret.empty())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("--host ", host,
-                     " is not loopback: give --auth-tokens FILE (clients' bearer tokens) and "
-                     "--cluster-secret-file FILE (what workers present), or listen on 127.0.0.1"));
+  LACT_ASSIGN_OR_RETURN(g.tls, TlsFilesFromFlags(flags));
+  if (!IsLoopbackHost(host) &&
+      (g.tenants.open() || g.cluster_secret.empty() || !g.tls.serves_tls() || g.tls.ca.empty())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--host ", host,
+        " is not loopback: give --auth-tokens FILE (clients' bearer tokens), "
+        "--cluster-secret-file FILE (what workers present), and --tls-cert, --tls-key and "
+        "--tls-ca (this server's certificate and the CA of the workers'), or listen on "
+        "127.0.0.1"));
   }
   return g;
+}
+
+// The credentials of the coordinator's ports and of its channels to the
+// workers. The public port takes any client; Control, on a port of its
+// own, only callers whose certificate the CA signed (when there is a CA).
+struct PortCredentials {
+  std::shared_ptr<grpc::ServerCredentials> public_port, control_port;
+  std::shared_ptr<grpc::ChannelCredentials> to_workers;
+};
+
+absl::StatusOr<PortCredentials> MakePortCredentials(const TlsFiles& tls, bool control_shared) {
+  PortCredentials c;
+  LACT_ASSIGN_OR_RETURN(c.public_port, MakeServerCredentials(tls, false));
+  LACT_ASSIGN_OR_RETURN(c.control_port,
+                        MakeServerCredentials(tls, !control_shared && !tls.ca.empty()));
+  LACT_ASSIGN_OR_RETURN(c.to_workers, MakeChannelCredentials(tls));
+  return c;
 }
 
 // Starts a gRPC server for `services` on host:port; prints "lact-coordinator
 // `what` HOST:PORT".
 std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
+                                    const std::shared_ptr<grpc::ServerCredentials>& credentials,
                                     const std::vector<grpc::Service*>& services, const char* what) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(),
-                           &bound_port);
+  builder.AddListeningPort(absl::StrCat(host, ":", port), credentials, &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
   SetKeepalive(&builder);
@@ -104,11 +131,12 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = Flags::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens",
-       "collective-timeout-ms", "acquire-timeout-ms", "upload-idle-timeout-ms", "data-root",
-       "max-queued-jobs", "auth-tokens", "cluster-secret-file", "control-port"});
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                   {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens",
+                    "collective-timeout-ms", "acquire-timeout-ms", "upload-idle-timeout-ms",
+                    "data-root", "max-queued-jobs", "auth-tokens", "cluster-secret-file",
+                    "control-port", "tls-cert", "tls-key", "tls-ca"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =
@@ -117,9 +145,13 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Guards> guards = parsed.ok() ? LoadGuards(*flags, host) : parsed;
   absl::StatusOr<int64_t> control_port =
       guards.ok() ? flags->Int("control-port", -1, -1, 65535) : guards.status();
-  if (!control_port.ok()) {
+  // Control shares the public port unless it has its own (--control-port).
+  const bool shared = control_port.ok() && *control_port < 0;
+  absl::StatusOr<PortCredentials> credentials =
+      control_port.ok() ? MakePortCredentials(guards->tls, shared) : control_port.status();
+  if (!credentials.ok()) {
     std::fprintf(stderr, "lact-coordinator: %s\n",
-                 std::string(control_port.status().message()).c_str());
+                 std::string(credentials.status().message()).c_str());
     return 2;
   }
   WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms)};
@@ -127,17 +159,16 @@ int Main(int argc, char** argv) {
   JobStore jobs(options.default_retain);
   CoordinatorService coordinator(
       Coordinator{&registry, &kv, &jobs, options, &guards->tenants,
-                  ClusterLink{grpc::InsecureChannelCredentials(), guards->cluster_secret}});
+                  ClusterLink{credentials->to_workers, guards->cluster_secret}});
   ControlService control(&registry, &kv, &jobs, guards->cluster_secret);
-  // Control shares the public port unless it has its own (--control-port).
-  const bool shared = *control_port < 0;
   std::unique_ptr<grpc::Server> server =
-      shared ? Serve(host, port, {&coordinator, &control}, "listening on")
-             : Serve(host, port, {&coordinator}, "listening on");
+      shared ? Serve(host, port, credentials->public_port, {&coordinator, &control}, "listening on")
+             : Serve(host, port, credentials->public_port, {&coordinator}, "listening on");
   if (!server) return 1;
   std::unique_ptr<grpc::Server> control_server;
   if (!shared) {
-    control_server = Serve(host, *control_port, {&control}, "control on");
+    control_server =
+        Serve(host, *control_port, credentials->control_port, {&control}, "control on");
     if (!control_server) return 1;
   }
   WaitForStopSignal();

@@ -4,7 +4,9 @@
 // process can neither register an address to receive a job's tokens nor
 // start a shard; with --auth-tokens every public call needs a bearer
 // token, and a job is visible only to the tenant that submitted it
-// (others get NOT_FOUND, as for a job that does not exist).
+// (others get NOT_FOUND, as for a job that does not exist); with TLS,
+// jobs run over every encrypted port, plaintext and untrusted clients are
+// refused, and Control takes only certificates of the cluster's CA.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,9 +20,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "client/lact_client.h"
+#include "client/local_credentials.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "proto/auth.h"
+#include "proto/tls.h"
+#include "tests/golden_case.h"
 #include "tests/random_model.h"
 #include "tests/service_support.h"
 
@@ -52,7 +57,7 @@ class SecurityTest : public ::testing::Test {
   void SetUp() override { ASSERT_NE(cluster_, nullptr); }
 
   static LactClient Tenant(const std::string& token) {
-    return LactClient(cluster_->address(), token);
+    return LactClient(cluster_->address(), ClientSecurity{token});
   }
   // A short job of tenant a (with a query set), or a status.
   static absl::StatusOr<JobResult> SubmitAsA(const std::string& spec_tenant = "") {
@@ -177,6 +182,94 @@ TEST_F(SecurityTest, WorkersRunShardsOnlyForTheCoordinator) {
       << "the retained state is still there";
 }
 
+// A cluster with TLS on every port (a CA and a certificate for 127.0.0.1
+// made for it) and tenants' tokens.
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    LocalClusterOptions options;
+    options.workers = 2;
+    options.tls = true;
+    options.coordinator_args = {"--auth-tokens", TokenFile()};
+    options.token = kTokenA;
+    cluster_ = StartTestCluster(std::move(options)).release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+
+  static LocalCluster* cluster_;
+};
+
+LocalCluster* TlsTest::cluster_ = nullptr;
+
+TEST_F(TlsTest, AGoldenJobOverTlsMatches) {
+  // In band, so the tokens, outputs and state cross the workers' TLS ports;
+  // the workers meet through the coordinator's Control port over mutual TLS.
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  ASSERT_FALSE(cluster_->security().tls_roots.empty());
+  LactClient client(cluster_->address(), cluster_->security());
+  SubmitOptions o = GoldenOptions(*golden);
+  o.workers = 2;
+  absl::StatusOr<JobResult> got = client.Submit(o, golden->context, golden->queries);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectGolden(*golden, *got);
+  absl::StatusOr<std::vector<Tensor>> later = client.Query(got->job_id, golden->queries);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ((*later)[0].data, got->queries[0].data);
+}
+
+// The status of ListModels with a 3 s deadline over `credentials`: a
+// failed handshake shows as UNAVAILABLE, or as DEADLINE_EXCEEDED while
+// gRPC keeps retrying the connection.
+grpc::StatusCode ListModelsOver(const std::string& address,
+                                std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  auto stub = v1::Coordinator::NewStub(
+      MakeChannel(address, std::move(credentials), grpc::ChannelArguments(), kTokenA));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  v1::ListModelsRequest request;
+  v1::ListModelsResponse response;
+  return stub->ListModels(&ctx, request, &response).error_code();
+}
+
+TEST_F(TlsTest, PlaintextAndUntrustedClientsAreRefused) {
+  const auto refused =
+      ::testing::AnyOf(grpc::StatusCode::UNAVAILABLE, grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(ListModelsOver(cluster_->address(), grpc::InsecureChannelCredentials()), refused);
+  // Another CA's roots: the cluster's certificate does not verify.
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/lact_other_ca_", getpid());
+  fs::create_directories(dir);
+  absl::StatusOr<LocalCredentials> other = MakeLocalCredentials(dir);
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::ifstream in(other->ca_file);
+  const std::string roots((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  fs::remove_all(dir);
+  EXPECT_THAT(ListModelsOver(cluster_->address(), ChannelCredentialsFromPem(roots)), refused);
+  EXPECT_EQ(ListModelsOver(cluster_->address(),
+                           ChannelCredentialsFromPem(cluster_->security().tls_roots)),
+            grpc::StatusCode::OK);
+}
+
+TEST_F(TlsTest, ControlTakesOnlyClientCertificatesOfTheClusterCa) {
+  // Trusting the cluster's CA but showing no certificate of its own, a
+  // caller never reaches the service (UNAVAILABLE at the handshake, not
+  // UNAUTHENTICATED from the secret check).
+  auto stub = v1::Control::NewStub(MakeChannel(
+      cluster_->control_address(), ChannelCredentialsFromPem(cluster_->security().tls_roots),
+      grpc::ChannelArguments(), ""));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::RegisterRequest rogue;
+  rogue.set_address("127.0.0.1:1");
+  v1::RegisterResponse response;
+  const grpc::Status s = stub->Register(&ctx, rogue, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
 TEST(SecurityFlags, OffLoopbackTheCoordinatorAndWorkersNeedSecrets) {
   const std::string bin = std::getenv("LACT_BIN_DIR") ? std::getenv("LACT_BIN_DIR") : LACT_BIN_DIR;
   const auto run = [](const std::string& command) {
@@ -190,9 +283,11 @@ TEST(SecurityFlags, OffLoopbackTheCoordinatorAndWorkersNeedSecrets) {
   auto [rc, text] = run(bin + "/lact-coordinator --host 0.0.0.0 --port 0");
   EXPECT_EQ(rc, 2);
   EXPECT_THAT(text, HasSubstr("is not loopback: give --auth-tokens FILE"));
+  EXPECT_THAT(text, HasSubstr("--tls-cert, --tls-key and --tls-ca"));
   std::tie(rc, text) = run(bin + "/lact-worker --coordinator 127.0.0.1:1 --host 0.0.0.0");
   EXPECT_EQ(rc, 2);
   EXPECT_THAT(text, HasSubstr("is not loopback: give --cluster-secret-file FILE"));
+  EXPECT_THAT(text, HasSubstr("--tls-cert, --tls-key and --tls-ca"));
   const std::string short_secret = absl::StrCat(::testing::TempDir(), "/lact_short_", getpid());
   std::ofstream(short_secret) << "short\n";
   std::tie(rc, text) = run(bin + "/lact-coordinator --cluster-secret-file " + short_secret);

@@ -47,27 +47,32 @@ SubmitOptions GoldenOptions(const GoldenCase& golden) {
   return o;
 }
 
+std::unique_ptr<LocalCluster> StartTestCluster(LocalClusterOptions options) {
+  if (options.model_dir.empty()) options.model_dir = ModelDir();
+  if (options.threads_per_worker == 0) options.threads_per_worker = 1;
+  const char* bin_dir = std::getenv("LACT_BIN_DIR");  // a moved build (scripts/gpu-check's bundle)
+  if (options.bin_dir.empty()) options.bin_dir = bin_dir != nullptr ? bin_dir : LACT_BIN_DIR;
+  std::vector<std::string> args = {
+      "--collective-timeout-ms", "5000", "--acquire-timeout-ms",     "5000",
+      "--heartbeat-ms",          "300",  "--upload-idle-timeout-ms", "1000"};
+  args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
+  options.coordinator_args = std::move(args);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
+}
+
 std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::string> worker_args,
                                                std::string data_root,
                                                std::vector<std::string> coordinator_args,
                                                std::string token) {
   LocalClusterOptions options;
-  options.data_root = std::move(data_root);
   options.workers = workers;
-  options.model_dir = ModelDir();
-  options.threads_per_worker = 1;
   options.worker_args = std::move(worker_args);
-  const char* bin_dir = std::getenv("LACT_BIN_DIR");  // a moved build (scripts/gpu-check's bundle)
-  options.bin_dir = bin_dir != nullptr ? bin_dir : LACT_BIN_DIR;
-  options.coordinator_args = {
-      "--collective-timeout-ms", "5000", "--acquire-timeout-ms",     "5000",
-      "--heartbeat-ms",          "300",  "--upload-idle-timeout-ms", "1000"};
-  options.coordinator_args.insert(options.coordinator_args.end(), coordinator_args.begin(),
-                                  coordinator_args.end());
+  options.data_root = std::move(data_root);
+  options.coordinator_args = std::move(coordinator_args);
   options.token = std::move(token);
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
-  EXPECT_TRUE(cluster.ok()) << cluster.status();
-  return cluster.ok() ? *std::move(cluster) : nullptr;
+  return StartTestCluster(std::move(options));
 }
 
 }  // namespace lact::testing

@@ -30,6 +30,11 @@ SubmitOptions GoldenOptions(const GoldenCase& golden);
 // any) as the cluster's --data-root;
 // null (and a test failure) if it does not start. The binaries are the
 // build's, or $LACT_BIN_DIR's.
+// The same for `options` as given, with the defaults above filled in where
+// empty (model dir, one thread per worker, binaries, short timeouts first
+// in the coordinator's flags).
+std::unique_ptr<LocalCluster> StartTestCluster(LocalClusterOptions options);
+
 std::unique_ptr<LocalCluster> StartTestCluster(int workers,
                                                std::vector<std::string> worker_args = {},
                                                std::string data_root = "",

@@ -9,6 +9,8 @@
 //               8 GiB)]
 //               [--cluster-secret-file FILE (required off loopback: presented to the
 //               coordinator's Control service and required of its calls here)]
+//               [--tls-cert FILE --tls-key FILE --tls-ca FILE (required off loopback: this
+//               worker's certificate, served and shown to Control; the CA of the coordinator's)]
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
 
@@ -21,12 +23,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/model_config.h"
+#include "common/status_macros.h"
 #include "common/stop_signals.h"
 #include "common/wire_limits.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "proto/auth.h"
 #include "proto/bulk_transport.h"
 #include "proto/keepalive.h"
+#include "proto/tls.h"
 #include "worker/data_service.h"
 #include "worker/model_cache.h"
 #include "worker/worker_service.h"
@@ -46,6 +50,35 @@ void KeepFreedMemory() {
   mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+}
+
+// The worker's secret and TLS: the cluster secret it presents to the
+// coordinator and requires of it, its port's credentials (TLS when it has
+// a certificate; clients of ShardData show none) and its channel's to the
+// coordinator (verified against the CA, showing its certificate). Off
+// loopback all are required.
+struct Guards {
+  std::string cluster_secret;
+  std::shared_ptr<grpc::ServerCredentials> port;
+  std::shared_ptr<grpc::ChannelCredentials> to_coordinator;
+};
+
+absl::StatusOr<Guards> LoadGuards(const Flags& flags, const std::string& host) {
+  Guards g;
+  if (std::optional<std::string> path = flags.Get("cluster-secret-file")) {
+    LACT_ASSIGN_OR_RETURN(g.cluster_secret, ReadSecretFile(*path));
+  }
+  LACT_ASSIGN_OR_RETURN(TlsFiles tls, TlsFilesFromFlags(flags));
+  if (!IsLoopbackHost(host) && (g.cluster_secret.empty() || !tls.serves_tls() || tls.ca.empty())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--host ", host,
+        " is not loopback: give --cluster-secret-file FILE (the secret the coordinator and its "
+        "workers share) and --tls-cert, --tls-key and --tls-ca (this worker's certificate and "
+        "the CA of the coordinator's), or listen on 127.0.0.1"));
+  }
+  LACT_ASSIGN_OR_RETURN(g.port, MakeServerCredentials(tls, false));
+  LACT_ASSIGN_OR_RETURN(g.to_coordinator, MakeChannelCredentials(tls));
+  return g;
 }
 
 absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address,
@@ -81,10 +114,11 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = Flags::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend", "device",
-       "precision", "scan-math", "collective", "data-root", "retain-bytes", "cluster-secret-file"});
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                   {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
+                    "device", "precision", "scan-math", "collective", "data-root", "retain-bytes",
+                    "cluster-secret-file", "tls-cert", "tls-key", "tls-ca"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
@@ -104,21 +138,12 @@ int Main(int argc, char** argv) {
   }
   KeepFreedMemory();
   const std::string host = flags->Get("host").value_or("127.0.0.1");
-  std::string secret;
-  if (std::optional<std::string> path = flags->Get("cluster-secret-file")) {
-    absl::StatusOr<std::string> read = ReadSecretFile(*path);
-    if (!read.ok()) {
-      std::fprintf(stderr, "lact-worker: %s\n", std::string(read.status().message()).c_str());
-      return 2;
-    }
-    secret = *read;
-  } else if (!IsLoopbackHost(host)) {
-    std::fprintf(stderr,
-                 "lact-worker: --host %s is not loopback: give --cluster-secret-file FILE (the "
-                 "secret the coordinator and its workers share), or listen on 127.0.0.1\n",
-                 host.c_str());
+  absl::StatusOr<Guards> guards = LoadGuards(*flags, host);
+  if (!guards.ok()) {
+    std::fprintf(stderr, "lact-worker: %s\n", std::string(guards.status().message()).c_str());
     return 2;
   }
+  const std::string& secret = guards->cluster_secret;
   const BackendOptions backend{flags->Get("backend").value_or("cpu"),
                                static_cast<int>(*threads),
                                *tile,
@@ -141,8 +166,8 @@ int Main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   args.SetMaxSendMessageSize(kMaxServerMessageBytes);
-  auto control = std::shared_ptr<v1::Control::Stub>(v1::Control::NewStub(
-      MakeChannel(*coordinator, grpc::InsecureChannelCredentials(), args, secret)));
+  auto control = std::shared_ptr<v1::Control::Stub>(
+      v1::Control::NewStub(MakeChannel(*coordinator, guards->to_coordinator, args, secret)));
 
   TransferBoard transfers;
   RetainedResults results(*retain_bytes);
@@ -151,8 +176,7 @@ int Main(int argc, char** argv) {
   DataService data(&transfers, &results);
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":", *port), grpc::InsecureServerCredentials(),
-                           &bound_port);
+  builder.AddListeningPort(absl::StrCat(host, ":", *port), guards->port, &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
   TuneBulkServer(&builder);

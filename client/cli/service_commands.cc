@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,18 +25,32 @@
 namespace lact::cli {
 namespace {
 
-// A client of `server` presenting the token of --token-file, or of the
-// file $LACT_TOKEN_FILE names (none: an open cluster).
+// The file a flag names, or the environment variable that stands in for it.
+std::optional<std::string> FlagOrEnv(const Flags& flags, const char* flag, const char* env) {
+  if (std::optional<std::string> value = flags.Get(flag)) return value;
+  if (const char* v = std::getenv(env); v != nullptr && *v != '\0') return std::string(v);
+  return std::nullopt;
+}
+
+// A client of `server` presenting the token of --token-file (or
+// $LACT_TOKEN_FILE) and trusting the CA of --tls-ca (or $LACT_TLS_CA):
+// TLS then, plaintext without.
 absl::StatusOr<LactClient> Connect(const Flags& flags, const std::string& server) {
-  std::optional<std::string> path = flags.Get("token-file");
-  if (!path) {
-    if (const char* env = std::getenv("LACT_TOKEN_FILE"); env != nullptr && *env != '\0') {
-      path = env;
-    }
+  ClientSecurity security;
+  if (std::optional<std::string> path = FlagOrEnv(flags, "token-file", "LACT_TOKEN_FILE")) {
+    LACT_ASSIGN_OR_RETURN(security.token, ReadSecretFile(*path));
   }
-  if (!path) return LactClient(server);
-  LACT_ASSIGN_OR_RETURN(const std::string token, ReadSecretFile(*path));
-  return LactClient(server, token);
+  if (std::optional<std::string> path = FlagOrEnv(flags, "tls-ca", "LACT_TLS_CA")) {
+    std::ifstream in(*path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in || text.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls-ca '", *path, "' is not a readable PEM certificate file"));
+    }
+    security.tls_roots = text.str();
+  }
+  return LactClient(server, security);
 }
 
 absl::StatusOr<WireType> ParseDType(const std::string& s) {
@@ -125,9 +141,9 @@ void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
 absl::Status SubmitCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(
       Flags flags, Flags::Parse(args,
-                                {"server", "token-file", "model", "context", "query", "workers",
-                                 "muon-steps", "chunk-tokens", "dtype", "timeout", "out", "shards",
-                                 "context-ref", "context-tensor", "out-ref", "tenant"},
+                                {"server", "token-file", "tls-ca", "model", "context", "query",
+                                 "workers", "muon-steps", "chunk-tokens", "dtype", "timeout", "out",
+                                 "shards", "context-ref", "context-tensor", "out-ref", "tenant"},
                                 {"query", "shards"}, {"detach", "cancel-on-disconnect"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
@@ -208,10 +224,10 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status QueryCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(
-      Flags flags,
-      Flags::Parse(args, {"server", "token-file", "job", "query", "dtype", "timeout", "out"},
-                   {"query"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
+                                                  {"server", "token-file", "tls-ca", "job", "query",
+                                                   "dtype", "timeout", "out"},
+                                                  {"query"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
@@ -238,7 +254,7 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status StatusCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   std::vector<v1::JobInfo> jobs;
@@ -261,7 +277,7 @@ absl::Status StatusCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status WatchCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
@@ -288,7 +304,8 @@ absl::Status WatchCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status FetchCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job", "out"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags,
+                        Flags::Parse(args, {"server", "token-file", "tls-ca", "job", "out"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
@@ -304,7 +321,7 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status DeleteCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
@@ -314,7 +331,7 @@ absl::Status DeleteCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status CancelCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "job"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
@@ -324,7 +341,7 @@ absl::Status CancelCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status ModelsCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, client.ListModels());
@@ -337,9 +354,12 @@ absl::Status ModelsCommand(const std::vector<std::string>& args) {
 absl::Status LocalCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(
       Flags flags,
-      Flags::Parse(args, {"workers", "port", "model-dir", "threads-per-worker", "backend",
-                          "devices", "precision", "scan-math", "collective", "data-root"}));
+      Flags::Parse(args,
+                   {"workers", "port", "model-dir", "threads-per-worker", "backend", "devices",
+                    "precision", "scan-math", "collective", "data-root", "tls"},
+                   {}, {"tls"}));
   LocalClusterOptions options;
+  options.tls = flags.Has("tls");
   options.data_root = flags.Get("data-root").value_or("");
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
   LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
@@ -368,6 +388,10 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   std::printf("lact local: coordinator at %s with %d workers (Ctrl-C stops)\n",
               cluster->address().c_str(), options.workers);
+  if (options.tls) {
+    std::printf("lact local: TLS on every port; clients trust --tls-ca %s\n",
+                cluster->tls_ca_file().c_str());
+  }
   std::fflush(stdout);
   WaitForStopSignal();
   std::fprintf(stderr, "lact local: stopping\n");
