@@ -14,16 +14,31 @@
 #ifndef LACT_PROTO_STREAM_CALL_H_
 #define LACT_PROTO_STREAM_CALL_H_
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/call_state.h"
 
 namespace lact {
+
+// Bounds on the calls of one service that wait for their first message:
+// how many may wait at once (more are refused with RESOURCE_EXHAUSTED) and
+// for how long (then DEADLINE_EXCEEDED); each names its flag.
+struct FirstMessageLimits {
+  std::atomic<int> waiting{0};
+  int max_waiting = 1024;
+  std::chrono::milliseconds timeout{30000};
+};
 
 template <typename Request, typename Response>
 class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
@@ -32,10 +47,11 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
 
   // Starts the call: reads the first message, then runs `flow` with it.
   // A call that ends before its first message ends with INVALID_ARGUMENT
-  // `no_first_message`.
+  // `no_first_message`. With `limits` (which must outlive the call), a
+  // call beyond its limits ends as they say.
   static StreamCall* Start(grpc::CallbackServerContext* context, std::string no_first_message,
-                           Flow flow) {
-    return new StreamCall(context, std::move(no_first_message), std::move(flow));
+                           Flow flow, FirstMessageLimits* limits = nullptr) {
+    return new StreamCall(context, std::move(no_first_message), std::move(flow), limits);
   }
 
   class EndWatch : public CallState::EndWatch {
@@ -66,9 +82,59 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   std::chrono::system_clock::time_point deadline() const { return context_->deadline(); }
 
  private:
-  StreamCall(grpc::CallbackServerContext* context, std::string no_first_message, Flow flow)
+  // Where the first-message alarm finds its call: cleared once the first
+  // read completes or the call is done, so a late alarm touches nothing.
+  struct Waiting {
+    absl::Mutex mu;
+    StreamCall* call ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
+  StreamCall(grpc::CallbackServerContext* context, std::string no_first_message, Flow flow,
+             FirstMessageLimits* limits)
       : context_(context), no_first_message_(std::move(no_first_message)), flow_(std::move(flow)) {
+    if (limits != nullptr) {
+      if (limits->waiting.fetch_add(1) >= limits->max_waiting) {
+        limits->waiting.fetch_sub(1);
+        this->Finish(grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat(limits->max_waiting,
+                         " calls already wait for their first message, the most allowed "
+                         "(--max-pending-calls)")));
+        return;
+      }
+      limits_ = limits;
+      waiting_ = std::make_shared<Waiting>();
+      {
+        absl::MutexLock lock(&waiting_->mu);
+        waiting_->call = this;
+      }
+      alarm_.Set(std::chrono::system_clock::now() + limits->timeout,
+                 [waiting = waiting_, timeout = limits->timeout](bool fired) {
+                   absl::MutexLock lock(&waiting->mu);
+                   if (fired && waiting->call != nullptr) waiting->call->TimeOut(timeout);
+                 });
+    }
     this->StartRead(&first_);
+  }
+
+  // No first message within `timeout` (the alarm's thread, Waiting::mu held).
+  void TimeOut(std::chrono::milliseconds timeout) {
+    timed_out_ = true;
+    this->Finish(
+        grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                     absl::StrCat("no first message within ", timeout.count(),
+                                  " ms of opening the call (--first-message-timeout-ms)")));
+  }
+
+  // The call no longer waits for its first message; true if the alarm
+  // already ended it.
+  bool StopWaiting() {
+    if (waiting_ == nullptr) return false;
+    absl::MutexLock lock(&waiting_->mu);
+    if (waiting_->call == nullptr) return timed_out_;
+    waiting_->call = nullptr;
+    limits_->waiting.fetch_sub(1);
+    return timed_out_;
   }
 
   void OnReadDone(bool ok) override {
@@ -77,6 +143,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       return;
     }
     started_ = true;
+    if (StopWaiting()) return;  // already finished by the alarm
     if (!ok) {
       this->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, no_first_message_));
       return;
@@ -86,6 +153,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   void OnWriteDone(bool ok) override { state_.WriteDone(ok); }
   void OnCancel() override { state_.Ended(); }
   void OnDone() override {
+    StopWaiting();
     state_.Done();
     delete this;
   }
@@ -95,6 +163,10 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   const Flow flow_;
   Request first_;
   bool started_ = false;  // the first read has completed (reactor callbacks only)
+  FirstMessageLimits* limits_ = nullptr;
+  std::shared_ptr<Waiting> waiting_;
+  bool timed_out_ = false;  // written under waiting_->mu
+  grpc::Alarm alarm_;
   CallState state_;
 };
 

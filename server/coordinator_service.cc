@@ -45,22 +45,26 @@ grpc::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::J
 
 grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* CoordinatorService::Submit(
     grpc::CallbackServerContext* context) {
-  return SubmitCall::Start(context, kNoJobSpec,
-                           [c = c_, context](const v1::SubmitRequest& first, SubmitCall& call) {
-                             absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
-                             if (!caller.ok()) return ToGrpcStatus(caller.status());
-                             return RunSubmit(c, *caller, first, call);
-                           });
+  return SubmitCall::Start(
+      context, kNoJobSpec,
+      [c = c_, context](const v1::SubmitRequest& first, SubmitCall& call) {
+        absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
+        if (!caller.ok()) return ToGrpcStatus(caller.status());
+        return RunSubmit(c, *caller, first, call);
+      },
+      &first_message_);
 }
 
 grpc::ServerBidiReactor<v1::QueryRequest, v1::QueryResponse>* CoordinatorService::Query(
     grpc::CallbackServerContext* context) {
-  return QueryCall::Start(context, kNoQuerySpec,
-                          [c = c_, context](const v1::QueryRequest& first, QueryCall& call) {
-                            absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
-                            if (!caller.ok()) return ToGrpcStatus(caller.status());
-                            return RunQuery(c, *caller, first, call);
-                          });
+  return QueryCall::Start(
+      context, kNoQuerySpec,
+      [c = c_, context](const v1::QueryRequest& first, QueryCall& call) {
+        absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
+        if (!caller.ok()) return ToGrpcStatus(caller.status());
+        return RunQuery(c, *caller, first, call);
+      },
+      &first_message_);
 }
 
 grpc::ServerWriteReactor<v1::JobInfo>* CoordinatorService::WatchJob(

@@ -18,7 +18,10 @@ namespace lact::server {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  explicit CoordinatorService(Coordinator coordinator) : c_(coordinator) {}
+  explicit CoordinatorService(Coordinator coordinator) : c_(coordinator) {
+    first_message_.max_waiting = c_.options.max_pending_calls;
+    first_message_.timeout = c_.options.first_message_timeout;
+  }
 
   grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* Submit(
       grpc::CallbackServerContext* context) override;
@@ -53,6 +56,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::Status ListModels(v1::ListModelsResponse* response);
 
   Coordinator c_;
+  FirstMessageLimits first_message_;  // Submit and Query calls waiting for their first message
 };
 
 }  // namespace lact::server

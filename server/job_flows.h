@@ -34,7 +34,9 @@ struct CoordinatorOptions {
   int max_queued_jobs = 256;  // jobs waiting for workers beyond which Submit is refused
   int collective_timeout_ms = 60000;
   std::chrono::milliseconds upload_idle_timeout{60000};  // max wait for a client's stream or chunk
-  std::string data_root;  // where files by reference may be; empty = none allowed
+  std::string data_root;         // where files by reference may be; empty = none allowed
+  int max_pending_calls = 1024;  // Submit and Query calls waiting for their first message
+  std::chrono::milliseconds first_message_timeout{30000};
 };
 
 struct Coordinator {

@@ -16,6 +16,7 @@
 //                    [--upload-idle-timeout-ms 60000] [--data-root DIR]
 //                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]
 //                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]
+//                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -57,6 +58,10 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   if (acquire > 0)
     o->acquire_wait = std::chrono::milliseconds(acquire);  // 0: until the call's deadline
   o->data_root = flags.Get("data-root").value_or("");
+  LACT_ASSIGN_OR_RETURN(int64_t pending, flags.Int("max-pending-calls", 1024, 1, 1 << 20));
+  o->max_pending_calls = static_cast<int>(pending);
+  LACT_ASSIGN_OR_RETURN(int64_t first, flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
+  o->first_message_timeout = std::chrono::milliseconds(first);
   return absl::OkStatus();
 }
 
@@ -131,12 +136,12 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags =
-      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                   {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens",
-                    "collective-timeout-ms", "acquire-timeout-ms", "upload-idle-timeout-ms",
-                    "data-root", "max-queued-jobs", "auth-tokens", "cluster-secret-file",
-                    "control-port", "tls-cert", "tls-key", "tls-ca"});
+  absl::StatusOr<Flags> flags = Flags::Parse(
+      std::vector<std::string>(argv + 1, argv + argc),
+      {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens",
+       "collective-timeout-ms", "acquire-timeout-ms", "upload-idle-timeout-ms", "data-root",
+       "max-queued-jobs", "auth-tokens", "cluster-secret-file", "control-port", "tls-cert",
+       "tls-key", "tls-ca", "max-pending-calls", "first-message-timeout-ms"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =

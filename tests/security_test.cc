@@ -270,6 +270,52 @@ TEST_F(TlsTest, ControlTakesOnlyClientCertificatesOfTheClusterCa) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }
 
+// Calls that open and send nothing: at most --max-pending-calls wait for
+// their first message at once, each at most --first-message-timeout-ms.
+TEST(CallLimits, IdleCallsAreBoundedInNumberAndTime) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(
+      1, {}, "", {"--max-pending-calls", "3", "--first-message-timeout-ms", "1000"});
+  ASSERT_NE(cluster, nullptr);
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(cluster->address(), grpc::InsecureChannelCredentials()));
+  constexpr int kCalls = 4;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>>>
+      calls;
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    calls.push_back(stub->Submit(contexts.back().get()));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  int refused = 0, timed_out = 0;
+  for (auto& call : calls) {
+    v1::SubmitResponse response;
+    while (call->Read(&response)) {
+    }
+    const grpc::Status s = call->Finish();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(s.error_message(), HasSubstr("3 calls already wait for their first message"));
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+      EXPECT_THAT(s.error_message(), HasSubstr("no first message within 1000 ms"));
+      ++timed_out;
+    }
+  }
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(timed_out, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+      << "ended by the coordinator's limit, not by the calls' 30 s deadlines";
+  // The waiting calls are counted out again: a real job still runs.
+  SubmitOptions o;
+  o.model = "preset:small:4";
+  o.timeout = std::chrono::seconds(60);
+  absl::StatusOr<JobResult> job =
+      LactClient(cluster->address()).Submit(o, RandomTokens(16, 256, 3), {});
+  EXPECT_TRUE(job.ok()) << job.status();
+}
+
 TEST(SecurityFlags, OffLoopbackTheCoordinatorAndWorkersNeedSecrets) {
   const std::string bin = std::getenv("LACT_BIN_DIR") ? std::getenv("LACT_BIN_DIR") : LACT_BIN_DIR;
   const auto run = [](const std::string& command) {
