@@ -28,8 +28,10 @@ grpc::Status ControlService::Register(grpc::ServerContext* context,
     }
     models[m.name()] = *config;
   }
-  response->set_worker_id(
-      registry_->Register(request->address(), request->backend(), std::move(models)));
+  absl::StatusOr<std::string> id =
+      registry_->Register(request->address(), request->backend(), std::move(models));
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  response->set_worker_id(*id);
   response->set_heartbeat_interval_ms(
       static_cast<int32_t>(registry_->heartbeat_interval().count()));
   return grpc::Status::OK;

@@ -38,8 +38,8 @@ TEST(SplitContext, EvenContiguousShards) {
 
 TEST(PlanJob, DefaultsToEveryHoldingWorkerAndHonoursExplicitShards) {
   WorkerRegistry registry(milliseconds(1000));
-  registry.Register("a:1", "cpu", Presets());
-  registry.Register("b:2", "cpu", Presets());
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
+  ASSERT_TRUE(registry.Register("b:2", "cpu", Presets()).ok());
   v1::JobSpec spec;
   spec.set_model("preset:small:3");
   spec.set_context_tokens(5);
@@ -75,7 +75,7 @@ TEST(CheckQuerySets, HugeCountsDoNotOverflowTheirSum) {
 
 TEST(WorkerRegistry, MissedHeartbeatsMakeAWorkerUnhealthy) {
   WorkerRegistry registry(milliseconds(20));
-  const std::string id = registry.Register("a:1", "cpu", Presets());
+  const std::string id = *registry.Register("a:1", "cpu", Presets());
   EXPECT_EQ(registry.CountHolding("preset:small"), 1);
   std::this_thread::sleep_for(milliseconds(80));
   EXPECT_EQ(registry.CountHolding("preset:small"), 0);
@@ -89,8 +89,8 @@ TEST(WorkerRegistry, MissedHeartbeatsMakeAWorkerUnhealthy) {
 
 TEST(WorkerRegistry, LeasesAreExclusiveAndWaitForRelease) {
   WorkerRegistry registry(milliseconds(10000));
-  registry.Register("a:1", "cpu", Presets());
-  registry.Register("b:2", "cpu", Presets());
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
+  ASSERT_TRUE(registry.Register("b:2", "cpu", Presets()).ok());
   absl::StatusOr<std::vector<std::string>> first =
       registry.Acquire("preset:small", 2, milliseconds(0));
   ASSERT_TRUE(first.ok());
@@ -111,8 +111,8 @@ TEST(WorkerRegistry, LeasesAreExclusiveAndWaitForRelease) {
 
 TEST(WorkerRegistry, WaitersAreServedFirstComeFirstServed) {
   WorkerRegistry registry(milliseconds(10000));
-  registry.Register("a:1", "cpu", Presets());
-  registry.Register("b:2", "cpu", Presets());
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
+  ASSERT_TRUE(registry.Register("b:2", "cpu", Presets()).ok());
   absl::StatusOr<std::vector<std::string>> held =
       registry.Acquire("preset:small", 2, milliseconds(0));
   ASSERT_TRUE(held.ok());
@@ -188,7 +188,7 @@ TEST(FairLine, FirstComeFirstServedWithinATenantRoundRobinAcross) {
 
 TEST(WorkerRegistry, TenantsTakeTurns) {
   WorkerRegistry registry(milliseconds(10000));
-  registry.Register("a:1", "cpu", Presets());
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
   absl::StatusOr<std::vector<std::string>> held =
       registry.Acquire("preset:small", 1, milliseconds(0));
   ASSERT_TRUE(held.ok());
@@ -226,7 +226,7 @@ TEST(WorkerRegistry, TenantsTakeTurns) {
 
 TEST(WorkerRegistry, FullQueueAndCancelledWaiters) {
   WorkerRegistry registry(milliseconds(10000));
-  registry.Register("a:1", "cpu", Presets());
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
   absl::StatusOr<std::vector<std::string>> held =
       registry.Acquire("preset:small", 1, milliseconds(0));
   ASSERT_TRUE(held.ok());
@@ -268,6 +268,39 @@ TEST(KvStore, GetWaitsForKeysAndTimesOut) {
   EXPECT_EQ(kv.size(), 1u);
 }
 
+TEST(JobStore, RecordsAreBoundedDroppingEndedJobsOldestFirst) {
+  JobStore jobs(std::chrono::hours(1), /*max_records=*/2);
+  v1::JobSpec spec;
+  spec.set_model("preset:small");
+  const std::string ended = *jobs.Create(spec);
+  jobs.SetCanceller(ended, [](CancelCause) { return false; });
+  jobs.Finish(ended, v1::JobInfo::SUCCEEDED, "", {});
+  jobs.SetCanceller(ended, nullptr);
+  const std::string live = *jobs.Create(spec);
+  const std::string newest = *jobs.Create(spec);  // drops `ended`
+  EXPECT_EQ(jobs.Get(ended).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(jobs.Get(live).ok());
+  absl::StatusOr<std::string> refused = jobs.Create(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("2 jobs that have not ended, its limit (--max-job-records)"));
+  EXPECT_TRUE(jobs.Get(newest).ok());
+}
+
+TEST(WorkerRegistry, EntriesAreBoundedDroppingSilentWorkers) {
+  WorkerRegistry registry(milliseconds(20), /*max_workers=*/2);
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
+  ASSERT_TRUE(registry.Register("b:2", "cpu", Presets()).ok());
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok()) << "re-registering is not new";
+  absl::StatusOr<std::string> refused = registry.Register("c:3", "cpu", Presets());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("its limit (--max-workers)"));
+  std::this_thread::sleep_for(milliseconds(100));  // a and b fall silent
+  absl::StatusOr<std::string> c = registry.Register("c:3", "cpu", Presets());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(registry.CountHolding("preset:small"), 1) << "a and b were dropped";
+}
+
 TEST(KvStore, KeysValuesAndTotalBytesAreBounded) {
   KvStore kv(/*max_bytes=*/100);
   EXPECT_EQ(kv.Set("", "v").code(), absl::StatusCode::kInvalidArgument);
@@ -307,7 +340,7 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   JobStore jobs;
   v1::JobSpec spec;
   spec.set_model("m");
-  const std::string id = jobs.Create(spec);
+  const std::string id = *jobs.Create(spec);
   EXPECT_EQ(jobs.Get(id)->status(), v1::JobInfo::QUEUED);
   EXPECT_GT(jobs.Get(id)->submitted_unix_seconds(), 1.7e9);
   EXPECT_EQ(jobs.Cancel(id).status().code(), absl::StatusCode::kFailedPrecondition)
@@ -331,14 +364,14 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   EXPECT_GT(jobs.Get(id)->finished_unix_seconds(), 0);
 
   // A job whose machine ended before CancelJob arrived is not reported cancelled.
-  const std::string ended = jobs.Create(spec);
+  const std::string ended = *jobs.Create(spec);
   JobMachine finished(ended);
   finished.QueueFailed(absl::ResourceExhaustedError("full"));
   jobs.SetCanceller(ended, [&](CancelCause cause) { return finished.Cancel(cause); });
   EXPECT_EQ(jobs.Cancel(ended).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(jobs.Get(ended)->status(), v1::JobInfo::QUEUED) << "its flow reports how it ended";
 
-  const std::string done = jobs.Create(spec);
+  const std::string done = *jobs.Create(spec);
   jobs.Start(done, accepted);
   jobs.Finish(done, v1::JobInfo::SUCCEEDED, "", {});
   EXPECT_EQ(jobs.State(done).status().code(), absl::StatusCode::kFailedPrecondition);
@@ -358,7 +391,7 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
 
   // Deleting a queued job cancels it.
-  const std::string queued = jobs.Create(spec);
+  const std::string queued = *jobs.Create(spec);
   JobMachine waiting(queued);
   jobs.SetCanceller(queued, [&](CancelCause cause) { return waiting.Cancel(cause); });
   ASSERT_TRUE(jobs.Delete(queued).ok());
@@ -369,12 +402,12 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
 TEST(JobStore, ForgetsFinishedRecordsAfterTheirTtl) {
   JobStore jobs(std::chrono::seconds(0));
   v1::JobSpec spec;
-  const std::string done = jobs.Create(spec), running = jobs.Create(spec);
+  const std::string done = *jobs.Create(spec), running = *jobs.Create(spec);
   jobs.Finish(done, v1::JobInfo::FAILED, "boom", {});
   jobs.Expire();
   EXPECT_EQ(jobs.Get(done).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(jobs.Get(running).ok()) << "a queued job is never forgotten";
-  const std::string kept = jobs.Create(spec);
+  const std::string kept = *jobs.Create(spec);
   jobs.Finish(kept, v1::JobInfo::SUCCEEDED, "", {});
   jobs.Retain(kept, std::make_shared<RetainedState>(), false, std::chrono::seconds(60));
   jobs.Expire();

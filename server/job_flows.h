@@ -37,6 +37,8 @@ struct CoordinatorOptions {
   std::string data_root;         // where files by reference may be; empty = none allowed
   int max_pending_calls = 1024;  // Submit and Query calls waiting for their first message
   std::chrono::milliseconds first_message_timeout{30000};
+  int64_t max_job_records = 100000;  // records kept (ended jobs' dropped oldest first)
+  int64_t max_workers = 10000;       // registry entries
 };
 
 struct Coordinator {

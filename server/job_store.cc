@@ -22,9 +22,26 @@ bool JobStore::Ended(const v1::JobInfo& info) {
   return info.status() != v1::JobInfo::QUEUED && info.status() != v1::JobInfo::RUNNING;
 }
 
-std::string JobStore::Create(const v1::JobSpec& spec) {
+absl::StatusOr<std::string> JobStore::Create(const v1::JobSpec& spec) {
   absl::MutexLock lock(&mu_);
   ExpireLocked();
+  if (jobs_.size() >= max_records_) {
+    // The oldest record of a job that has ended makes room; running and
+    // queued jobs are never dropped.
+    auto oldest = jobs_.end();
+    for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+      if (Ended(it->second.info) && !it->second.cancel &&
+          (oldest == jobs_.end() || it->second.sequence < oldest->second.sequence)) {
+        oldest = it;
+      }
+    }
+    if (oldest == jobs_.end()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the coordinator holds ", jobs_.size(),
+                       " jobs that have not ended, its limit (--max-job-records)"));
+    }
+    jobs_.erase(oldest);
+  }
   // 128 random bits: an id cannot be guessed from another.
   const std::string id = absl::StrCat("job-", RandomHex(16));
   Record& r = jobs_[id];

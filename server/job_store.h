@@ -34,11 +34,14 @@ struct RetainedState {
 
 class JobStore {
  public:
-  explicit JobStore(std::chrono::seconds record_ttl = std::chrono::hours(1))
-      : record_ttl_(record_ttl) {}
+  explicit JobStore(std::chrono::seconds record_ttl = std::chrono::hours(1),
+                    size_t max_records = 100000)
+      : record_ttl_(record_ttl), max_records_(max_records) {}
 
-  // A new QUEUED job; returns its id.
-  std::string Create(const v1::JobSpec& spec);
+  // A new QUEUED job; returns its id. At `max_records` records the oldest
+  // of a job that has ended is dropped to make room; RESOURCE_EXHAUSTED
+  // (naming --max-job-records) when every record is of a live job.
+  absl::StatusOr<std::string> Create(const v1::JobSpec& spec);
   // How Cancel (CancelJob) and Delete stop the job: false if it had already
   // ended. Called at once if the job was deleted before this call.
   void SetCanceller(const std::string& id, std::function<bool(CancelCause)> cancel);
@@ -93,6 +96,7 @@ class JobStore {
   void ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::chrono::seconds record_ttl_;
+  const size_t max_records_;
   mutable absl::Mutex mu_;
   std::map<std::string, Record> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;

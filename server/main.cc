@@ -17,6 +17,7 @@
 //                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]
 //                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]
 //                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]
+//                    [--max-job-records 100000] [--max-workers 10000]
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -62,6 +63,8 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   o->max_pending_calls = static_cast<int>(pending);
   LACT_ASSIGN_OR_RETURN(int64_t first, flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
   o->first_message_timeout = std::chrono::milliseconds(first);
+  LACT_ASSIGN_OR_RETURN(o->max_job_records, flags.Int("max-job-records", 100000, 1, 1 << 30));
+  LACT_ASSIGN_OR_RETURN(o->max_workers, flags.Int("max-workers", 10000, 1, 1 << 20));
   return absl::OkStatus();
 }
 
@@ -136,12 +139,27 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = Flags::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"host", "port", "heartbeat-ms", "retain-seconds", "max-context-tokens",
-       "collective-timeout-ms", "acquire-timeout-ms", "upload-idle-timeout-ms", "data-root",
-       "max-queued-jobs", "auth-tokens", "cluster-secret-file", "control-port", "tls-cert",
-       "tls-key", "tls-ca", "max-pending-calls", "first-message-timeout-ms"});
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"host",
+                                                                     "port",
+                                                                     "heartbeat-ms",
+                                                                     "retain-seconds",
+                                                                     "max-context-tokens",
+                                                                     "collective-timeout-ms",
+                                                                     "acquire-timeout-ms",
+                                                                     "upload-idle-timeout-ms",
+                                                                     "data-root",
+                                                                     "max-queued-jobs",
+                                                                     "auth-tokens",
+                                                                     "cluster-secret-file",
+                                                                     "control-port",
+                                                                     "tls-cert",
+                                                                     "tls-key",
+                                                                     "tls-ca",
+                                                                     "max-pending-calls",
+                                                                     "first-message-timeout-ms",
+                                                                     "max-job-records",
+                                                                     "max-workers"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =
@@ -159,9 +177,10 @@ int Main(int argc, char** argv) {
                  std::string(credentials.status().message()).c_str());
     return 2;
   }
-  WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms)};
+  WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms),
+                          static_cast<size_t>(options.max_workers)};
   KvStore kv;
-  JobStore jobs(options.default_retain);
+  JobStore jobs(options.default_retain, static_cast<size_t>(options.max_job_records));
   CoordinatorService coordinator(
       Coordinator{&registry, &kv, &jobs, options, &guards->tenants,
                   ClusterLink{credentials->to_workers, guards->cluster_secret}});

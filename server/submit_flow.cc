@@ -86,7 +86,9 @@ class SubmitFlow {
     if (!plan.ok()) return ToGrpcStatus(plan.status());
     plan_ = *std::move(plan);
 
-    job_id_ = c_.jobs->Create(spec_);
+    absl::StatusOr<std::string> id = c_.jobs->Create(spec_);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    job_id_ = *std::move(id);
     machine_ = std::make_shared<JobMachine>(job_id_);
     // A cancel wakes the queue, which looks at it only then.
     c_.jobs->SetCanceller(job_id_, [machine = machine_, registry = c_.registry](CancelCause cause) {

@@ -11,9 +11,20 @@
 
 namespace lact::server {
 
-std::string WorkerRegistry::Register(const std::string& address, const std::string& backend,
-                                     std::map<std::string, ModelConfig> models) {
+absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& address,
+                                                     const std::string& backend,
+                                                     std::map<std::string, ModelConfig> models) {
   absl::MutexLock lock(&mu_);
+  if (workers_.count(address) == 0 && workers_.size() >= max_workers_) {
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      const bool silent = std::chrono::steady_clock::now() - it->second.last_seen > 3 * interval_;
+      it = silent && !it->second.busy ? workers_.erase(it) : std::next(it);
+    }
+    if (workers_.size() >= max_workers_) {
+      return absl::ResourceExhaustedError(absl::StrCat("the coordinator knows ", workers_.size(),
+                                                       " live workers, its limit (--max-workers)"));
+    }
+  }
   WorkerEntry& w = workers_[address];
   w.id = absl::StrCat("w", next_id_++);
   w.address = address;

@@ -38,12 +38,15 @@ struct ModelEntry {
 
 class WorkerRegistry {
  public:
-  explicit WorkerRegistry(std::chrono::milliseconds heartbeat_interval)
-      : interval_(heartbeat_interval) {}
+  explicit WorkerRegistry(std::chrono::milliseconds heartbeat_interval, size_t max_workers = 10000)
+      : interval_(heartbeat_interval), max_workers_(max_workers) {}
 
-  // Registers (or re-registers, by address) a worker; returns its id.
-  std::string Register(const std::string& address, const std::string& backend,
-                       std::map<std::string, ModelConfig> models);
+  // Registers (or re-registers, by address) a worker; returns its id. A
+  // new address at `max_workers` entries first drops those of workers
+  // silent for 3 heartbeat intervals and not leased; RESOURCE_EXHAUSTED
+  // (naming --max-workers) if none are.
+  absl::StatusOr<std::string> Register(const std::string& address, const std::string& backend,
+                                       std::map<std::string, ModelConfig> models);
   // False if the id is unknown (the worker should register again).
   bool Heartbeat(const std::string& id);
   void MarkFailed(const std::string& address);
@@ -89,6 +92,7 @@ class WorkerRegistry {
   bool HealthyLocked(const WorkerEntry& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::chrono::milliseconds interval_;
+  const size_t max_workers_;
   mutable absl::Mutex mu_;
   absl::CondVar released_;  // signalled when workers free up or come back
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);  // by address

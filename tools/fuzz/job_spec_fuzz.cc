@@ -22,8 +22,10 @@ lact::server::WorkerRegistry& Registry() {
     auto* r = new lact::server::WorkerRegistry(std::chrono::hours(1));
     const std::map<std::string, lact::ModelConfig> models = {
         {"preset:small", *lact::PresetConfig("small")}};
-    r->Register("127.0.0.1:1", "cpu", models);
-    r->Register("127.0.0.1:2", "cpu", models);
+    if (!r->Register("127.0.0.1:1", "cpu", models).ok() ||
+        !r->Register("127.0.0.1:2", "cpu", models).ok()) {
+      std::abort();
+    }
     return r;
   }();
   return *registry;
