@@ -111,41 +111,16 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     cluster->tls_ca_file_ = files.ca_file;
   }
   cluster->security_.token = options.token;
-  int pipe_fds[2];
-  if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
   // Control on a port of its own, both guarded by a secret made for this
   // cluster: no other local user can register a worker or run its shards.
-  std::vector<std::string> args = {
-      bin + "/lact-coordinator", "--port",   std::to_string(options.port), "--control-port", "0",
-      "--cluster-secret-file",   secret_file};
+  std::vector<std::string> args = {"--port", std::to_string(options.port), "--control-port",
+                                   "0",      "--cluster-secret-file",      secret_file};
   args.insert(args.end(), tls_args.begin(), tls_args.end());
   if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
-  absl::StatusOr<pid_t> coordinator = Spawn(args, pipe_fds[1]);
-  close(pipe_fds[1]);
-  if (!coordinator.ok()) {
-    close(pipe_fds[0]);
-    return coordinator.status();
-  }
-  cluster->coordinator_ = *coordinator;
-  FILE* out = fdopen(pipe_fds[0], "r");
-  std::string& control_address = cluster->control_address_;
-  char line[256] = {0};
-  while ((cluster->address_.empty() || control_address.empty()) &&
-         fgets(line, sizeof(line), out) != nullptr) {
-    const std::string text(line);
-    for (const auto& [marker, address] :
-         {std::pair<std::string, std::string*>{"listening on ", &cluster->address_},
-          {"control on ", &control_address}}) {
-      if (text.find(marker) == std::string::npos) continue;
-      *address = text.substr(text.find(marker) + marker.size());
-      while (!address->empty() && isspace(address->back())) address->pop_back();
-    }
-  }
-  fclose(out);
-  if (cluster->address_.empty() || control_address.empty()) {
-    return absl::UnavailableError("lact-coordinator did not start (see its error above)");
-  }
+  cluster->coordinator_binary_ = bin + "/lact-coordinator";
+  LACT_RETURN_IF_ERROR(cluster->StartCoordinator(args));
+  const std::string& control_address = cluster->control_address_;
 
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
@@ -193,6 +168,60 @@ absl::Status LocalCluster::WaitForWorkers(int count) {
   }
   return absl::DeadlineExceededError(
       absl::StrCat("only ", seen, " of ", count, " workers registered within 60 s"));
+}
+
+absl::Status LocalCluster::StartCoordinator(std::vector<std::string> args) {
+  coordinator_args_ = args;
+  args.insert(args.begin(), coordinator_binary_);
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
+  absl::StatusOr<pid_t> coordinator = Spawn(args, pipe_fds[1]);
+  close(pipe_fds[1]);
+  if (!coordinator.ok()) {
+    close(pipe_fds[0]);
+    return coordinator.status();
+  }
+  coordinator_ = *coordinator;
+  FILE* out = fdopen(pipe_fds[0], "r");
+  address_.clear();
+  control_address_.clear();
+  char line[256] = {0};
+  while ((address_.empty() || control_address_.empty()) &&
+         fgets(line, sizeof(line), out) != nullptr) {
+    const std::string text(line);
+    for (const auto& [marker, address] :
+         {std::pair<std::string, std::string*>{"listening on ", &address_},
+          {"control on ", &control_address_}}) {
+      if (text.find(marker) == std::string::npos) continue;
+      *address = text.substr(text.find(marker) + marker.size());
+      while (!address->empty() && isspace(address->back())) address->pop_back();
+    }
+  }
+  fclose(out);
+  if (address_.empty() || control_address_.empty()) {
+    return absl::UnavailableError("lact-coordinator did not start (see its error above)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartCoordinator() {
+  kill(coordinator_, SIGKILL);
+  waitpid(coordinator_, nullptr, 0);
+  coordinator_ = -1;
+  // The same flags, on the ports it had: the workers and clients know them.
+  std::vector<std::string> args = coordinator_args_;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    const std::string& address = args[i] == "--port"           ? address_
+                                 : args[i] == "--control-port" ? control_address_
+                                                               : std::string();
+    if (!address.empty()) args[i + 1] = address.substr(address.rfind(':') + 1);
+  }
+  const std::string address = address_, control_address = control_address_;
+  LACT_RETURN_IF_ERROR(StartCoordinator(args));
+  if (address_ != address || control_address_ != control_address) {
+    return absl::InternalError("the restarted coordinator did not get its old ports");
+  }
+  return WaitForWorkers(static_cast<int>(workers_.size()));
 }
 
 void LocalCluster::KillWorker(int i) {

@@ -59,14 +59,22 @@ class LocalCluster {
   pid_t coordinator_pid() const { return coordinator_; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
+  // Kills the coordinator (SIGKILL, as a crash would) and starts it again
+  // with the same flags on the same ports; returns once every worker has
+  // registered with it again.
+  absl::Status RestartCoordinator();
   // Sends worker i `signal` (SIGSTOP and SIGCONT to stall it and let it go).
   void SignalWorker(int i, int signal);
 
  private:
   LocalCluster() = default;
   absl::Status WaitForWorkers(int count);
+  // Spawns lact-coordinator with `args` and reads its addresses.
+  absl::Status StartCoordinator(std::vector<std::string> args);
 
   std::string address_, control_address_;
+  std::string coordinator_binary_;
+  std::vector<std::string> coordinator_args_;
   std::string dir_;  // the cluster's secret and credentials, removed with the cluster
   ClientSecurity security_;
   std::string tls_ca_file_;

@@ -3,9 +3,11 @@
 // rendezvous KV, the job store (cancel, TTL, delete).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -14,6 +16,7 @@
 #include "common/model.h"
 #include "server/fair_line.h"
 #include "server/job_admission.h"
+#include "server/job_journal.h"
 #include "server/job_machine.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
@@ -299,6 +302,55 @@ TEST(WorkerRegistry, EntriesAreBoundedDroppingSilentWorkers) {
   absl::StatusOr<std::string> c = registry.Register("c:3", "cpu", Presets());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(registry.CountHolding("preset:small"), 1) << "a and b were dropped";
+}
+
+TEST(JobStore, RecordsAndRetainedStatesOutliveTheStoreThroughItsJournal) {
+  const std::string dir = ::testing::TempDir() + "/lact_journal_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  v1::JobSpec spec;
+  spec.set_model("preset:small");
+  spec.set_tenant("t");
+  std::string kept, running, deleted;
+  {
+    absl::StatusOr<std::unique_ptr<JobJournal>> journal = JobJournal::Open(dir);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    JobStore jobs;
+    ASSERT_TRUE(jobs.Restore(journal->get()).ok());
+    kept = *jobs.Create(spec);
+    jobs.Finish(kept, v1::JobInfo::SUCCEEDED, "", {});
+    jobs.Retain(kept, std::make_shared<RetainedState>(RetainedState{"preset:small", "w:1"}), true,
+                std::chrono::seconds(3600));
+    running = *jobs.Create(spec);
+    jobs.Start(running, v1::JobAccepted());
+    deleted = *jobs.Create(spec);
+    jobs.Finish(deleted, v1::JobInfo::SUCCEEDED, "", {});
+    ASSERT_TRUE(jobs.Delete(deleted).ok());
+  }
+  // A new store over the same file: what a restarted coordinator sees.
+  absl::StatusOr<std::unique_ptr<JobJournal>> journal = JobJournal::Open(dir);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  JobStore jobs;
+  ASSERT_TRUE(jobs.Restore(journal->get()).ok());
+  absl::StatusOr<v1::JobInfo> info = jobs.Get(kept);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->status(), v1::JobInfo::SUCCEEDED);
+  EXPECT_EQ(info->tenant(), "t");
+  EXPECT_TRUE(info->state_retained());
+  absl::StatusOr<std::shared_ptr<const RetainedState>> state = jobs.State(kept);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ((*state)->model, "preset:small");
+  EXPECT_EQ((*state)->worker, "w:1");
+  absl::StatusOr<v1::JobInfo> lost = jobs.Get(running);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(lost->status(), v1::JobInfo::FAILED);
+  EXPECT_THAT(lost->error(), HasSubstr("was RUNNING when the coordinator stopped"));
+  EXPECT_EQ(jobs.Get(deleted).status().code(), absl::StatusCode::kNotFound);
+  const std::string next = *jobs.Create(spec);
+  const std::vector<v1::JobInfo> listed = jobs.List();
+  ASSERT_EQ(listed.size(), 3u);
+  EXPECT_EQ(listed[0].job_id(), kept);
+  EXPECT_EQ(listed[2].job_id(), next) << "new jobs come after the restored ones";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(KvStore, KeysValuesAndTotalBytesAreBounded) {

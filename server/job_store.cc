@@ -1,8 +1,10 @@
 #include "server/job_store.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "proto/auth.h"
 
 namespace lact::server {
@@ -40,6 +42,7 @@ absl::StatusOr<std::string> JobStore::Create(const v1::JobSpec& spec) {
           absl::StrCat("the coordinator holds ", jobs_.size(),
                        " jobs that have not ended, its limit (--max-job-records)"));
     }
+    UnpersistLocked(oldest->first);
     jobs_.erase(oldest);
   }
   // 128 random bits: an id cannot be guessed from another.
@@ -52,6 +55,7 @@ absl::StatusOr<std::string> JobStore::Create(const v1::JobSpec& spec) {
   r.info.set_status(v1::JobInfo::QUEUED);
   r.info.set_context_tokens(spec.context_tokens());
   r.info.set_submitted_unix_seconds(UnixSeconds(std::chrono::system_clock::now()));
+  PersistLocked(r);
   return id;
 }
 
@@ -78,6 +82,7 @@ void JobStore::Start(const std::string& id, const v1::JobAccepted& accepted) {
   *r.info.mutable_accepted() = accepted;
   r.info.set_started_unix_seconds(UnixSeconds(std::chrono::system_clock::now()));
   ChangedLocked(r);
+  PersistLocked(r);
 }
 
 void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
@@ -94,6 +99,7 @@ void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const s
   r.cancel = nullptr;
   r.forget_after = std::max(r.forget_after, std::chrono::system_clock::now() + record_ttl_);
   ChangedLocked(r);
+  PersistLocked(r);
 }
 
 void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state,
@@ -110,6 +116,7 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
       std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch())
           .count());
   ChangedLocked(it->second);
+  PersistLocked(it->second);
 }
 
 void JobStore::ChangedLocked(Record& r) {
@@ -192,6 +199,7 @@ absl::StatusOr<v1::JobInfo> JobStore::Cancel(const std::string& id) {
     r.info.set_status(v1::JobInfo::CANCELLED);
     r.info.set_error(absl::StrCat("job ", id, " cancelled by CancelJob"));
     ChangedLocked(r);
+    PersistLocked(r);
   }
   return r.info;
 }
@@ -205,6 +213,7 @@ absl::StatusOr<v1::JobInfo> JobStore::Delete(const std::string& id) {
     if (it == jobs_.end()) return Unknown(id);
     if (!Ended(it->second.info)) cancel = std::move(it->second.cancel);
     info = std::move(it->second.info);
+    UnpersistLocked(id);
     jobs_.erase(it);
   }
   if (cancel) cancel(CancelCause::kDeleted);
@@ -237,15 +246,84 @@ void JobStore::ExpireLocked() {
       r.state.reset();
       r.info.set_state_retained(false);
       r.info.set_results_retained(false);
+      PersistLocked(r);
     }
     const bool finished = Ended(r.info) && !r.cancel;
     if (finished && r.forget_after.time_since_epoch().count() != 0 && now >= r.forget_after &&
         !r.state) {
+      UnpersistLocked(it->first);
       it = jobs_.erase(it);
     } else {
       ++it;
     }
   }
+}
+
+namespace {
+
+int64_t Micros(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+std::chrono::system_clock::time_point FromMicros(int64_t us) {
+  return std::chrono::system_clock::time_point(std::chrono::microseconds(us));
+}
+
+}  // namespace
+
+void JobStore::PersistLocked(const Record& r) {
+  if (journal_ == nullptr) return;
+  JournalRecord j{r.info.job_id(),       r.sequence, r.info, "", "", Micros(r.expires),
+                  Micros(r.forget_after)};
+  if (r.state) {
+    j.model = r.state->model;
+    j.worker = r.state->worker;
+  }
+  if (absl::Status s = journal_->Put(j); !s.ok()) {
+    std::fprintf(stderr, "lact-coordinator: %s\n", std::string(s.message()).c_str());
+  }
+}
+
+void JobStore::UnpersistLocked(const std::string& id) {
+  if (journal_ == nullptr) return;
+  if (absl::Status s = journal_->Erase(id); !s.ok()) {
+    std::fprintf(stderr, "lact-coordinator: %s\n", std::string(s.message()).c_str());
+  }
+}
+
+absl::Status JobStore::Restore(JobJournal* journal) {
+  LACT_ASSIGN_OR_RETURN(std::vector<JournalRecord> records, journal->LoadAll());
+  absl::MutexLock lock(&mu_);
+  journal_ = journal;
+  const auto now = std::chrono::system_clock::now();
+  for (JournalRecord& j : records) {
+    Record& r = jobs_[j.id];
+    r.info = std::move(j.info);
+    r.sequence = j.sequence;
+    r.expires = FromMicros(j.expires_us);
+    r.forget_after = FromMicros(j.forget_after_us);
+    next_ = std::max(next_, j.sequence + 1);
+    if (!Ended(r.info)) {
+      // Its flow died with the coordinator; its workers dropped the shards
+      // when their streams broke.
+      const std::string was = v1::JobInfo::Status_Name(r.info.status());
+      r.info.set_status(v1::JobInfo::FAILED);
+      r.info.set_error(
+          absl::StrCat("job ", j.id, " was ", was, " when the coordinator stopped; run it again"));
+      r.info.clear_progress();
+      r.info.set_finished_unix_seconds(UnixSeconds(now));
+      r.forget_after = now + record_ttl_;
+    }
+    if (!j.model.empty() && now < r.expires) {
+      r.state = std::make_shared<RetainedState>(RetainedState{j.model, j.worker});
+    } else {
+      r.info.set_state_retained(false);
+      r.info.set_results_retained(false);
+    }
+    PersistLocked(r);
+  }
+  ExpireLocked();
+  return absl::OkStatus();
 }
 
 }  // namespace lact::server

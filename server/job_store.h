@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lact/v1/coordinator.pb.h"
+#include "server/job_journal.h"
 #include "server/job_machine.h"
 #include "server/tenant_tokens.h"
 
@@ -81,6 +82,13 @@ class JobStore {
   // theirs.
   void Expire();
 
+  // Keeps every record in `journal` (which must outlive the store) from now
+  // on, after taking in the ones it holds: a job that was queued or running
+  // when the last coordinator stopped ends FAILED, saying so; a retained
+  // state whose TTL has not passed is retained again. Call before any other
+  // method. A failed write later is reported on stderr; the job goes on.
+  absl::Status Restore(JobJournal* journal);
+
  private:
   struct Record {
     v1::JobInfo info;
@@ -92,6 +100,9 @@ class JobStore {
     uint64_t sequence = 0;                               // order of creation
   };
   void ChangedLocked(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the record to the journal (if any), or erases it there.
+  void PersistLocked(const Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpersistLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool Ended(const v1::JobInfo& info);
   void ExpireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -100,6 +111,7 @@ class JobStore {
   mutable absl::Mutex mu_;
   std::map<std::string, Record> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
+  JobJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace lact::server

@@ -18,6 +18,7 @@
 //                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]
 //                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]
 //                    [--max-job-records 100000] [--max-workers 10000]
+//                    [--state-dir DIR (job records kept on disk across restarts)]
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -35,6 +36,7 @@
 #include "proto/tls.h"
 #include "server/control_service.h"
 #include "server/coordinator_service.h"
+#include "server/job_journal.h"
 
 namespace lact::server {
 namespace {
@@ -159,7 +161,8 @@ int Main(int argc, char** argv) {
                                                                      "max-pending-calls",
                                                                      "first-message-timeout-ms",
                                                                      "max-job-records",
-                                                                     "max-workers"});
+                                                                     "max-workers",
+                                                                     "state-dir"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =
@@ -180,7 +183,18 @@ int Main(int argc, char** argv) {
   WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms),
                           static_cast<size_t>(options.max_workers)};
   KvStore kv;
+  std::unique_ptr<JobJournal> journal;  // outlives the store that writes to it
   JobStore jobs(options.default_retain, static_cast<size_t>(options.max_job_records));
+  if (std::optional<std::string> dir = flags->Get("state-dir")) {
+    absl::StatusOr<std::unique_ptr<JobJournal>> opened = JobJournal::Open(*dir);
+    absl::Status restored = opened.ok() ? jobs.Restore(opened->get()) : opened.status();
+    if (!restored.ok()) {
+      std::fprintf(stderr, "lact-coordinator: --state-dir %s: %s\n", dir->c_str(),
+                   std::string(restored.message()).c_str());
+      return 2;
+    }
+    journal = *std::move(opened);
+  }
   CoordinatorService coordinator(
       Coordinator{&registry, &kv, &jobs, options, &guards->tenants,
                   ClusterLink{credentials->to_workers, guards->cluster_secret}});

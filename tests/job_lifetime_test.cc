@@ -368,5 +368,42 @@ TEST_F(JobLifetimeTest, EvictionIsReported) {
   EXPECT_THAT(on_worker.error_message(), HasSubstr("expired: its retention time passed"));
 }
 
+// A coordinator with --state-dir killed (SIGKILL) and started again on
+// its ports: the finished job's record and retained state are still
+// there, Query returns the same bytes from the state its worker kept, and
+// new jobs run.
+TEST(CoordinatorRestart, RecordsAndRetainedStatesSurvive) {
+  const std::string state_dir = absl::StrCat(::testing::TempDir(), "/lact_state_", getpid());
+  fs::create_directories(state_dir);
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {}, "", {"--state-dir", state_dir});
+  ASSERT_NE(cluster, nullptr);
+  SubmitOptions o;
+  o.model = "preset:small:2";
+  o.workers = 2;
+  o.tenant = "kept";
+  o.timeout = std::chrono::seconds(120);
+  const std::vector<Tensor> queries = {RandomTokens(24, 256, 62)};
+  absl::StatusOr<JobResult> job =
+      LactClient(cluster->address()).Submit(o, RandomTokens(512, 256, 61), queries);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  absl::Status restarted = cluster->RestartCoordinator();
+  ASSERT_TRUE(restarted.ok()) << restarted;
+  LactClient client(cluster->address());
+  absl::StatusOr<v1::JobInfo> info = client.GetJob(job->job_id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->status(), v1::JobInfo::SUCCEEDED);
+  EXPECT_EQ(info->tenant(), "kept");
+  EXPECT_TRUE(info->state_retained());
+  absl::StatusOr<std::vector<Tensor>> again = client.Query(job->job_id, queries);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)[0].data, job->queries[0].data) << "the same bytes from the kept state";
+  absl::StatusOr<JobResult> next = client.Submit(o, RandomTokens(64, 256, 63), {});
+  EXPECT_TRUE(next.ok()) << next.status();
+  EXPECT_NE(next->job_id, job->job_id);
+  cluster.reset();
+  fs::remove_all(state_dir);
+}
+
 }  // namespace
 }  // namespace lact::testing
