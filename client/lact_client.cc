@@ -162,6 +162,10 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
     if (response.has_accepted()) {
       const v1::JobAccepted& a = response.accepted();
       result.shards.assign(a.shards().begin(), a.shards().end());
+      if (transfers != nullptr) {  // the job runs again on other workers
+        transfers->Cancel();
+        transfers->Join().IgnoreError();
+      }
       transfers = std::make_unique<ShardTransfers>(credentials_, a, by_ref ? nullptr : &context,
                                                    queries, options.output_ref.empty(), &result);
       if (!by_ref) relay.StartUpload(a.context_tokens());

@@ -142,6 +142,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     w.insert(w.end(), options.worker_args.begin(), options.worker_args.end());
     LACT_ASSIGN_OR_RETURN(pid_t pid, Spawn(w, -1));
     cluster->workers_.push_back(pid);
+    cluster->worker_commands_.push_back(std::move(w));
   }
   LACT_RETURN_IF_ERROR(cluster->WaitForWorkers(options.workers));
   return cluster;
@@ -221,6 +222,12 @@ absl::Status LocalCluster::RestartCoordinator() {
   if (address_ != address || control_address_ != control_address) {
     return absl::InternalError("the restarted coordinator did not get its old ports");
   }
+  return WaitForWorkers(static_cast<int>(workers_.size()));
+}
+
+absl::Status LocalCluster::RestartWorker(int i) {
+  if (workers_[i] > 0) KillWorker(i);
+  LACT_ASSIGN_OR_RETURN(workers_[i], Spawn(worker_commands_[i], -1));
   return WaitForWorkers(static_cast<int>(workers_.size()));
 }
 

@@ -59,6 +59,9 @@ class LocalCluster {
   pid_t coordinator_pid() const { return coordinator_; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
+  // Starts worker i again (killing it first if it runs), with the flags it
+  // had; returns once it has registered.
+  absl::Status RestartWorker(int i);
   // Kills the coordinator (SIGKILL, as a crash would) and starts it again
   // with the same flags on the same ports; returns once every worker has
   // registered with it again.
@@ -75,6 +78,7 @@ class LocalCluster {
   std::string address_, control_address_;
   std::string coordinator_binary_;
   std::vector<std::string> coordinator_args_;
+  std::vector<std::vector<std::string>> worker_commands_;
   std::string dir_;  // the cluster's secret and credentials, removed with the cluster
   ClientSecurity security_;
   std::string tls_ca_file_;

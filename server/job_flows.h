@@ -39,6 +39,7 @@ struct CoordinatorOptions {
   std::chrono::milliseconds first_message_timeout{30000};
   int64_t max_job_records = 100000;  // records kept (ended jobs' dropped oldest first)
   int64_t max_workers = 10000;       // registry entries
+  int max_reruns = 3;                // attempts after the first, when a worker is gone
 };
 
 struct Coordinator {

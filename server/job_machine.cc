@@ -38,6 +38,26 @@ void JobMachine::QueueFailed(absl::Status status) {
   stage_ = JobStage::kFailed;
 }
 
+bool JobMachine::Retry(std::string* gone) {
+  absl::MutexLock lock(&mu_);
+  const bool group_broke = reported_ && reported_status_.code() == absl::StatusCode::kUnavailable;
+  if (stage_ != JobStage::kFailed || cancel_.has_value() || !queue_failure_.ok() ||
+      !(gone_ || group_broke)) {
+    return false;
+  }
+  *gone = gone_ ? workers_[*gone_] : "";
+  stage_ = JobStage::kQueued;
+  workers_.clear();
+  rank_ended_.clear();
+  on_cancel_ = nullptr;
+  cancel_action_ran_ = false;
+  gone_.reset();
+  reported_.reset();
+  other_.reset();
+  gone_status_ = reported_status_ = other_status_ = absl::OkStatus();
+  return true;
+}
+
 bool JobMachine::Started() {
   absl::MutexLock lock(&mu_);
   if (stage_ != JobStage::kStarting) return false;

@@ -6,6 +6,7 @@
 //     |                   |                      |                           kFailed
 //     |                   +--StartFailed-------->+-------------------------> kCancelled
 //     +--QueueFailed / Cancel--> kFailed / kCancelled
+//   kFailed (a worker gone) --Retry--> kQueued
 //
 // Causes are recorded when they happen, typed, never read back from
 // messages: a Cancel (by CancelJob, by the client going away from a job
@@ -67,6 +68,14 @@ class JobMachine {
   // What Cancel does to a job with workers (cancels its streams). Runs at
   // once if the job is already being cancelled.
   void SetCancelAction(std::function<void()> on_cancel);
+  // kFailed -> kQueued, for another attempt on other workers: only a job
+  // that failed because a worker is gone, or whose worker reported its
+  // group broken (UNAVAILABLE: a peer is gone), never one cancelled or
+  // refused by a worker for any other reason. False (nothing changes)
+  // otherwise. `*gone` receives the worker known to be gone, or "". The
+  // attempt's workers, failures and cancel action are forgotten; a cancel
+  // asked for since wins as before.
+  bool Retry(std::string* gone);
 
   JobStage stage() const;
   bool ended() const;

@@ -51,6 +51,52 @@ TEST(JobMachine, HappyPathVisitsEveryStage) {
   EXPECT_TRUE(m.outcome().ok());
 }
 
+TEST(JobMachine, OnlyAJobWhoseWorkerIsGoneRunsAgain) {
+  std::string gone;
+  {  // The transport to rank 1 broke: rank 1's worker is gone.
+    std::unique_ptr<JobMachine> m = Running(2);
+    m->RankEnded(0, {absl::UnavailableError("gloo: a peer is gone"), true});
+    m->RankEnded(1, {absl::UnavailableError("Socket closed"), false});
+    ASSERT_EQ(m->stage(), JobStage::kFailed);
+    ASSERT_TRUE(m->Retry(&gone));
+    EXPECT_EQ(gone, "w1:1");
+    EXPECT_EQ(m->stage(), JobStage::kQueued);
+    EXPECT_FALSE(m->gone_rank().has_value()) << "the attempt's failures are forgotten";
+    ASSERT_TRUE(m->Leased({"w2:1", "w3:1"}));
+    ASSERT_TRUE(m->Started());
+    m->RankEnded(0, kOk);
+    m->RankEnded(1, kOk);
+    EXPECT_TRUE(m->outcome().ok()) << m->outcome();
+  }
+  {  // A worker reports its group broken, the gone peer unnamed.
+    std::unique_ptr<JobMachine> m = Running(2);
+    m->RankEnded(0, {absl::UnavailableError("gloo connect failed, a peer is gone"), true});
+    m->RankEnded(1, {absl::CancelledError("cancelled"), false});
+    ASSERT_TRUE(m->Retry(&gone));
+    EXPECT_EQ(gone, "");
+  }
+  {  // A worker refused the job: running it again would fail the same way.
+    std::unique_ptr<JobMachine> m = Running(2);
+    m->RankEnded(0, {absl::InvalidArgumentError("token 5 is nan"), true});
+    m->RankEnded(1, kOk);
+    EXPECT_FALSE(m->Retry(&gone));
+    EXPECT_EQ(m->stage(), JobStage::kFailed);
+  }
+  {  // Cancelled: never again.
+    std::unique_ptr<JobMachine> m = Running(2);
+    m->Cancel(CancelCause::kCancelJob);
+    m->RankEnded(0, {absl::UnavailableError("Socket closed"), false});
+    m->RankEnded(1, {absl::CancelledError("cancelled"), false});
+    EXPECT_FALSE(m->Retry(&gone));
+    EXPECT_EQ(m->stage(), JobStage::kCancelled);
+  }
+  {  // Refused by the queue.
+    JobMachine m("job-1");
+    m.QueueFailed(absl::ResourceExhaustedError("the queue is full"));
+    EXPECT_FALSE(m.Retry(&gone));
+  }
+}
+
 TEST(JobMachine, QueueFailureEndsTheJobWithTheQueuesStatus) {
   JobMachine m("job-1");
   m.QueueFailed(absl::ResourceExhaustedError("the queue is full"));

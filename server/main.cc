@@ -19,6 +19,7 @@
 //                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]
 //                    [--max-job-records 100000] [--max-workers 10000]
 //                    [--state-dir DIR (job records kept on disk across restarts)]
+//                    [--max-reruns 3 (a by-reference job whose worker is gone runs again)]
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -67,6 +68,8 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   o->first_message_timeout = std::chrono::milliseconds(first);
   LACT_ASSIGN_OR_RETURN(o->max_job_records, flags.Int("max-job-records", 100000, 1, 1 << 30));
   LACT_ASSIGN_OR_RETURN(o->max_workers, flags.Int("max-workers", 10000, 1, 1 << 20));
+  LACT_ASSIGN_OR_RETURN(int64_t reruns, flags.Int("max-reruns", 3, 0, 100));
+  o->max_reruns = static_cast<int>(reruns);
   return absl::OkStatus();
 }
 
@@ -162,7 +165,8 @@ int Main(int argc, char** argv) {
                                                                      "first-message-timeout-ms",
                                                                      "max-job-records",
                                                                      "max-workers",
-                                                                     "state-dir"});
+                                                                     "state-dir",
+                                                                     "max-reruns"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <optional>
 #include <random>
 #include <thread>
@@ -101,6 +102,19 @@ class SubmitFlow {
       c_.registry->WakeWaiters();
     });
     absl::Status status = Execute();
+    // A job whose worker is gone runs again on others, when its inputs can
+    // be read again: its context and outputs are files by reference.
+    while (!status.ok() && CanRerun() && stats_.reruns() < c_.options.max_reruns) {
+      std::string gone;
+      if (!machine_->Retry(&gone)) break;
+      // Before the next lease, so it is not chosen again.
+      if (!gone.empty()) c_.registry->MarkFailed(gone);
+      c_.kv->ErasePrefix(job_id_ + "/");
+      stats_.set_reruns(stats_.reruns() + 1);
+      std::fprintf(stderr, "lact-coordinator: job %s: %s; running it again (%d)\n", job_id_.c_str(),
+                   std::string(status.message()).c_str(), stats_.reruns());
+      status = Execute();
+    }
     c_.kv->ErasePrefix(job_id_ + "/");
     if (std::optional<int> gone = machine_->gone_rank();
         gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
@@ -143,6 +157,14 @@ class SubmitFlow {
   // fires once; a detached job's deadline still bounds it).
   void CheckCall() {
     if (call_.ended() || std::chrono::system_clock::now() >= call_.deadline()) OnCallEnded();
+  }
+
+  // Whether a failed attempt can be run again from the job's spec alone:
+  // no bytes come or go in band (the context and outputs are files, no
+  // query sets, no state streamed back).
+  bool CanRerun() const {
+    return spec_.has_context_ref() && spec_.has_output_ref() && spec_.query_tokens_size() == 0 &&
+           !spec_.return_state();
   }
 
   // Whether any token (context or query sets) comes in band: the client

@@ -16,7 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -403,6 +405,59 @@ TEST(CoordinatorRestart, RecordsAndRetainedStatesSurvive) {
   EXPECT_NE(next->job_id, job->job_id);
   cluster.reset();
   fs::remove_all(state_dir);
+}
+
+// kill -9 of one of a job's two workers at a random moment, 20 times: a
+// job by reference runs again on the workers left (the killed one is
+// started again at once, as a supervisor would), and every job's output
+// file equals an undisturbed run's, bit for bit.
+TEST(FaultRuns, KilledWorkersNeverLoseAByReferenceJob) {
+  const std::string root = absl::StrCat(::testing::TempDir(), "/lact_faults_", getpid());
+  fs::create_directories(root);
+  ASSERT_TRUE(WriteNpy(root + "/context.npy", RandomTokens(2048, 256, 81)).ok());
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {}, root, {"--max-reruns", "10"});
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  SubmitOptions o;
+  o.model = "preset:small:3";
+  o.workers = 2;
+  o.context_ref = "context.npy";
+  o.return_state = false;
+  o.timeout = std::chrono::seconds(120);
+  o.output_ref = "undisturbed.npy";
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<JobResult> undisturbed = client.Submit(o, Tensor(), {});
+  ASSERT_TRUE(undisturbed.ok()) << undisturbed.status();
+  const double job_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  absl::StatusOr<Tensor> expected = ReadNpy(root + "/undisturbed.npy");
+  ASSERT_TRUE(expected.ok());
+
+  std::mt19937 rng(20261201);
+  int completed = 0, reran = 0;
+  for (int run = 0; run < 20; ++run) {
+    const int victim = static_cast<int>(rng() % 2);
+    const auto delay = std::chrono::duration<double>(
+        std::uniform_real_distribution<double>(0.0, 1.2 * job_seconds)(rng));
+    std::thread killer([&] {
+      std::this_thread::sleep_for(delay);
+      ASSERT_TRUE(cluster->RestartWorker(victim).ok());
+    });
+    o.output_ref = absl::StrCat("run", run, ".npy");
+    absl::StatusOr<JobResult> job = client.Submit(o, Tensor(), {});
+    killer.join();
+    ASSERT_TRUE(job.ok()) << "run " << run << ": " << job.status();
+    absl::StatusOr<Tensor> got = ReadNpy(root + "/" + o.output_ref);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->data, expected->data) << "run " << run;
+    ++completed;
+    reran += job->stats.reruns() > 0;
+  }
+  std::printf("fault runs: %d/20 jobs completed, %d of them run again after their worker died\n",
+              completed, reran);
+  EXPECT_GT(reran, 0) << "no kill hit a running job; the test proved nothing";
+  cluster.reset();
+  fs::remove_all(root);
 }
 
 }  // namespace
