@@ -241,6 +241,36 @@ void LocalCluster::SignalWorker(int i, int signal) {
   if (workers_[i] > 0) kill(workers_[i], signal);
 }
 
+void LocalCluster::SignalCoordinator(int signal) {
+  if (coordinator_ > 0) kill(coordinator_, signal);
+}
+
+namespace {
+
+// Whether `*pid` exits within `wait` (then reaped, and set to -1).
+bool Exits(pid_t* pid, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (*pid > 0) {
+    if (waitpid(*pid, nullptr, WNOHANG) == *pid) {
+      *pid = -1;
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool LocalCluster::WorkerExits(int i, std::chrono::milliseconds wait) {
+  return Exits(&workers_[i], wait);
+}
+
+bool LocalCluster::CoordinatorExits(std::chrono::milliseconds wait) {
+  return Exits(&coordinator_, wait);
+}
+
 LocalCluster::~LocalCluster() {
   for (pid_t pid : workers_) Stop(pid);
   Stop(coordinator_);

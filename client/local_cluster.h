@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,10 @@ class LocalCluster {
   absl::Status RestartCoordinator();
   // Sends worker i `signal` (SIGSTOP and SIGCONT to stall it and let it go).
   void SignalWorker(int i, int signal);
+  void SignalCoordinator(int signal);
+  // Whether worker i (or the coordinator) exits within `wait`; it is reaped then.
+  bool WorkerExits(int i, std::chrono::milliseconds wait);
+  bool CoordinatorExits(std::chrono::milliseconds wait);
 
  private:
   LocalCluster() = default;

@@ -46,6 +46,15 @@ grpc::Status ControlService::Heartbeat(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status ControlService::Deregister(grpc::ServerContext* context,
+                                        const v1::DeregisterRequest* request,
+                                        v1::DeregisterResponse*) {
+  if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())
+    return ToGrpcStatus(s);
+  registry_->Deregister(request->worker_id());
+  return grpc::Status::OK;
+}
+
 grpc::Status ControlService::KvSet(grpc::ServerContext* context, const v1::KvSetRequest* request,
                                    v1::KvSetResponse*) {
   if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())

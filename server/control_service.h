@@ -27,6 +27,8 @@ class ControlService final : public v1::Control::Service {
                         v1::RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
                          v1::HeartbeatResponse*) override;
+  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest*,
+                          v1::DeregisterResponse*) override;
   grpc::Status KvSet(grpc::ServerContext*, const v1::KvSetRequest*, v1::KvSetResponse*) override;
   grpc::Status KvGet(grpc::ServerContext*, const v1::KvGetRequest*, v1::KvGetResponse*) override;
 

@@ -14,6 +14,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "lact/v1/coordinator.grpc.pb.h"
@@ -40,6 +41,7 @@ struct CoordinatorOptions {
   int64_t max_job_records = 100000;  // records kept (ended jobs' dropped oldest first)
   int64_t max_workers = 10000;       // registry entries
   int max_reruns = 3;                // attempts after the first, when a worker is gone
+  int64_t drain_seconds = 60;        // on SIGTERM, the longest wait for running jobs
 };
 
 struct Coordinator {
@@ -49,6 +51,9 @@ struct Coordinator {
   CoordinatorOptions options;
   const TenantTokens* tenants;  // who may call the public service
   ClusterLink cluster;          // how to reach the workers
+  // Set when the coordinator drains (SIGTERM): Submit is refused, running
+  // jobs go on.
+  const std::atomic<bool>* draining;
 };
 
 using SubmitCall = StreamCall<v1::SubmitRequest, v1::SubmitResponse>;

@@ -233,6 +233,17 @@ absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::
   return r.state;
 }
 
+bool JobStore::AwaitNoLiveJobs(absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  const auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [id, r] : jobs_) {
+      if (!Ended(r.info) || r.cancel) return false;
+    }
+    return true;
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
+}
+
 void JobStore::Expire() {
   absl::MutexLock lock(&mu_);
   ExpireLocked();

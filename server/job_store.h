@@ -81,6 +81,9 @@ class JobStore {
   // Drops retained states whose TTL has passed, and finished records past
   // theirs.
   void Expire();
+  // Waits until no job is queued or running, or `deadline`; false at the
+  // deadline.
+  bool AwaitNoLiveJobs(absl::Time deadline) const;
 
   // Keeps every record in `journal` (which must outlive the store) from now
   // on, after taking in the ones it holds: a job that was queued or running

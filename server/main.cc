@@ -1,8 +1,9 @@
 // lact-coordinator: the public Coordinator service, and the internal
 // Control service on the same port or its own (--control-port; 0 picks a
 // free one). Prints "lact-coordinator listening on HOST:PORT" once ready
-// (then "lact-coordinator control on HOST:PORT" for a port of its own);
-// stops cleanly on SIGINT/SIGTERM (in-flight calls get 10 s). Off loopback
+// (then "lact-coordinator control on HOST:PORT" for a port of its own).
+// On SIGINT/SIGTERM it drains: refuses new jobs, lets running ones finish
+// (up to --drain-seconds), then stops (in-flight calls get 10 s more). Off loopback
 // it needs --auth-tokens (a file of "TENANT TOKEN" lines: clients' bearer
 // tokens), --cluster-secret-file (the secret workers present) and TLS
 // (--tls-cert and --tls-key: its certificate; --tls-ca: the CA that signs
@@ -20,8 +21,10 @@
 //                    [--max-job-records 100000] [--max-workers 10000]
 //                    [--state-dir DIR (job records kept on disk across restarts)]
 //                    [--max-reruns 3 (a by-reference job whose worker is gone runs again)]
+//                    [--drain-seconds 60 (on SIGTERM: no new jobs, running ones finish)]
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -69,6 +72,7 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   LACT_ASSIGN_OR_RETURN(o->max_job_records, flags.Int("max-job-records", 100000, 1, 1 << 30));
   LACT_ASSIGN_OR_RETURN(o->max_workers, flags.Int("max-workers", 10000, 1, 1 << 20));
   LACT_ASSIGN_OR_RETURN(int64_t reruns, flags.Int("max-reruns", 3, 0, 100));
+  LACT_ASSIGN_OR_RETURN(o->drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
   o->max_reruns = static_cast<int>(reruns);
   return absl::OkStatus();
 }
@@ -166,7 +170,8 @@ int Main(int argc, char** argv) {
                                                                      "max-job-records",
                                                                      "max-workers",
                                                                      "state-dir",
-                                                                     "max-reruns"});
+                                                                     "max-reruns",
+                                                                     "drain-seconds"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =
@@ -184,6 +189,7 @@ int Main(int argc, char** argv) {
                  std::string(credentials.status().message()).c_str());
     return 2;
   }
+  std::atomic<bool> draining{false};
   WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms),
                           static_cast<size_t>(options.max_workers)};
   KvStore kv;
@@ -201,7 +207,7 @@ int Main(int argc, char** argv) {
   }
   CoordinatorService coordinator(
       Coordinator{&registry, &kv, &jobs, options, &guards->tenants,
-                  ClusterLink{credentials->to_workers, guards->cluster_secret}});
+                  ClusterLink{credentials->to_workers, guards->cluster_secret}, &draining});
   ControlService control(&registry, &kv, &jobs, guards->cluster_secret);
   std::unique_ptr<grpc::Server> server =
       shared ? Serve(host, port, credentials->public_port, {&coordinator, &control}, "listening on")
@@ -214,6 +220,12 @@ int Main(int argc, char** argv) {
     if (!control_server) return 1;
   }
   WaitForStopSignal();
+  // Drain: no new jobs; the running ones get up to --drain-seconds.
+  draining = true;
+  if (!jobs.AwaitNoLiveJobs(absl::Now() + absl::Seconds(options.drain_seconds))) {
+    std::fprintf(stderr, "lact-coordinator: jobs still ran after %lld s of draining; stopping\n",
+                 static_cast<long long>(options.drain_seconds));
+  }
   const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(10);
   server->Shutdown(grace);
   if (control_server) control_server->Shutdown(grace);

@@ -407,6 +407,11 @@ class SubmitFlow {
 
 grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
                        const v1::SubmitRequest& first, SubmitCall& call) {
+  if (coordinator.draining != nullptr && *coordinator.draining) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the coordinator is shutting down (it got SIGTERM) and takes no new jobs; "
+                        "submit to its replacement");
+  }
   if (caller.any_tenant || !first.has_spec()) return SubmitFlow(coordinator, call).Run(first);
   v1::SubmitRequest owned = first;  // the job belongs to the tenant whose token submitted it
   owned.mutable_spec()->set_tenant(caller.tenant);

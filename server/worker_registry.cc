@@ -32,6 +32,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& address,
   w.models = std::move(models);
   w.last_seen = std::chrono::steady_clock::now();
   w.healthy = true;  // `busy` is kept: a job may still hold this address's lease
+  w.leaving = false;
   released_.SignalAll();
   return w.id;
 }
@@ -40,6 +41,7 @@ bool WorkerRegistry::Heartbeat(const std::string& id) {
   absl::MutexLock lock(&mu_);
   for (auto& [address, w] : workers_) {
     if (w.id == id) {
+      if (w.leaving) return true;  // a late heartbeat does not bring it back
       const bool was_usable = HealthyLocked(w);
       w.last_seen = std::chrono::steady_clock::now();
       w.healthy = true;
@@ -48,6 +50,16 @@ bool WorkerRegistry::Heartbeat(const std::string& id) {
     }
   }
   return false;
+}
+
+void WorkerRegistry::Deregister(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [address, w] : workers_) {
+    if (w.id == id) {
+      w.leaving = true;
+      w.healthy = false;
+    }
+  }
 }
 
 void WorkerRegistry::MarkFailed(const std::string& address) {

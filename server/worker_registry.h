@@ -28,6 +28,7 @@ struct WorkerEntry {
   std::chrono::steady_clock::time_point last_seen;
   bool healthy = true;
   bool busy = false;
+  bool leaving = false;  // deregistered: never healthy again at this address until it registers
 };
 
 struct ModelEntry {
@@ -50,6 +51,9 @@ class WorkerRegistry {
   // False if the id is unknown (the worker should register again).
   bool Heartbeat(const std::string& id);
   void MarkFailed(const std::string& address);
+  // The worker with this id is leaving: it is leased no more (its leases
+  // run on) until a worker registers at its address again.
+  void Deregister(const std::string& id);
 
   // The config of `model` as the healthy workers hold it; NOT_FOUND naming
   // the available models otherwise.

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -458,6 +459,73 @@ TEST(FaultRuns, KilledWorkersNeverLoseAByReferenceJob) {
   EXPECT_GT(reran, 0) << "no kill hit a running job; the test proved nothing";
   cluster.reset();
   fs::remove_all(root);
+}
+
+// SIGTERM to a worker mid-job: the job still succeeds (the worker drains:
+// its shard finishes), the worker then exits, and it is leased no more.
+TEST(Drain, AWorkerFinishesItsShardThenLeaves) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  SubmitOptions o;
+  o.model = "preset:small:2";
+  o.workers = 2;
+  o.timeout = std::chrono::seconds(120);
+  std::atomic<bool> signalled{false};
+  int workers_while_draining = -1;
+  absl::StatusOr<JobResult> job =
+      client.Submit(o, RandomTokens(8192, 256, 91), {}, [&](const v1::Progress& p) {
+        if (p.stage() == v1::Progress::LAYERS && !signalled.exchange(true)) {
+          cluster->SignalWorker(0, SIGTERM);
+          // Deregistered at once, not after its heartbeats lapse (0.9 s here).
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          absl::StatusOr<std::vector<v1::ModelInfo>> models =
+              LactClient(cluster->address()).ListModels();
+          if (models.ok() && !models->empty()) workers_while_draining = models->front().workers();
+        }
+      });
+  ASSERT_TRUE(signalled) << "the job ended before its first layer";
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(workers_while_draining, 1) << "a draining worker is leased no more";
+  EXPECT_TRUE(cluster->WorkerExits(0, std::chrono::seconds(20))) << "it drained and left";
+  absl::StatusOr<std::vector<v1::ModelInfo>> models = client.ListModels();
+  ASSERT_TRUE(models.ok());
+  for (const v1::ModelInfo& m : *models) EXPECT_EQ(m.workers(), 1) << m.name();
+  o.workers = 0;  // all that hold the model: the one left
+  absl::StatusOr<JobResult> next = client.Submit(o, RandomTokens(64, 256, 92), {});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->shards.size(), 1u);
+}
+
+// SIGTERM to the coordinator mid-job: the running job succeeds, a new
+// Submit is refused with UNAVAILABLE saying why, and the coordinator then
+// exits.
+TEST(Drain, TheCoordinatorFinishesItsJobsAndTakesNoNewOnes) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  SubmitOptions o;
+  o.model = "preset:small:2";
+  o.workers = 2;
+  o.timeout = std::chrono::seconds(120);
+  std::atomic<bool> signalled{false};
+  absl::Status refused;
+  absl::StatusOr<JobResult> job =
+      client.Submit(o, RandomTokens(8192, 256, 93), {}, [&](const v1::Progress& p) {
+        if (p.stage() == v1::Progress::LAYERS && !signalled.exchange(true)) {
+          cluster->SignalCoordinator(SIGTERM);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          SubmitOptions small = o;
+          small.workers = 1;
+          refused =
+              LactClient(cluster->address()).Submit(small, RandomTokens(8, 256, 94), {}).status();
+        }
+      });
+  ASSERT_TRUE(signalled) << "the job ended before its first layer";
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("shutting down"));
+  EXPECT_TRUE(cluster->CoordinatorExits(std::chrono::seconds(20)));
 }
 
 }  // namespace

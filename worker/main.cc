@@ -1,5 +1,7 @@
 // lact-worker: serves the Worker service, registers with the coordinator,
-// heartbeats, and runs shards. Stops cleanly on SIGINT/SIGTERM.
+// heartbeats, and runs shards. On SIGINT/SIGTERM it drains: takes no new
+// work, deregisters, lets its running shards finish (up to
+// --drain-seconds, 60), then stops.
 //   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]
 //               [--model-dir DIR] [--threads N] [--tile-tokens N]
 //               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
@@ -11,6 +13,7 @@
 //               coordinator's Control service and required of its calls here)]
 //               [--tls-cert FILE --tls-key FILE --tls-ca FILE (required off loopback: this
 //               worker's certificate, served and shown to Control; the CA of the coordinator's)]
+//               [--drain-seconds 60]
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
 
@@ -21,6 +24,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/model_config.h"
 #include "common/status_macros.h"
@@ -118,7 +123,7 @@ int Main(int argc, char** argv) {
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                    {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend",
                     "device", "precision", "scan-math", "collective", "data-root", "retain-bytes",
-                    "cluster-secret-file", "tls-cert", "tls-key", "tls-ca"});
+                    "cluster-secret-file", "tls-cert", "tls-key", "tls-ca", "drain-seconds"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
@@ -126,11 +131,14 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int64_t> tile =
       flags.ok() ? flags->Int("tile-tokens", 0, 0, 1 << 24) : flags.status();
   absl::StatusOr<int64_t> device = flags.ok() ? flags->Int("device", 0, 0, 1024) : flags.status();
+  absl::StatusOr<int64_t> drain_seconds =
+      flags.ok() ? flags->Int("drain-seconds", 60, 0, 86400) : flags.status();
   absl::StatusOr<int64_t> retain_bytes =
       flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50)
                  : flags.status();
-  for (const absl::Status& s : {coordinator.status(), port.status(), threads.status(),
-                                tile.status(), device.status(), retain_bytes.status()}) {
+  for (const absl::Status& s :
+       {coordinator.status(), port.status(), threads.status(), tile.status(), device.status(),
+        retain_bytes.status(), drain_seconds.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -200,26 +208,49 @@ int Main(int argc, char** argv) {
   std::fflush(stdout);
 
   std::atomic<bool> stopping{false};
+  absl::Mutex id_mu;
+  std::string worker_id = *id;  // guarded by id_mu: a re-registration changes it
   std::thread heartbeat([&] {
-    std::string worker_id = *id;
     while (!stopping) {
       std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(interval_ms));
       v1::HeartbeatRequest request;
-      request.set_worker_id(worker_id);
+      {
+        absl::MutexLock lock(&id_mu);
+        request.set_worker_id(worker_id);
+      }
       v1::HeartbeatResponse response;
-      if (control->Heartbeat(&ctx, request, &response).ok() && !response.known()) {
+      if (control->Heartbeat(&ctx, request, &response).ok() && !response.known() && !stopping) {
         absl::StatusOr<std::string> again =
             Register(*control, address, **models, backend, &interval_ms);
+        absl::MutexLock lock(&id_mu);
         if (again.ok()) worker_id = *again;
       }
     }
   });
   WaitForStopSignal();
+  // Drain: no new work, the coordinator told so, the running shards given
+  // up to --drain-seconds to finish; then the server stops.
+  service.Drain();
   stopping = true;
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   heartbeat.join();
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::DeregisterRequest request;
+    {
+      absl::MutexLock lock(&id_mu);
+      request.set_worker_id(worker_id);
+    }
+    v1::DeregisterResponse response;
+    control->Deregister(&ctx, request, &response).IgnoreError();
+  }
+  if (!service.AwaitIdle(absl::Now() + absl::Seconds(*drain_seconds))) {
+    std::fprintf(stderr, "lact-worker: shards still ran after %lld s of draining; stopping them\n",
+                 static_cast<long long>(*drain_seconds));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return 0;
 }
 

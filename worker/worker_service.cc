@@ -335,7 +335,10 @@ grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::Run
                           [this, context](const v1::ShardRequest& first, ShardCall& call) {
                             if (absl::Status s = CheckCoordinator(*context); !s.ok())
                               return ToGrpcStatus(s);
-                            return RunShardFlow(w_, first, call);
+                            if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
+                            grpc::Status status = RunShardFlow(w_, first, call);
+                            Leave();
+                            return status;
                           });
 }
 
@@ -345,7 +348,10 @@ grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerServic
                           [this, context](const v1::WorkerQueryRequest& first, QueryCall& call) {
                             if (absl::Status s = CheckCoordinator(*context); !s.ok())
                               return ToGrpcStatus(s);
-                            return RunQueryFlow(w_, first, call);
+                            if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
+                            grpc::Status status = RunQueryFlow(w_, first, call);
+                            Leave();
+                            return status;
                           });
 }
 
@@ -365,6 +371,31 @@ grpc::ServerUnaryReactor* WorkerService::Forget(grpc::CallbackServerContext* con
 
 absl::Status WorkerService::CheckCoordinator(const grpc::ServerContextBase& context) const {
   return CheckSecret(context, w_.cluster_secret, "the cluster secret (--cluster-secret-file)");
+}
+
+void WorkerService::Drain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool WorkerService::AwaitIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ == 0; };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+absl::Status WorkerService::Enter() {
+  absl::MutexLock lock(&mu_);
+  if (draining_) {
+    return absl::UnavailableError("this worker is draining (it got SIGTERM); it takes no new work");
+  }
+  ++running_;
+  return absl::OkStatus();
+}
+
+void WorkerService::Leave() {
+  absl::MutexLock lock(&mu_);
+  --running_;
 }
 
 }  // namespace lact

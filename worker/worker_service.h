@@ -16,6 +16,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "worker/model_cache.h"
@@ -49,10 +52,23 @@ class WorkerService final : public v1::Worker::CallbackService {
                                    const v1::ForgetRequest* request,
                                    v1::ForgetResponse* response) override;
 
+  // Takes no new shards or queries from now on (UNAVAILABLE, "draining");
+  // those running go on.
+  void Drain();
+  // Waits until no shard or query runs, or `deadline`; false at the deadline.
+  bool AwaitIdle(absl::Time deadline);
+
  private:
   absl::Status CheckCoordinator(const grpc::ServerContextBase& context) const;
+  // A shard or query that counts as running while it lives; UNAVAILABLE
+  // when the worker drains.
+  absl::Status Enter();
+  void Leave();
 
   WorkerContext w_;
+  absl::Mutex mu_;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lact
