@@ -40,18 +40,21 @@ void JobMachine::QueueFailed(absl::Status status) {
 
 bool JobMachine::Retry(std::string* gone) {
   absl::MutexLock lock(&mu_);
-  const bool group_broke = reported_ && reported_status_.code() == absl::StatusCode::kUnavailable;
+  const bool group_broke =
+      reported_ && (reported_status_.code() == absl::StatusCode::kUnavailable ||
+                    reported_status_.code() == absl::StatusCode::kDeadlineExceeded);
   if (stage_ != JobStage::kFailed || cancel_.has_value() || !queue_failure_.ok() ||
-      !(gone_ || group_broke)) {
+      !(gone_ || stalled_ || group_broke)) {
     return false;
   }
-  *gone = gone_ ? workers_[*gone_] : "";
+  *gone = gone_ ? workers_[*gone_] : stalled_ ? workers_[*stalled_] : "";
   stage_ = JobStage::kQueued;
   workers_.clear();
   rank_ended_.clear();
   on_cancel_ = nullptr;
   cancel_action_ran_ = false;
   gone_.reset();
+  stalled_.reset();
   reported_.reset();
   other_.reset();
   gone_status_ = reported_status_ = other_status_ = absl::OkStatus();
@@ -160,7 +163,18 @@ bool JobMachine::cancel_requested() const {
 
 std::optional<int> JobMachine::gone_rank() const {
   absl::MutexLock lock(&mu_);
-  return gone_;
+  return gone_ ? gone_ : stalled_;
+}
+
+void JobMachine::PeersSilent() {
+  absl::MutexLock lock(&mu_);
+  if (stage_ != JobStage::kRunning || gone_ || stalled_ || cancel_) return;
+  for (int r = 0; r < static_cast<int>(rank_ended_.size()); ++r) {
+    if (!rank_ended_[r]) {
+      stalled_ = r;
+      return;
+    }
+  }
 }
 
 std::string JobMachine::WorkerLocked(int rank) const {
@@ -198,6 +212,12 @@ absl::Status JobMachine::outcome() const {
         return absl::UnavailableError(absl::StrCat("job ", job_id_,
                                                    " failed: ", WorkerLocked(*gone_),
                                                    " is gone: ", gone_status_.message()));
+      }
+      if (stalled_) {
+        return absl::UnavailableError(
+            absl::StrCat("job ", job_id_, " failed: ", WorkerLocked(*stalled_),
+                         " stalled: it said nothing while its peers' collective gave up waiting (",
+                         reported_status_.message(), ")"));
       }
       if (reported_) {
         return absl::Status(reported_status_.code(),

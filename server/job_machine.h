@@ -12,8 +12,10 @@
 // messages: a Cancel (by CancelJob, by the client going away from a job
 // bound to its call, by the call's deadline, by DeleteJob) wins over
 // everything that follows from it; otherwise a worker whose transport
-// broke (it is gone) explains its peers' failures; otherwise the first
-// failure a worker reported; otherwise the first failure.
+// broke (it is gone) explains its peers' failures; otherwise a worker that
+// stayed silent while its peers' collective gave up (it stalled);
+// otherwise the first failure a worker reported; otherwise the first
+// failure.
 //
 // Thread-safe: events may come from any thread (each rank's reader, the
 // CancelJob handler, the call watcher). The cancel action is called once,
@@ -61,6 +63,10 @@ class JobMachine {
   // Rank `rank`'s stream ended. True for the first failure of a running
   // job: the caller cancels the peers (they cannot finish without it).
   bool RankEnded(int rank, RankEnd end);
+  // A rank reported its group broken and some peers have said nothing
+  // since (a grace period): the first rank still running is taken to have
+  // stalled, and is blamed as a gone worker would be, unless one is gone.
+  void PeersSilent();
   // Asks the job to stop. False if it had already ended (or was already
   // cancelled): the first cause wins. A queued job ends at once; a job with
   // workers ends when its ranks have, and `on_cancel` runs now.
@@ -69,8 +75,9 @@ class JobMachine {
   // once if the job is already being cancelled.
   void SetCancelAction(std::function<void()> on_cancel);
   // kFailed -> kQueued, for another attempt on other workers: only a job
-  // that failed because a worker is gone, or whose worker reported its
-  // group broken (UNAVAILABLE: a peer is gone), never one cancelled or
+  // that failed because a worker is gone or stalled, or whose worker
+  // reported its group broken or timed out (UNAVAILABLE, DEADLINE_EXCEEDED:
+  // a peer is gone or silent), never one cancelled or
   // refused by a worker for any other reason. False (nothing changes)
   // otherwise. `*gone` receives the worker known to be gone, or "". The
   // attempt's workers, failures and cancel action are forgotten; a cancel
@@ -83,7 +90,8 @@ class JobMachine {
   // OK for a succeeded job; the failure or cancellation (naming the job,
   // and the worker at fault) for one that did not; UNKNOWN while it runs.
   absl::Status outcome() const;
-  // The rank whose worker is gone (the registry marks it failed), if any.
+  // The rank whose worker is gone or stalled (the registry marks it
+  // failed), if any.
   std::optional<int> gone_rank() const;
 
  private:
@@ -102,6 +110,7 @@ class JobMachine {
   // The failures seen, by kind, first of each.
   std::optional<int> gone_ ABSL_GUARDED_BY(mu_);
   absl::Status gone_status_ ABSL_GUARDED_BY(mu_);
+  std::optional<int> stalled_ ABSL_GUARDED_BY(mu_);
   std::optional<int> reported_ ABSL_GUARDED_BY(mu_);
   absl::Status reported_status_ ABSL_GUARDED_BY(mu_);
   std::optional<int> other_ ABSL_GUARDED_BY(mu_);

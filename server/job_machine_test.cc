@@ -97,6 +97,29 @@ TEST(JobMachine, OnlyAJobWhoseWorkerIsGoneRunsAgain) {
   }
 }
 
+TEST(JobMachine, APeerSilentWhileTheGroupGaveUpIsBlamedAsStalled) {
+  std::unique_ptr<JobMachine> m = Running(3);
+  m->RankEnded(1, {absl::UnavailableError("gloo all-reduce timed out after 5000 ms"), true});
+  m->RankEnded(2, {absl::UnavailableError("gloo: a peer is gone"), true});
+  m->PeersSilent();  // rank 0 said nothing for the grace period
+  m->RankEnded(0, {absl::CancelledError("cancelled by the coordinator"), false});
+  ASSERT_EQ(m->stage(), JobStage::kFailed);
+  EXPECT_EQ(m->outcome().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(m->outcome().message()),
+              HasSubstr("worker w0:1 (rank 0) stalled: it said nothing while its peers' "
+                        "collective gave up waiting (gloo all-reduce timed out after 5000 ms)"));
+  EXPECT_EQ(m->gone_rank(), 0) << "the registry marks the stalled worker failed";
+  std::string gone;
+  ASSERT_TRUE(m->Retry(&gone));
+  EXPECT_EQ(gone, "w0:1");
+
+  std::unique_ptr<JobMachine> died = Running(2);  // a gone worker still explains more
+  died->RankEnded(1, {absl::UnavailableError("gloo: a peer is gone"), true});
+  died->RankEnded(0, {absl::UnavailableError("Socket closed"), false});
+  died->PeersSilent();
+  EXPECT_THAT(std::string(died->outcome().message()), HasSubstr("w0:1 (rank 0) is gone"));
+}
+
 TEST(JobMachine, QueueFailureEndsTheJobWithTheQueuesStatus) {
   JobMachine m("job-1");
   m.QueueFailed(absl::ResourceExhaustedError("the queue is full"));

@@ -335,14 +335,21 @@ class SubmitFlow {
     // is the cause, whichever the coordinator heard of first.
     if (!status.ok()) CheckCall();
     if (!machine_->RankEnded(rank, {FromGrpcStatus(status), from_worker})) return done;
-    if (from_worker && status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      // Its group broke: if a peer died, that peer's own stream is about to
-      // say so; give it a moment, so the dead worker is the one blamed.
-      absl::MutexLock lock(&ranks_mu_);
-      auto all_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ranks_mu_) {
-        return ranks_ended_ == streams_->size();
-      };
-      ranks_mu_.AwaitWithTimeout(absl::Condition(&all_ended), absl::Seconds(1));
+    if (from_worker && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+      // Its group broke or timed out: if a peer died, that peer's own stream
+      // is about to say so; give it a moment, so the dead worker is the one
+      // blamed (and a peer that says nothing at all, the stalled one).
+      bool all_spoke;
+      {
+        absl::MutexLock lock(&ranks_mu_);
+        auto all_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ranks_mu_) {
+          return ranks_ended_ == streams_->size();
+        };
+        all_spoke = ranks_mu_.AwaitWithTimeout(absl::Condition(&all_ended), absl::Seconds(1));
+      }
+      // A peer neither finished nor went away: it stalled (stopped, wedged).
+      if (!all_spoke) machine_->PeersSilent();
     }
     streams_->Cancel();  // the others cannot finish without this rank
     return done;

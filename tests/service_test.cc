@@ -460,6 +460,30 @@ TEST(ServiceStallTest, StoppedWorkersFailTheJobThroughKeepalive) {
               std::chrono::duration<double>(took).count());
 }
 
+// One worker stopped mid-compute: its peer's collective times out (5 s
+// here) and reports its group broken; the stopped worker, silent since,
+// is the one blamed, as stalled, well before keepalive would notice.
+TEST(ServiceStallTest, AStoppedWorkerIsBlamedAsStalled) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  std::atomic<bool> stopped{false};
+  std::chrono::steady_clock::time_point stop_time;
+  absl::StatusOr<JobResult> got =
+      client.Submit(LongJob(2), RandomTokens(65536, 256, 13), {}, [&](const v1::Progress& p) {
+        if (p.stage() == v1::Progress::LAYERS && !stopped.exchange(true)) {
+          stop_time = std::chrono::steady_clock::now();
+          cluster->SignalWorker(0, SIGSTOP);
+        }
+      });
+  const auto took = std::chrono::steady_clock::now() - stop_time;
+  cluster->SignalWorker(0, SIGCONT);
+  ASSERT_TRUE(stopped) << "the job ended before its first layer";
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr(") stalled: it said nothing"));
+  EXPECT_LT(took, kKeepaliveTime + kKeepaliveTimeout) << "blamed at the collective timeout";
+}
+
 // Kills worker 1 during the upload (0) or after the first layer (1).
 class ServiceFaultTest : public ::testing::TestWithParam<int> {};
 
