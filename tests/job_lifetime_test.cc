@@ -461,31 +461,32 @@ TEST(FaultRuns, KilledWorkersNeverLoseAByReferenceJob) {
   fs::remove_all(root);
 }
 
+// A job of a few seconds on two one-thread workers.
+SubmitOptions DrainJob() {
+  SubmitOptions o;
+  o.model = "preset:small:2";
+  o.workers = 2;
+  o.timeout = std::chrono::seconds(120);
+  return o;
+}
+
 // SIGTERM to a worker mid-job: the job still succeeds (the worker drains:
 // its shard finishes), the worker then exits, and it is leased no more.
 TEST(Drain, AWorkerFinishesItsShardThenLeaves) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  SubmitOptions o;
-  o.model = "preset:small:2";
-  o.workers = 2;
-  o.timeout = std::chrono::seconds(120);
-  std::atomic<bool> signalled{false};
+  SubmitOptions o = DrainJob();
   int workers_while_draining = -1;
-  absl::StatusOr<JobResult> job =
-      client.Submit(o, RandomTokens(8192, 256, 91), {}, [&](const v1::Progress& p) {
-        if (p.stage() == v1::Progress::LAYERS && !signalled.exchange(true)) {
-          cluster->SignalWorker(0, SIGTERM);
-          // Deregistered at once, not after its heartbeats lapse (0.9 s here).
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          absl::StatusOr<std::vector<v1::ModelInfo>> models =
-              LactClient(cluster->address()).ListModels();
-          if (models.ok() && !models->empty()) workers_while_draining = models->front().workers();
-        }
-      });
-  ASSERT_TRUE(signalled) << "the job ended before its first layer";
-  ASSERT_TRUE(job.ok()) << job.status();
+  const ActedJob job = SubmitActingAtFirstLayer(client, o, RandomTokens(8192, 256, 91), [&] {
+    cluster->SignalWorker(0, SIGTERM);
+    // Deregistered at once, not after its heartbeats lapse (0.9 s here).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    absl::StatusOr<std::vector<v1::ModelInfo>> models = LactClient(cluster->address()).ListModels();
+    if (models.ok() && !models->empty()) workers_while_draining = models->front().workers();
+  });
+  ASSERT_TRUE(job.acted) << "the job ended before its first layer";
+  ASSERT_TRUE(job.result.ok()) << job.result.status();
   EXPECT_EQ(workers_while_draining, 1) << "a draining worker is leased no more";
   EXPECT_TRUE(cluster->WorkerExits(0, std::chrono::seconds(20))) << "it drained and left";
   absl::StatusOr<std::vector<v1::ModelInfo>> models = client.ListModels();
@@ -504,25 +505,18 @@ TEST(Drain, TheCoordinatorFinishesItsJobsAndTakesNoNewOnes) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  SubmitOptions o;
-  o.model = "preset:small:2";
-  o.workers = 2;
-  o.timeout = std::chrono::seconds(120);
-  std::atomic<bool> signalled{false};
   absl::Status refused;
-  absl::StatusOr<JobResult> job =
-      client.Submit(o, RandomTokens(8192, 256, 93), {}, [&](const v1::Progress& p) {
-        if (p.stage() == v1::Progress::LAYERS && !signalled.exchange(true)) {
-          cluster->SignalCoordinator(SIGTERM);
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          SubmitOptions small = o;
-          small.workers = 1;
-          refused =
-              LactClient(cluster->address()).Submit(small, RandomTokens(8, 256, 94), {}).status();
-        }
+  const ActedJob job =
+      SubmitActingAtFirstLayer(client, DrainJob(), RandomTokens(8192, 256, 93), [&] {
+        cluster->SignalCoordinator(SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        SubmitOptions small = DrainJob();
+        small.workers = 1;
+        refused =
+            LactClient(cluster->address()).Submit(small, RandomTokens(8, 256, 94), {}).status();
       });
-  ASSERT_TRUE(signalled) << "the job ended before its first layer";
-  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job.acted) << "the job ended before its first layer";
+  ASSERT_TRUE(job.result.ok()) << job.result.status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
   EXPECT_THAT(std::string(refused.message()), HasSubstr("shutting down"));
   EXPECT_TRUE(cluster->CoordinatorExits(std::chrono::seconds(20)));

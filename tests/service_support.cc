@@ -75,4 +75,19 @@ std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::str
   return StartTestCluster(std::move(options));
 }
 
+ActedJob SubmitActingAtFirstLayer(LactClient& client, const SubmitOptions& options,
+                                  const Tensor& context, const std::function<void()>& act) {
+  ActedJob job;
+  std::chrono::steady_clock::time_point acted_at;
+  job.result = client.Submit(options, context, {}, [&](const v1::Progress& p) {
+    if (p.stage() == v1::Progress::LAYERS && !job.acted) {
+      job.acted = true;
+      acted_at = std::chrono::steady_clock::now();
+      act();
+    }
+  });
+  if (job.acted) job.after_act = std::chrono::steady_clock::now() - acted_at;
+  return job;
+}
+
 }  // namespace lact::testing

@@ -4,6 +4,8 @@
 #ifndef LACT_TESTS_SERVICE_SUPPORT_H_
 #define LACT_TESTS_SERVICE_SUPPORT_H_
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +42,17 @@ std::unique_ptr<LocalCluster> StartTestCluster(int workers,
                                                std::string data_root = "",
                                                std::vector<std::string> coordinator_args = {},
                                                std::string token = "");
+
+// A job submitted through `client` that runs `act` once, from its progress
+// callback, when it reports its first layer (to stop, kill or signal a
+// process mid-compute).
+struct ActedJob {
+  absl::StatusOr<JobResult> result;
+  bool acted = false;                               // false: it ended before its first layer
+  std::chrono::steady_clock::duration after_act{};  // from `act` to the job's end
+};
+ActedJob SubmitActingAtFirstLayer(LactClient& client, const SubmitOptions& options,
+                                  const Tensor& context, const std::function<void()>& act);
 
 }  // namespace lact::testing
 

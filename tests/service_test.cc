@@ -438,26 +438,20 @@ TEST(ServiceStallTest, StoppedWorkersFailTheJobThroughKeepalive) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  std::atomic<bool> stopped{false};
-  std::chrono::steady_clock::time_point stop_time;
-  absl::StatusOr<JobResult> got =
-      client.Submit(LongJob(2), RandomTokens(65536, 256, 12), {}, [&](const v1::Progress& p) {
-        if (p.stage() == v1::Progress::LAYERS && !stopped.exchange(true)) {
-          stop_time = std::chrono::steady_clock::now();
-          cluster->SignalWorker(0, SIGSTOP);
-          cluster->SignalWorker(1, SIGSTOP);
-        }
+  const ActedJob job =
+      SubmitActingAtFirstLayer(client, LongJob(2), RandomTokens(65536, 256, 12), [&] {
+        cluster->SignalWorker(0, SIGSTOP);
+        cluster->SignalWorker(1, SIGSTOP);
       });
-  const auto took = std::chrono::steady_clock::now() - stop_time;
   cluster->SignalWorker(0, SIGCONT);
   cluster->SignalWorker(1, SIGCONT);
-  ASSERT_TRUE(stopped) << "the job ended before its first layer";
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
-  EXPECT_THAT(std::string(got.status().message()), HasSubstr(") is gone: "));
-  EXPECT_LT(took, kKeepaliveTime + kKeepaliveTimeout + std::chrono::seconds(30))
+  ASSERT_TRUE(job.acted) << "the job ended before its first layer";
+  EXPECT_EQ(job.result.status().code(), absl::StatusCode::kUnavailable) << job.result.status();
+  EXPECT_THAT(std::string(job.result.status().message()), HasSubstr(") is gone: "));
+  EXPECT_LT(job.after_act, kKeepaliveTime + kKeepaliveTimeout + std::chrono::seconds(30))
       << "detected by keepalive, not at the job's deadline (120 s)";
   std::printf("stopped workers detected after %.1f s\n",
-              std::chrono::duration<double>(took).count());
+              std::chrono::duration<double>(job.after_act).count());
 }
 
 // One worker stopped mid-compute: its peer's collective times out (5 s
@@ -467,21 +461,14 @@ TEST(ServiceStallTest, AStoppedWorkerIsBlamedAsStalled) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  std::atomic<bool> stopped{false};
-  std::chrono::steady_clock::time_point stop_time;
-  absl::StatusOr<JobResult> got =
-      client.Submit(LongJob(2), RandomTokens(65536, 256, 13), {}, [&](const v1::Progress& p) {
-        if (p.stage() == v1::Progress::LAYERS && !stopped.exchange(true)) {
-          stop_time = std::chrono::steady_clock::now();
-          cluster->SignalWorker(0, SIGSTOP);
-        }
-      });
-  const auto took = std::chrono::steady_clock::now() - stop_time;
+  const ActedJob job = SubmitActingAtFirstLayer(client, LongJob(2), RandomTokens(65536, 256, 13),
+                                                [&] { cluster->SignalWorker(0, SIGSTOP); });
   cluster->SignalWorker(0, SIGCONT);
-  ASSERT_TRUE(stopped) << "the job ended before its first layer";
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kUnavailable) << got.status();
-  EXPECT_THAT(std::string(got.status().message()), HasSubstr(") stalled: it said nothing"));
-  EXPECT_LT(took, kKeepaliveTime + kKeepaliveTimeout) << "blamed at the collective timeout";
+  ASSERT_TRUE(job.acted) << "the job ended before its first layer";
+  EXPECT_EQ(job.result.status().code(), absl::StatusCode::kUnavailable) << job.result.status();
+  EXPECT_THAT(std::string(job.result.status().message()), HasSubstr(") stalled: it said nothing"));
+  EXPECT_LT(job.after_act, kKeepaliveTime + kKeepaliveTimeout)
+      << "blamed at the collective timeout";
 }
 
 // Kills worker 1 during the upload (0) or after the first layer (1).
