@@ -240,7 +240,13 @@ absl::StatusOr<Response> Unary(const Request& request, Call call) {
   SetTimeout(&ctx, std::chrono::milliseconds(0), kUnaryTimeout);
   ctx.set_wait_for_ready(true);
   Response response;
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(call(&ctx, request, &response)));
+  const absl::Status status = FromGrpcStatus(call(&ctx, request, &response));
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        status.message(), ": no answer within ", kUnaryTimeout.count(),
+        " s (is a coordinator running at that address? a cluster with TLS needs --tls-ca)"));
+  }
+  LACT_RETURN_IF_ERROR(status);
   return response;
 }
 

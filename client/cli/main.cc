@@ -22,6 +22,7 @@ constexpr char kUsage[] =
     "        lact local --workers N [--port P] [--model-dir DIR] [--threads-per-worker T]\n"
     "                   [--backend cpu|cuda] [--devices 0,1,...] [--precision fp32|bf16]\n"
     "                   [--scan-math fp32|tf32x3] [--collective gloo|nccl] [--data-root DIR]\n"
+    "                   [--tls (a CA and certificate made for it; prints the CA's path)]\n"
     "  submit  a job to a cluster, outputs and state to a file:\n"
     "        lact submit --server ADDR --model NAME\n"
     "                    (--context FILE.npy|random:L[:SEED] | --context-ref PATH "
@@ -46,7 +47,10 @@ constexpr char kUsage[] =
     "        lact fetch --server ADDR --job ID --out FILE.safetensors\n"
     "  cancel  lact cancel --server ADDR --job ID\n"
     "  delete  a job and what its workers retained: lact delete --server ADDR --job ID\n"
-    "  models  lact models --server ADDR\n";
+    "  models  lact models --server ADDR\n"
+    "Every command that takes --server also takes --token-file FILE (the bearer token of\n"
+    "a cluster started with --auth-tokens; or $LACT_TOKEN_FILE) and --tls-ca FILE (the\n"
+    "CA that signs the cluster's certificates: TLS; or $LACT_TLS_CA).\n";
 
 }  // namespace
 
