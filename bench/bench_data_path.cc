@@ -128,9 +128,10 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = Flags::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"tokens", "dir", "json", "only", "model", "widths", "reps", "tls"}, {}, {"tls"});
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                   {"tokens", "dir", "json", "only", "model", "widths", "reps", "tls", "no-spool"},
+                   {}, {"tls", "no-spool"});
   if (!flags.ok()) {
     std::fprintf(stderr, "bench_data_path: %s\n", std::string(flags.status().message()).c_str());
     return 2;
@@ -157,20 +158,27 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  // With --tls, every job runs twice: on a plaintext cluster, then on one
-  // with TLS on every port (the cost of TLS, measured in the same run).
+  // With --tls, every job runs again on a cluster with TLS on every port
+  // (the cost of TLS, measured in the same run); with --no-spool, on one
+  // that does not spool in-band contexts (the cost of the spool).
   std::vector<Result> results;
   std::printf("%-30s %6s %8s %8s %8s %9s %8s %9s %9s %8s %8s\n", "job", "GiB", "job s", "compute",
               "in s", "in MB/s", "out s", "out MB/s", "overhead", "coord", "payload");
-  std::vector<bool> tls_modes = {false};
-  if (flags->Has("tls")) tls_modes.push_back(true);
-  for (bool tls : tls_modes) {
+  struct Mode {
+    const char* label;
+    bool tls, spool;
+  };
+  std::vector<Mode> modes = {{"", false, true}};
+  if (flags->Has("no-spool")) modes.push_back({"unspooled ", false, false});
+  if (flags->Has("tls")) modes.push_back({"tls ", true, true});
+  for (const auto& [label, tls, spool] : modes) {
     LocalClusterOptions options;
     options.workers = 2;
     options.threads_per_worker = 1;
     options.model_dir = dir + "/models";
     options.data_root = dir + "/root";
     options.tls = tls;
+    options.spool = spool;
     absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
     if (!cluster.ok()) {
       std::fprintf(stderr, "bench_data_path: %s\n",
@@ -186,8 +194,8 @@ int Main(int argc, char** argv) {
         for (int rep = 0; rep < reps; ++rep) {
           const std::string only = flags->Get("only").value_or("");
           if (!only.empty() && only != absl::StrCat(width, by_ref ? "ref" : "band")) continue;
-          const std::string name = absl::StrCat(
-              tls ? "tls " : "", "w", width, by_ref ? " by reference" : " in band", " #", rep + 1);
+          const std::string name =
+              absl::StrCat(label, "w", width, by_ref ? " by reference" : " in band", " #", rep + 1);
           absl::StatusOr<Result> r = RunOne(client, model, name, width, context, out, by_ref);
           if (!r.ok()) {
             std::fprintf(stderr, "bench_data_path: %s: %s\n", name.c_str(),

@@ -166,9 +166,12 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
         transfers->Cancel();
         transfers->Join().IgnoreError();
       }
-      transfers = std::make_unique<ShardTransfers>(credentials_, a, by_ref ? nullptr : &context,
-                                                   queries, options.output_ref.empty(), &result);
-      if (!by_ref) relay.StartUpload(a.context_tokens());
+      // A job running again from its spool needs no context rows.
+      const bool send_context = !by_ref && !a.context_spooled();
+      transfers =
+          std::make_unique<ShardTransfers>(credentials_, a, send_context ? &context : nullptr,
+                                           queries, options.output_ref.empty(), &result);
+      if (send_context) relay.StartUpload(a.context_tokens());
       transfers->Start(ctx.deadline(), [&relay](int64_t sent) { relay.ContextSent(sent); });
     } else if (response.has_progress()) {
       relay.FromServer(response.progress());

@@ -58,6 +58,15 @@ absl::StatusOr<std::string> MakePrivateDir() {
   return path;
 }
 
+// Whether folder `outer` (empty: none) holds `path`.
+bool Contains(const std::string& outer, const std::string& path) {
+  if (outer.empty()) return false;
+  std::error_code error;
+  const std::string o = std::filesystem::weakly_canonical(outer, error).string();
+  const std::string p = std::filesystem::weakly_canonical(path, error).string();
+  return p == o || absl::StartsWith(p, o == "/" ? o : o + "/");
+}
+
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
@@ -113,8 +122,21 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   cluster->security_.token = options.token;
   // Control on a port of its own, both guarded by a secret made for this
   // cluster: no other local user can register a worker or run its shards.
+  // In-band contexts are spooled in the cluster's folder, so a job whose
+  // worker dies runs again.
+  const std::string spool_dir = cluster->dir_ + "/spool";
+  std::vector<std::string> spool_args;
+  if (options.spool && !Contains(options.data_root, spool_dir)) {
+    spool_args = {"--spool-dir", spool_dir};
+  } else if (options.spool) {
+    std::fprintf(stderr,
+                 "lact local: --data-root %s holds the cluster's folder %s; in-band contexts are "
+                 "not spooled (jobs could name them by reference)\n",
+                 options.data_root.c_str(), cluster->dir_.c_str());
+  }
   std::vector<std::string> args = {"--port", std::to_string(options.port), "--control-port",
                                    "0",      "--cluster-secret-file",      secret_file};
+  args.insert(args.end(), spool_args.begin(), spool_args.end());
   args.insert(args.end(), tls_args.begin(), tls_args.end());
   if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
@@ -129,6 +151,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     std::vector<std::string> w = {bin + "/lact-worker",    "--coordinator", control_address,
                                   "--cluster-secret-file", secret_file,     "--threads",
                                   std::to_string(threads)};
+    w.insert(w.end(), spool_args.begin(), spool_args.end());
     w.insert(w.end(), tls_args.begin(), tls_args.end());
     if (!options.model_dir.empty()) {
       w.push_back("--model-dir");

@@ -38,6 +38,9 @@ struct LocalClusterOptions {
   // TLS on every port, with a CA and a certificate for 127.0.0.1 made for
   // this cluster (local_credentials.h); clients trust it through security().
   bool tls = false;
+  // In-band contexts spooled in the cluster's folder (--spool-dir), so a
+  // job whose worker dies runs again.
+  bool spool = true;
   std::vector<std::string> worker_args;  // extra flags for every worker (e.g. --backend cuda)
   // CUDA devices the workers take in turn (worker i: devices[i % size]);
   // empty: no --device flag.
@@ -58,6 +61,7 @@ class LocalCluster {
   // With `tls`, the PEM file of the cluster's CA (for lact --tls-ca).
   const std::string& tls_ca_file() const { return tls_ca_file_; }
   pid_t coordinator_pid() const { return coordinator_; }
+  pid_t worker_pid(int i) const { return workers_[i]; }
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
   // Starts worker i again (killing it first if it runs), with the flags it

@@ -229,7 +229,10 @@ absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response)
 
 void ShardTransfers::AllocateOutputs() {
   const int64_t width = accepted_.output_width();
+  // Anew: a job that runs again sends all its results again.
   if (output_in_band_) result_->output = Tensor({accepted_.context_tokens(), width});
+  result_->queries.clear();
+  result_->state.clear();
   for (int64_t tokens : accepted_.query_tokens())
     result_->queries.emplace_back(std::vector<int64_t>{tokens, width});
 }

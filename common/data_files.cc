@@ -308,31 +308,35 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
   return absl::OkStatus();
 }
 
-absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width) {
+absl::Status CreateTokenFile(const std::string& path, int64_t rows, int64_t width, WireType dtype) {
   // Not O_TRUNC: a file of the same size (a job re-run) is overwritten in
   // place, its pages reused; ftruncate sets the size either way.
   Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
     return absl::PermissionDeniedError(
-        absl::StrCat("cannot create output '", path, "': ", std::strerror(errno)));
+        absl::StrCat("cannot create '", path, "': ", std::strerror(errno)));
   }
-  const std::string header = NpyF32Header({rows, width});
+  const char* descr = dtype == WireType::kF32 ? "<f4" : dtype == WireType::kF16 ? "<f2" : "|V2";
+  const std::string header = NpyHeaderBytes({rows, width}, descr);
   LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), header.data(), header.size(), 0, path));
-  const off_t size = static_cast<off_t>(header.size() + rows * width * sizeof(float));
+  const off_t size = static_cast<off_t>(header.size() + rows * width * WireBytes(dtype));
   if (ftruncate(fd.get(), size) != 0) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot size output '", path, "' to ", rows,
-                                                     " x ", width,
-                                                     " float32: ", std::strerror(errno)));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot size '", path, "' to ", rows, " x ",
+                                                     width, " tokens: ", std::strerror(errno)));
   }
   // Its blocks are reserved now: a full disk fails here, before any worker
   // computes, and the workers' writes need not allocate (several times
   // faster than filling a sparse file on ext4).
   if (const int err = posix_fallocate(fd.get(), 0, size);
       err != 0 && err != EOPNOTSUPP && err != EINVAL) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", size, " bytes for output '",
-                                                     path, "': ", std::strerror(err)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve ", size, " bytes for '", path, "': ", std::strerror(err)));
   }
   return absl::OkStatus();
+}
+
+absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width) {
+  return CreateTokenFile(path, rows, width, WireType::kF32);
 }
 
 absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
@@ -369,6 +373,48 @@ absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width
   LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), bytes, first - offset, offset, path));
   LACT_RETURN_IF_ERROR(WriteDirect(path, fd.get(), bytes + (first - offset), last - first, first));
   return FullPwrite(fd.get(), bytes + (last - offset), offset + size - last, last, path);
+}
+
+absl::StatusOr<TokenFileWriter> TokenFileWriter::Open(const std::string& path, int64_t rows,
+                                                      int64_t width, WireType dtype) {
+  LACT_ASSIGN_OR_RETURN(TokenFileLayout layout, OpenTokenFile(path, ""));
+  if (layout.rows != rows || layout.width != width || layout.dtype != dtype) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path, "' holds ", layout.rows, " x ", layout.width, " tokens of ",
+                     WireBytes(layout.dtype), " bytes, not the ", rows, " x ", width, " of ",
+                     WireBytes(dtype), " bytes expected (changed since it was created?)"));
+  }
+  const int fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
+  return TokenFileWriter(fd, std::move(layout));
+}
+
+TokenFileWriter::TokenFileWriter(TokenFileWriter&& other) noexcept
+    : fd_(other.fd_), layout_(std::move(other.layout_)) {
+  other.fd_ = -1;
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status TokenFileWriter::Write(int64_t row, const std::vector<absl::string_view>& pieces) {
+  const uint64_t row_bytes = static_cast<uint64_t>(layout_.width) * WireBytes(layout_.dtype);
+  uint64_t bytes = 0;
+  for (absl::string_view piece : pieces) bytes += piece.size();
+  if (row < 0 || bytes % row_bytes != 0 ||
+      static_cast<uint64_t>(row) + bytes / row_bytes > static_cast<uint64_t>(layout_.rows)) {
+    return absl::OutOfRangeError(absl::StrCat(bytes, " bytes at row ", row, " of '", layout_.path,
+                                              "' (", layout_.rows, " rows of ", row_bytes,
+                                              " bytes)"));
+  }
+  uint64_t offset = layout_.data_offset + static_cast<uint64_t>(row) * row_bytes;
+  for (absl::string_view piece : pieces) {
+    LACT_RETURN_IF_ERROR(FullPwrite(fd_, piece.data(), piece.size(), offset, layout_.path));
+    offset += piece.size();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lact

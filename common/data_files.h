@@ -16,8 +16,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/token_codec.h"
 
 namespace lact {
@@ -50,6 +52,9 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
 // replaced one, until WriteTokenRows fills every row), its blocks
 // reserved: RESOURCE_EXHAUSTED if the disk cannot hold it.
 absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width);
+// The same for a [rows, width] .npy of `dtype` (bf16 as |V2), the
+// coordinator's spool of an in-band context; OpenTokenFile reads it.
+absl::Status CreateTokenFile(const std::string& path, int64_t rows, int64_t width, WireType dtype);
 
 // Writes rows [begin, begin + n) of a file CreateOutputFile made; its
 // header must still say float32 [rows, width]. Writes of 8 MiB or more send
@@ -58,6 +63,28 @@ absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t wid
 // be written at once from several processes.
 absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
                             const float* src, int64_t n);
+
+// A token file CreateTokenFile made, open for rows in its own dtype as raw
+// bytes (a worker spooling the in-band context rows it receives). Open
+// checks the header says [rows, width] of `dtype`; Write puts whole rows
+// at their offsets. Movable; one writer per thread.
+class TokenFileWriter {
+ public:
+  static absl::StatusOr<TokenFileWriter> Open(const std::string& path, int64_t rows, int64_t width,
+                                              WireType dtype);
+  TokenFileWriter(TokenFileWriter&& other) noexcept;
+  TokenFileWriter& operator=(TokenFileWriter&&) = delete;
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  ~TokenFileWriter();
+
+  // `pieces` hold whole rows, first row `row`.
+  absl::Status Write(int64_t row, const std::vector<absl::string_view>& pieces);
+
+ private:
+  TokenFileWriter(int fd, TokenFileLayout layout) : fd_(fd), layout_(std::move(layout)) {}
+  int fd_;
+  TokenFileLayout layout_;
+};
 
 }  // namespace lact
 

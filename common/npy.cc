@@ -104,13 +104,13 @@ absl::StatusOr<NpyLayout> ParseNpyLayout(const std::string& path, const uint8_t*
   return NpyLayout{h.descr, h.shape, elements, start + header_len};
 }
 
-std::string NpyF32Header(const std::vector<int64_t>& shape) {
+std::string NpyHeaderBytes(const std::vector<int64_t>& shape, const std::string& descr) {
   std::string dims = "(";
   for (int64_t d : shape) absl::StrAppend(&dims, d, ",");
   if (shape.size() > 1) dims.pop_back();
   dims += ")";
   std::string dict =
-      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ", dims, ", }");
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", dims, ", }");
   const size_t unpadded = 10 + dict.size() + 1;
   dict.append((64 - unpadded % 64) % 64, ' ');
   dict += '\n';
@@ -118,6 +118,8 @@ std::string NpyF32Header(const std::vector<int64_t>& shape) {
                                    static_cast<char>(dict.size() >> 8)};
   return absl::StrCat(absl::string_view(kMagic, 6), absl::string_view(version_and_len, 4), dict);
 }
+
+std::string NpyF32Header(const std::vector<int64_t>& shape) { return NpyHeaderBytes(shape, "<f4"); }
 
 absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   LACT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));

@@ -28,7 +28,9 @@ struct NpyLayout {
 };
 absl::StatusOr<NpyLayout> ParseNpyLayout(const std::string& path, const uint8_t* p, size_t n);
 
-// The header bytes of a float32 C-order array of `shape` (64-byte aligned).
+// The header bytes of a C-order array of `shape` whose dtype string is
+// `descr` (64-byte aligned), and of a float32 one.
+std::string NpyHeaderBytes(const std::vector<int64_t>& shape, const std::string& descr);
 std::string NpyF32Header(const std::vector<int64_t>& shape);
 
 }  // namespace lact

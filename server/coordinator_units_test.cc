@@ -18,6 +18,7 @@
 #include "server/job_admission.h"
 #include "server/job_journal.h"
 #include "server/job_machine.h"
+#include "server/job_spool.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
 #include "server/tenant_tokens.h"
@@ -269,6 +270,33 @@ TEST(KvStore, GetWaitsForKeysAndTimesOut) {
   EXPECT_TRUE(kv.Set("other/c", "2").ok());
   kv.ErasePrefix("job/");
   EXPECT_EQ(kv.size(), 1u);
+}
+
+TEST(JobSpool, FilesAreBoundedInBytesAndLeftoversCleared) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/lact_spool_", getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/job-old.spool.npy") << "a previous coordinator's";
+  std::ofstream(dir + "/keep.txt") << "not a spool file";
+  // 100 tokens of width 4: 1,600 bytes as float32, 800 as bf16.
+  JobSpool spool(dir, 2500);
+  ASSERT_TRUE(spool.Open().ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/job-old.spool.npy"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/keep.txt"));
+  absl::StatusOr<std::string> a = spool.Create("job-a", 100, 4, WireType::kF32);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(std::filesystem::exists(*a));
+  absl::StatusOr<std::string> b = spool.Create("job-b", 100, 4, WireType::kF32);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("--spool-bytes"));
+  ASSERT_TRUE(spool.Create("job-c", 100, 4, WireType::kBF16).ok()) << "800 more bytes fit";
+  EXPECT_EQ(spool.used_bytes(), 2400);
+  spool.Remove("job-a");
+  EXPECT_FALSE(std::filesystem::exists(*a));
+  EXPECT_EQ(spool.used_bytes(), 800);
+  EXPECT_TRUE(spool.Create("job-b", 100, 4, WireType::kF32).ok());
+  EXPECT_EQ(JobSpool("", 1).Create("job-d", 1, 1, WireType::kF32).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(JobStore, RecordsAreBoundedDroppingEndedJobsOldestFirst) {

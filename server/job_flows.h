@@ -20,6 +20,7 @@
 #include "lact/v1/coordinator.grpc.pb.h"
 #include "proto/stream_call.h"
 #include "server/job_admission.h"
+#include "server/job_spool.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
 #include "server/tenant_tokens.h"
@@ -38,10 +39,12 @@ struct CoordinatorOptions {
   std::string data_root;         // where files by reference may be; empty = none allowed
   int max_pending_calls = 1024;  // Submit and Query calls waiting for their first message
   std::chrono::milliseconds first_message_timeout{30000};
-  int64_t max_job_records = 100000;  // records kept (ended jobs' dropped oldest first)
-  int64_t max_workers = 10000;       // registry entries
-  int max_reruns = 3;                // attempts after the first, when a worker is gone
-  int64_t drain_seconds = 60;        // on SIGTERM, the longest wait for running jobs
+  int64_t max_job_records = 100000;         // records kept (ended jobs' dropped oldest first)
+  int64_t max_workers = 10000;              // registry entries
+  int max_reruns = 3;                       // attempts after the first, when a worker is gone
+  int64_t drain_seconds = 60;               // on SIGTERM, the longest wait for running jobs
+  std::string spool_dir;                    // in-band contexts kept for re-runs; empty = none
+  int64_t spool_bytes = int64_t{64} << 30;  // the most the spool holds
 };
 
 struct Coordinator {
@@ -54,6 +57,7 @@ struct Coordinator {
   // Set when the coordinator drains (SIGTERM): Submit is refused, running
   // jobs go on.
   const std::atomic<bool>* draining;
+  JobSpool* spool;  // in-band contexts, for re-runs (job_spool.h)
 };
 
 using SubmitCall = StreamCall<v1::SubmitRequest, v1::SubmitResponse>;

@@ -40,9 +40,10 @@ void JobMachine::QueueFailed(absl::Status status) {
 
 bool JobMachine::Retry(std::string* gone) {
   absl::MutexLock lock(&mu_);
-  const bool group_broke =
-      reported_ && (reported_status_.code() == absl::StatusCode::kUnavailable ||
-                    reported_status_.code() == absl::StatusCode::kDeadlineExceeded);
+  // A timeout alone is no reason: a client that stopped sending its
+  // tokens times the upload out too. A collective that timed out for a
+  // silent peer has that peer blamed as stalled.
+  const bool group_broke = reported_ && reported_status_.code() == absl::StatusCode::kUnavailable;
   if (stage_ != JobStage::kFailed || cancel_.has_value() || !queue_failure_.ok() ||
       !(gone_ || stalled_ || group_broke)) {
     return false;

@@ -76,9 +76,9 @@ class JobMachine {
   void SetCancelAction(std::function<void()> on_cancel);
   // kFailed -> kQueued, for another attempt on other workers: only a job
   // that failed because a worker is gone or stalled, or whose worker
-  // reported its group broken or timed out (UNAVAILABLE, DEADLINE_EXCEEDED:
-  // a peer is gone or silent), never one cancelled or
-  // refused by a worker for any other reason. False (nothing changes)
+  // reported its group broken (UNAVAILABLE: a peer is gone), never one
+  // cancelled, timed out for want of its client's tokens, or refused by a
+  // worker for any other reason. False (nothing changes)
   // otherwise. `*gone` receives the worker known to be gone, or "". The
   // attempt's workers, failures and cancel action are forgotten; a cancel
   // asked for since wins as before.

@@ -82,6 +82,14 @@ TEST(JobMachine, OnlyAJobWhoseWorkerIsGoneRunsAgain) {
     EXPECT_FALSE(m->Retry(&gone));
     EXPECT_EQ(m->stage(), JobStage::kFailed);
   }
+  {  // The client stopped sending its tokens: its upload timed out.
+    std::unique_ptr<JobMachine> m = Running(2);
+    m->RankEnded(
+        0, {absl::DeadlineExceededError("no token chunk for 1000 ms during the upload"), true});
+    m->RankEnded(1, {absl::CancelledError("cancelled"), false});
+    EXPECT_FALSE(m->Retry(&gone));
+    EXPECT_EQ(m->stage(), JobStage::kFailed);
+  }
   {  // Cancelled: never again.
     std::unique_ptr<JobMachine> m = Running(2);
     m->Cancel(CancelCause::kCancelJob);

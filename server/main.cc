@@ -20,16 +20,20 @@
 //                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]
 //                    [--max-job-records 100000] [--max-workers 10000]
 //                    [--state-dir DIR (job records kept on disk across restarts)]
-//                    [--max-reruns 3 (a by-reference job whose worker is gone runs again)]
+//                    [--max-reruns 3 (a job whose worker is gone runs again)]
+//                    [--spool-dir DIR (shared with the workers: in-band contexts kept so their
+//                    jobs can run again)] [--spool-bytes 68719476736]
 //                    [--drain-seconds 60 (on SIGTERM: no new jobs, running ones finish)]
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
@@ -74,6 +78,24 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   LACT_ASSIGN_OR_RETURN(int64_t reruns, flags.Int("max-reruns", 3, 0, 100));
   LACT_ASSIGN_OR_RETURN(o->drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
   o->max_reruns = static_cast<int>(reruns);
+  o->spool_dir = flags.Get("spool-dir").value_or("");
+  LACT_ASSIGN_OR_RETURN(o->spool_bytes,
+                        flags.Int("spool-bytes", o->spool_bytes, 0, int64_t{1} << 50));
+  return absl::OkStatus();
+}
+
+// A spool inside the data root would let a job name another job's spooled
+// context (or overwrite it) by reference.
+absl::Status CheckSpoolOutsideDataRoot(const std::string& spool, const std::string& data_root) {
+  if (spool.empty() || data_root.empty()) return absl::OkStatus();
+  std::error_code error;
+  const std::string s = std::filesystem::weakly_canonical(spool, error).string();
+  const std::string d = std::filesystem::weakly_canonical(data_root, error).string();
+  if (s == d || absl::StartsWith(s, d == "/" ? d : d + "/")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--spool-dir ", spool, " is inside --data-root ", data_root,
+        ", where jobs could read or overwrite spooled contexts by reference; put it elsewhere"));
+  }
   return absl::OkStatus();
 }
 
@@ -171,7 +193,9 @@ int Main(int argc, char** argv) {
                                                                      "max-workers",
                                                                      "state-dir",
                                                                      "max-reruns",
-                                                                     "drain-seconds"});
+                                                                     "drain-seconds",
+                                                                     "spool-dir",
+                                                                     "spool-bytes"});
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =
@@ -205,9 +229,16 @@ int Main(int argc, char** argv) {
     }
     journal = *std::move(opened);
   }
+  JobSpool spool(options.spool_dir, options.spool_bytes);
+  absl::Status opened = spool.Open();
+  if (opened.ok()) opened = CheckSpoolOutsideDataRoot(options.spool_dir, options.data_root);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "lact-coordinator: %s\n", std::string(opened.message()).c_str());
+    return 2;
+  }
   CoordinatorService coordinator(
       Coordinator{&registry, &kv, &jobs, options, &guards->tenants,
-                  ClusterLink{credentials->to_workers, guards->cluster_secret}, &draining});
+                  ClusterLink{credentials->to_workers, guards->cluster_secret}, &draining, &spool});
   ControlService control(&registry, &kv, &jobs, guards->cluster_secret);
   std::unique_ptr<grpc::Server> server =
       shared ? Serve(host, port, credentials->public_port, {&coordinator, &control}, "listening on")

@@ -102,19 +102,33 @@ class SubmitFlow {
       c_.registry->WakeWaiters();
     });
     absl::Status status = Execute();
-    // A job whose worker is gone runs again on others, when its inputs can
-    // be read again: its context and outputs are files by reference.
+    stats_.set_spooled(AllRanksSpooled());
+    // A job whose worker is gone runs again on others, when its context can
+    // be read again (a file by reference, or its spool) and its results can
+    // still be delivered.
     while (!status.ok() && CanRerun() && stats_.reruns() < c_.options.max_reruns) {
       std::string gone;
       if (!machine_->Retry(&gone)) break;
       // Before the next lease, so it is not chosen again.
       if (!gone.empty()) c_.registry->MarkFailed(gone);
       c_.kv->ErasePrefix(job_id_ + "/");
+      ForgetEarlierAttempt(gone);
+      if (AllRanksSpooled()) ReadContextFromSpool();
       stats_.set_reruns(stats_.reruns() + 1);
-      std::fprintf(stderr, "lact-coordinator: job %s: %s; running it again (%d)\n", job_id_.c_str(),
-                   std::string(status.message()).c_str(), stats_.reruns());
+      std::fprintf(stderr, "lact-coordinator: job %s: %s; running it again (%d)%s\n",
+                   job_id_.c_str(), std::string(status.message()).c_str(), stats_.reruns(),
+                   context_from_spool_ ? " from its spool" : "");
+      const absl::Status failed = std::move(status);
       status = Execute();
+      // No workers to run it again: what the client needs to hear is why
+      // the attempt before failed.
+      if (queue_failed_) {
+        status = absl::Status(
+            failed.code(),
+            absl::StrCat(failed.message(), "; it could not run again: ", status.message()));
+      }
     }
+    if (!spool_path_.empty()) c_.spool->Remove(job_id_);
     c_.kv->ErasePrefix(job_id_ + "/");
     if (std::optional<int> gone = machine_->gone_rank();
         gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
@@ -159,12 +173,52 @@ class SubmitFlow {
     if (call_.ended() || std::chrono::system_clock::now() >= call_.deadline()) OnCallEnded();
   }
 
-  // Whether a failed attempt can be run again from the job's spec alone:
-  // no bytes come or go in band (the context and outputs are files, no
-  // query sets, no state streamed back).
+  // Whether a failed attempt can run again: its context can be read again
+  // (a file by reference, or a spool every rank filled) or sent again, and
+  // its query sets, if any, sent again: by their client, if it is still
+  // there. Results in band go to the client if it is there, or are
+  // retained for FetchResult.
   bool CanRerun() const {
-    return spec_.has_context_ref() && spec_.has_output_ref() && spec_.query_tokens_size() == 0 &&
-           !spec_.return_state();
+    const bool client_there = !call_.ended();
+    const bool context_again = spec_.has_context_ref() || AllRanksSpooled() || client_there;
+    return context_again && (spec_.query_tokens_size() == 0 || client_there);
+  }
+
+  bool AllRanksSpooled() const {
+    absl::MutexLock lock(&ranks_mu_);
+    return !spool_path_.empty() && !context_from_spool_ && spooled_ranks_ == plan_.workers;
+  }
+
+  // From now on the job reads its context by reference, from its spool.
+  void ReadContextFromSpool() {
+    spec_.mutable_context_ref()->set_path(spool_path_);
+    files_.context = spool_path_;
+    context_from_spool_ = true;
+  }
+
+  // Results the failed attempt's surviving workers may have kept (a rank
+  // that finished before another died) are of no use now.
+  void ForgetEarlierAttempt(const std::string& gone) {
+    std::vector<std::string> alive;
+    for (const std::string& a : lease_addresses_)
+      if (a != gone) alive.push_back(a);
+    if (!alive.empty()) ForgetOnWorkers(c_.cluster, job_id_, fetch_ticket_, alive);
+  }
+
+  // The first attempt of a job whose context comes in band gets a spool
+  // file, if the coordinator has a spool and it has room.
+  void CreateSpool() {
+    if (spec_.has_context_ref() || !spool_path_.empty() || !c_.spool->enabled()) return;
+    absl::StatusOr<WireType> dtype = FromProto(spec_.dtype());
+    absl::StatusOr<std::string> path =
+        dtype.ok() ? c_.spool->Create(job_id_, spec_.context_tokens(), spec_.token_width(), *dtype)
+                   : dtype.status();
+    if (!path.ok()) {
+      std::fprintf(stderr, "lact-coordinator: job %s is not spooled (it cannot run again): %s\n",
+                   job_id_.c_str(), std::string(path.status().message()).c_str());
+      return;
+    }
+    spool_path_ = *std::move(path);
   }
 
   // Whether any token (context or query sets) comes in band: the client
@@ -213,6 +267,7 @@ class SubmitFlow {
         c_.registry->Acquire(spec_.model(), plan_.workers, wait);
     if (!leased.ok()) {
       CheckCall();  // a wait cut short by the deadline
+      queue_failed_ = true;
       machine_->QueueFailed(leased.status());
       return machine_->outcome();
     }
@@ -221,6 +276,12 @@ class SubmitFlow {
     lease_addresses_ = lease.addresses();
     const std::string ticket = NewTicket();
     fetch_ticket_ = NewTicket();
+    CreateSpool();
+    {
+      absl::MutexLock lock(&ranks_mu_);
+      ranks_ended_ = 0;
+      spooled_ranks_ = 0;
+    }
     if (!files_.output.empty()) {
       LACT_RETURN_IF_ERROR(
           CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
@@ -267,6 +328,9 @@ class SubmitFlow {
       if (spec_.has_context_ref()) {
         s.mutable_context_ref()->set_path(files_.context);
         s.mutable_context_ref()->set_tensor(spec_.context_ref().tensor());
+        s.set_context_from_spool(context_from_spool_);
+      } else {
+        s.set_spool_path(spool_path_);
       }
       if (spec_.has_output_ref()) s.mutable_output_ref()->set_path(files_.output);
       if (r == 0) {
@@ -297,6 +361,7 @@ class SubmitFlow {
     a->set_dtype(spec_.dtype());
     *a->mutable_query_tokens() = spec_.query_tokens();
     a->set_output_in_band(!spec_.has_output_ref());
+    a->set_context_spooled(context_from_spool_);
     for (int rank = 0; rank < streams_->size(); ++rank) {
       v1::ShardRange* range = a->add_shards();
       range->set_worker(streams_->address(rank));
@@ -322,6 +387,9 @@ class SubmitFlow {
         WriteProgress(std::move(p));
       } else if (response.has_done()) {
         done = response.done();
+      } else if (response.kind_case() == v1::ShardResponse::kSpooled) {
+        absl::MutexLock lock(&ranks_mu_);
+        ++spooled_ranks_;
       }
     }
     bool from_worker = true;
@@ -405,8 +473,12 @@ class SubmitFlow {
   std::string fetch_ticket_;
   std::shared_ptr<WorkerStreams> streams_;
   std::atomic<bool> accepted_sent_{false};
-  absl::Mutex ranks_mu_;
+  std::string spool_path_;  // the in-band context's spool file, if it has one
+  bool context_from_spool_ = false;
+  bool queue_failed_ = false;  // the last attempt got no workers
+  mutable absl::Mutex ranks_mu_;
   int ranks_ended_ ABSL_GUARDED_BY(ranks_mu_) = 0;
+  int spooled_ranks_ ABSL_GUARDED_BY(ranks_mu_) = 0;  // this attempt's
   v1::JobStats stats_;
 };
 

@@ -156,6 +156,39 @@ INSTANTIATE_TEST_SUITE_P(Stages, ClientVanishesTest,
                            return info.param == CutAt::kCompute ? "MidCompute" : "MidDownload";
                          });
 
+// A job whose client went away after its upload, and then one of whose
+// workers died: its context is read back from the coordinator's spool, it
+// runs again on the workers left, and FetchResult returns what an
+// undisturbed run returns.
+TEST_F(JobLifetimeTest, DetachedInBandJobWhoseWorkerDiesRunsAgainFromItsSpool) {
+  const Tensor context = RandomTokens(8192, 256, 35);
+  absl::StatusOr<JobResult> undisturbed = Client().Submit(Options(), context, {});
+  ASSERT_TRUE(undisturbed.ok()) << undisturbed.status();
+  EXPECT_TRUE(undisturbed->stats.spooled()) << "lact local spools in-band contexts";
+
+  std::string job_id;
+  {
+    RawJob job(cluster_->address(), Spec(context, {}));
+    ASSERT_EQ(job.accepted().shards_size(), 2);
+    job_id = job.accepted().job_id();
+    std::vector<RawJob::Transfer> transfers;
+    for (int rank = 0; rank < 2; ++rank) transfers.push_back(job.Upload(rank, context, {}));
+    ASSERT_TRUE(job.AwaitProgress(v1::Progress::LAYERS)) << "the job ended before its first layer";
+    job.Cut();
+    for (RawJob::Transfer& t : transfers) t.Cut();
+    for (RawJob::Transfer& t : transfers) t.stream->Finish().IgnoreError();
+    job.Finish().IgnoreError();
+    ASSERT_TRUE(cluster_->RestartWorker(1).ok());
+  }
+  absl::StatusOr<v1::JobInfo> end = Client().WatchJob(job_id);
+  ASSERT_TRUE(end.ok()) << end.status();
+  ASSERT_EQ(end->status(), v1::JobInfo::SUCCEEDED) << end->error();
+  EXPECT_GE(end->stats().reruns(), 1) << "the kill came after the job had ended";
+  absl::StatusOr<JobResult> fetched = Client().FetchResult(job_id);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  ExpectSameResults(*fetched, *undisturbed);
+}
+
 TEST_F(JobLifetimeTest, KilledSubmitProcessLosesNothing) {
   const Tensor context = RandomTokens(8192, 256, 41);
   const std::string input = DataRootDir() + "/killed_context.npy";
@@ -459,6 +492,55 @@ TEST(FaultRuns, KilledWorkersNeverLoseAByReferenceJob) {
   EXPECT_GT(reran, 0) << "no kill hit a running job; the test proved nothing";
   cluster.reset();
   fs::remove_all(root);
+}
+
+// The same with the context, a query set and the fused state in band,
+// through LactClient: a run whose worker dies reads its context from the
+// coordinator's spool, the client sends its query set again and takes the
+// results of the run that completed, equal to an undisturbed run's.
+TEST(FaultRuns, KilledWorkersNeverLoseAnInBandJob) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {}, "", {"--max-reruns", "10"});
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  SubmitOptions o;
+  o.model = "preset:small:3";
+  o.workers = 2;
+  o.return_state = true;
+  o.timeout = std::chrono::seconds(120);
+  const Tensor context = RandomTokens(2048, 256, 83);
+  const std::vector<Tensor> queries = {RandomTokens(64, 256, 84)};
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<JobResult> undisturbed = client.Submit(o, context, queries);
+  ASSERT_TRUE(undisturbed.ok()) << undisturbed.status();
+  const double job_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::mt19937 rng(20261202);
+  int completed = 0, reran = 0;
+  constexpr int kRuns = 20;
+  for (int run = 0; run < kRuns; ++run) {
+    const int victim = static_cast<int>(rng() % 2);
+    const auto delay = std::chrono::duration<double>(
+        std::uniform_real_distribution<double>(0.0, 1.2 * job_seconds)(rng));
+    std::thread killer([&] {
+      std::this_thread::sleep_for(delay);
+      ASSERT_TRUE(cluster->RestartWorker(victim).ok());
+    });
+    absl::StatusOr<JobResult> job = client.Submit(o, context, queries);
+    killer.join();
+    ASSERT_TRUE(job.ok()) << "run " << run << ": " << job.status();
+    EXPECT_TRUE(job->output.data == undisturbed->output.data) << "run " << run;
+    ASSERT_EQ(job->queries.size(), 1u);
+    EXPECT_TRUE(job->queries[0].data == undisturbed->queries[0].data) << "run " << run;
+    ASSERT_EQ(job->state.size(), undisturbed->state.size());
+    for (const auto& [name, t] : undisturbed->state)
+      EXPECT_TRUE(job->state.at(name).data == t.data) << "run " << run << " " << name;
+    ++completed;
+    reran += job->stats.reruns() > 0;
+  }
+  std::printf("in-band fault runs: %d/%d jobs completed, %d of them run again\n", completed, kRuns,
+              reran);
+  EXPECT_GT(reran, 0) << "no kill hit a running job; the test proved nothing";
 }
 
 // A job of a few seconds on two one-thread workers.

@@ -433,9 +433,9 @@ TEST_F(ServiceTest, DeadlineThatExpires) {
 // Every worker stopped (SIGSTOP) mid-compute: no worker can report a
 // failure, and their TCP connections stay open; keepalive pings that go
 // unanswered end the job well before its deadline (120 s), naming a
-// worker as gone.
+// worker as gone. (Not run again: there are no workers left to run it.)
 TEST(ServiceStallTest, StoppedWorkersFailTheJobThroughKeepalive) {
-  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {}, "", {"--max-reruns", "0"});
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
   const ActedJob job =

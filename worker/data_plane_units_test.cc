@@ -225,6 +225,41 @@ TEST_F(DataRoot, OutputFilledAtRowOffsetsIsTheWholeTensor) {
   EXPECT_FALSE(fs::exists(base_ + "/outside/target.npy"));
 }
 
+TEST_F(DataRoot, SpooledRowsInTheirWireDtypeReadBackAsTheirDecodedValues) {
+  const Tensor t = Rows(10, 3, -0.75f);
+  for (WireType dtype : {WireType::kF32, WireType::kBF16, WireType::kF16}) {
+    const std::string path = root_ + "/spool.npy";
+    ASSERT_TRUE(CreateTokenFile(path, 10, 3, dtype).ok());
+    absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, 10, 3, dtype);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    const std::string wire = EncodeFloats(t.ptr(), t.size(), dtype);
+    const size_t row = 3 * WireBytes(dtype);
+    // Rows 6..9 as one piece, then rows 0..5 as two (a chunk that came in parts).
+    ASSERT_TRUE(writer->Write(6, {absl::string_view(wire).substr(6 * row)}).ok());
+    ASSERT_TRUE(writer
+                    ->Write(0, {absl::string_view(wire).substr(0, 2 * row),
+                                absl::string_view(wire).substr(2 * row, 4 * row)})
+                    .ok());
+    EXPECT_EQ(writer->Write(9, {absl::string_view(wire).substr(0, 2 * row)}).code(),
+              absl::StatusCode::kOutOfRange)
+        << "past the last row";
+    EXPECT_EQ(writer->Write(0, {absl::string_view(wire).substr(0, row - 1)}).code(),
+              absl::StatusCode::kOutOfRange)
+        << "not whole rows";
+    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(path, "");
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_EQ(file->dtype, dtype);
+    std::vector<float> want(t.size()), got(t.size());
+    int64_t tokens = 0;
+    ASSERT_TRUE(DecodeTokensInto(wire, dtype, 3, 0, want.data(), t.size(), &tokens).ok());
+    ASSERT_TRUE(ReadTokenRows(*file, 0, 10, got.data()).ok());
+    EXPECT_EQ(got, want) << WireBytes(dtype) << "-byte tokens";
+    EXPECT_EQ(TokenFileWriter::Open(path, 10, 4, dtype).status().code(),
+              absl::StatusCode::kFailedPrecondition)
+        << "a shape that disagrees with the header";
+  }
+}
+
 TEST_F(DataRoot, LargeShardsWrittenAtOnceAroundTheCacheEqualTheWholeTensor) {
   // Three shards of 9-10 MB (the direct path), 37 floats wide, so no shard
   // boundary falls on a 4 KiB block: written concurrently, twice (the second
@@ -299,6 +334,25 @@ TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {
   TokenReceiver queries_only({0, 1}, 2, WireType::kF32, 0);
   EXPECT_THAT(std::string(queries_only.Accept(Chunk(0, 0, {1, 2})).message()),
               HasSubstr("chunk for set 0; this shard takes 1 query sets (sets 1..1)"));
+}
+
+TEST_F(DataRoot, ATransferWithASpoolWritesItsContextRowsThere) {
+  const std::string path = root_ + "/job.spool.npy";
+  ASSERT_TRUE(CreateTokenFile(path, 5, 1, WireType::kF32).ok());
+  // Rank 1 of a 5-token context: tokens 3 and 4.
+  ShardTransfer transfer("secret", TokenReceiver({2}, 1, WireType::kF32, 3));
+  absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, 5, 1, WireType::kF32);
+  ASSERT_TRUE(writer.ok());
+  transfer.SetSpool(*std::move(writer), 3);
+  ASSERT_TRUE(transfer.Attach(nullptr).ok());
+  ASSERT_TRUE(transfer.Accept(Chunk(0, 0, {1.5f})).ok());
+  EXPECT_FALSE(transfer.spooled()) << "not before the upload ended";
+  ASSERT_TRUE(transfer.Accept(Chunk(0, 1, {-2.5f})).ok());
+  ASSERT_TRUE(transfer.EndUpload().ok());
+  EXPECT_TRUE(transfer.spooled());
+  absl::StatusOr<Tensor> back = ReadNpy(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->data, (std::vector<float>{0, 0, 0, 1.5f, -2.5f}));
 }
 
 TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {

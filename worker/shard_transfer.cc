@@ -1,5 +1,7 @@
 #include "worker/shard_transfer.h"
 
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -28,8 +30,30 @@ absl::Status ShardTransfer::Accept(int set, int64_t offset,
     last_activity_ = std::chrono::steady_clock::now();
   }
   absl::Status s = receiver_.Accept(set, offset, data, bytes);
-  if (!s.ok()) Fail(s);
+  if (!s.ok()) {
+    Fail(s);
+    return s;
+  }
+  if (set == 0 && spool_.has_value()) {
+    if (absl::Status spooled = spool_->Write(spool_begin_ + offset, data); !spooled.ok()) {
+      std::fprintf(stderr, "lact-worker: the job cannot run again from its spool: %s\n",
+                   std::string(spooled.message()).c_str());
+      spool_.reset();
+      absl::MutexLock lock(&mu_);
+      spool_failed_ = true;
+    }
+  }
   return s;
+}
+
+void ShardTransfer::SetSpool(TokenFileWriter spool, int64_t context_begin) {
+  spool_.emplace(std::move(spool));
+  spool_begin_ = context_begin;
+}
+
+bool ShardTransfer::spooled() const {
+  absl::MutexLock lock(&mu_);
+  return stage_ >= Stage::kUploaded && spool_.has_value() && !spool_failed_;
 }
 
 absl::Status ShardTransfer::EndUpload() {

@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/data_files.h"
 #include "common/tensor.h"
 #include "lact/v1/data.pb.h"
 #include "worker/result_item.h"
@@ -38,6 +39,10 @@ class ShardTransfer {
 
   ShardTransfer(std::string ticket, TokenReceiver receiver)
       : ticket_(std::move(ticket)), receiver_(std::move(receiver)) {}
+  // Also writes each accepted context chunk, as it came (in the job's
+  // dtype), into `spool` at row `context_begin` + its offset. Before the
+  // transfer is registered. A failed write costs the spool, not the job.
+  void SetSpool(TokenFileWriter spool, int64_t context_begin);
 
   // --- the Transfer side ---
   bool TicketMatches(const std::string& ticket) const;
@@ -74,6 +79,8 @@ class ShardTransfer {
   // (DEADLINE_EXCEEDED: the client is not there to take them).
   absl::Status AwaitDownload(std::chrono::milliseconds idle);
   int64_t context_bytes() const { return receiver_.bytes_received(); }
+  // After AwaitUpload OK: every context row is in the spool.
+  bool spooled() const;
 
   // Fails the transfer with `status` (the first failure wins): Fail from
   // the Transfer side, Abort from RunShard (it also cancels the stream, so
@@ -99,7 +106,10 @@ class ShardTransfer {
 
   const std::string ticket_;
   TokenReceiver receiver_;
+  std::optional<TokenFileWriter> spool_;  // the Transfer side's, like receiver_
+  int64_t spool_begin_ = 0;
   mutable absl::Mutex mu_;
+  bool spool_failed_ ABSL_GUARDED_BY(mu_) = false;
   Stage stage_ ABSL_GUARDED_BY(mu_) = Stage::kWaiting;
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> cancel_stream_ ABSL_GUARDED_BY(mu_);

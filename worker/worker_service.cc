@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_files.h"
@@ -77,15 +79,41 @@ bool HasInBandInput(const v1::ShardSpec& spec) {
   return !spec.has_context_ref() || (spec.rank() == 0 && spec.query_tokens_size() > 0);
 }
 
+// The coordinator's spool file for the shard's in-band context rows, open
+// for writing; nullopt (the job cannot run again from a spool, it still
+// runs) when the worker has no --spool-dir or the file is not usable.
+std::optional<TokenFileWriter> OpenSpool(const std::string& spool_dir, const v1::ShardSpec& spec,
+                                         int64_t width, WireType dtype) {
+  if (spec.spool_path().empty() || spec.has_context_ref()) return std::nullopt;
+  absl::StatusOr<TokenFileWriter> spool =
+      spool_dir.empty() ? absl::FailedPreconditionError("this worker has no --spool-dir")
+                        : [&]() -> absl::StatusOr<TokenFileWriter> {
+    LACT_ASSIGN_OR_RETURN(const std::string path,
+                          ResolveDataPath(spool_dir, spec.spool_path(), true));
+    return TokenFileWriter::Open(path, spec.total_tokens(), width, dtype);
+  }();
+  if (!spool.ok()) {
+    std::fprintf(stderr, "lact-worker: job %s rank %d: not spooled: %s\n", spec.job_id().c_str(),
+                 spec.rank(), std::string(spool.status().message()).c_str());
+    return std::nullopt;
+  }
+  return *std::move(spool);
+}
+
 // The transfer a shard's client stream will meet, if the job has one.
 absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec& spec,
-                                                            int64_t width) {
+                                                            int64_t width,
+                                                            const std::string& spool_dir) {
   if (!spec.transfer()) return std::shared_ptr<ShardTransfer>();
   LACT_ASSIGN_OR_RETURN(WireType dtype, FromProto(spec.dtype()));
   std::vector<int64_t> lengths = {spec.has_context_ref() ? 0 : spec.tokens()};
   lengths.insert(lengths.end(), spec.query_tokens().begin(), spec.query_tokens().end());
-  return std::make_shared<ShardTransfer>(
+  auto transfer = std::make_shared<ShardTransfer>(
       spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin()));
+  if (std::optional<TokenFileWriter> spool = OpenSpool(spool_dir, spec, width, dtype)) {
+    transfer->SetSpool(*std::move(spool), spec.begin());
+  }
+  return transfer;
 }
 
 // One RunShard call from its spec to its ShardDone.
@@ -139,7 +167,9 @@ class ShardJob {
     Tensor shard;
     if (spec_.has_context_ref()) {
       int64_t bytes = 0;
-      LACT_ASSIGN_OR_RETURN(shard, ReadContextRows(w_.data_root, spec_, width, &bytes));
+      LACT_ASSIGN_OR_RETURN(
+          shard, ReadContextRows(spec_.context_from_spool() ? w_.spool_dir : w_.data_root, spec_,
+                                 width, &bytes));
       done_.set_context_bytes(bytes);
     }
     if (transfer_ != nullptr && HasInBandInput(spec_)) {
@@ -147,6 +177,11 @@ class ShardJob {
       if (!spec_.has_context_ref()) {
         shard = transfer_->receiver().TakeSet(0);
         done_.set_context_bytes(transfer_->context_bytes());
+        if (transfer_->spooled()) {
+          v1::ShardResponse r;
+          r.set_spooled(true);
+          call_.Write(r);
+        }
       }
     }
     return shard;
@@ -238,7 +273,8 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
   if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
   // The transfer is met first: loading the model can take longer than a
   // client waits for its stream to be taken.
-  absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeTransfer(spec, spec.token_width());
+  absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
+      MakeTransfer(spec, spec.token_width(), w.spool_dir);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
   if (*transfer != nullptr) w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
   std::atomic<bool> cancelled{false};

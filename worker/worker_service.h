@@ -33,6 +33,9 @@ struct WorkerContext {
   std::shared_ptr<v1::Control::Stub> control;
   BackendOptions backend;
   std::string data_root;  // empty: no files by reference
+  // The coordinator's spool folder as mounted here (shared with it; empty:
+  // in-band contexts are not spooled, so such jobs cannot run again).
+  std::string spool_dir;
   TransferBoard* transfers;
   RetainedResults* results;
   // What the coordinator presents on every Worker call (none when empty);

@@ -23,6 +23,8 @@ constexpr char kUsage[] =
     "                   [--backend cpu|cuda] [--devices 0,1,...] [--precision fp32|bf16]\n"
     "                   [--scan-math fp32|tf32x3] [--collective gloo|nccl] [--data-root DIR]\n"
     "                   [--tls (a CA and certificate made for it; prints the CA's path)]\n"
+    "                   [--no-spool (in-band contexts are not kept, so a job whose worker\n"
+    "                   dies runs again only while its client is there to send them again)]\n"
     "  submit  a job to a cluster, outputs and state to a file:\n"
     "        lact submit --server ADDR --model NAME\n"
     "                    (--context FILE.npy|random:L[:SEED] | --context-ref PATH "

@@ -356,10 +356,11 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
       Flags flags,
       Flags::Parse(args,
                    {"workers", "port", "model-dir", "threads-per-worker", "backend", "devices",
-                    "precision", "scan-math", "collective", "data-root", "tls"},
-                   {}, {"tls"}));
+                    "precision", "scan-math", "collective", "data-root", "tls", "no-spool"},
+                   {}, {"tls", "no-spool"}));
   LocalClusterOptions options;
   options.tls = flags.Has("tls");
+  options.spool = !flags.Has("no-spool");
   options.data_root = flags.Get("data-root").value_or("");
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
   LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
