@@ -441,6 +441,19 @@ TEST(CoordinatorRestart, RecordsAndRetainedStatesSurvive) {
   fs::remove_all(state_dir);
 }
 
+// Kills one of the cluster's two workers at a random moment of a job of
+// about `job_seconds` (up to 20% past it) and starts it again at once, as
+// a supervisor would; join the thread after the job.
+std::thread KillAtRandom(LocalCluster& cluster, std::mt19937& rng, double job_seconds) {
+  const int victim = static_cast<int>(rng() % 2);
+  const auto delay = std::chrono::duration<double>(
+      std::uniform_real_distribution<double>(0.0, 1.2 * job_seconds)(rng));
+  return std::thread([&cluster, victim, delay] {
+    std::this_thread::sleep_for(delay);
+    EXPECT_TRUE(cluster.RestartWorker(victim).ok());
+  });
+}
+
 // kill -9 of one of a job's two workers at a random moment, 20 times: a
 // job by reference runs again on the workers left (the killed one is
 // started again at once, as a supervisor would), and every job's output
@@ -470,13 +483,7 @@ TEST(FaultRuns, KilledWorkersNeverLoseAByReferenceJob) {
   std::mt19937 rng(20261201);
   int completed = 0, reran = 0;
   for (int run = 0; run < 20; ++run) {
-    const int victim = static_cast<int>(rng() % 2);
-    const auto delay = std::chrono::duration<double>(
-        std::uniform_real_distribution<double>(0.0, 1.2 * job_seconds)(rng));
-    std::thread killer([&] {
-      std::this_thread::sleep_for(delay);
-      ASSERT_TRUE(cluster->RestartWorker(victim).ok());
-    });
+    std::thread killer = KillAtRandom(*cluster, rng, job_seconds);
     o.output_ref = absl::StrCat("run", run, ".npy");
     absl::StatusOr<JobResult> job = client.Submit(o, Tensor(), {});
     killer.join();
@@ -519,13 +526,7 @@ TEST(FaultRuns, KilledWorkersNeverLoseAnInBandJob) {
   int completed = 0, reran = 0;
   constexpr int kRuns = 20;
   for (int run = 0; run < kRuns; ++run) {
-    const int victim = static_cast<int>(rng() % 2);
-    const auto delay = std::chrono::duration<double>(
-        std::uniform_real_distribution<double>(0.0, 1.2 * job_seconds)(rng));
-    std::thread killer([&] {
-      std::this_thread::sleep_for(delay);
-      ASSERT_TRUE(cluster->RestartWorker(victim).ok());
-    });
+    std::thread killer = KillAtRandom(*cluster, rng, job_seconds);
     absl::StatusOr<JobResult> job = client.Submit(o, context, queries);
     killer.join();
     ASSERT_TRUE(job.ok()) << "run " << run << ": " << job.status();

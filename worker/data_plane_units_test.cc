@@ -17,6 +17,7 @@
 #include "common/model.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
+#include "worker/context_spool.h"
 #include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
 #include "worker/token_receiver.h"
@@ -343,16 +344,48 @@ TEST_F(DataRoot, ATransferWithASpoolWritesItsContextRowsThere) {
   ShardTransfer transfer("secret", TokenReceiver({2}, 1, WireType::kF32, 3));
   absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, 5, 1, WireType::kF32);
   ASSERT_TRUE(writer.ok());
-  transfer.SetSpool(*std::move(writer), 3);
+  transfer.SetSpool(std::make_unique<ContextSpool>(*std::move(writer), 3));
   ASSERT_TRUE(transfer.Attach(nullptr).ok());
   ASSERT_TRUE(transfer.Accept(Chunk(0, 0, {1.5f})).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(transfer.spooled()) << "not before the upload ended";
   ASSERT_TRUE(transfer.Accept(Chunk(0, 1, {-2.5f})).ok());
   ASSERT_TRUE(transfer.EndUpload().ok());
-  EXPECT_TRUE(transfer.spooled());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!transfer.spooled() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(transfer.spooled());
   absl::StatusOr<Tensor> back = ReadNpy(path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->data, (std::vector<float>{0, 0, 0, 1.5f, -2.5f}));
+}
+
+TEST_F(DataRoot, ASpoolTakesMoreChunksThanItsBuffersInOrder) {
+  // 100 chunks of 3 rows through 8 buffers: every row lands where it belongs.
+  const int64_t rows = 300;
+  const std::string path = root_ + "/many.spool.npy";
+  ASSERT_TRUE(CreateTokenFile(path, rows, 2, WireType::kBF16).ok());
+  absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, rows, 2, WireType::kBF16);
+  ASSERT_TRUE(writer.ok());
+  const Tensor t = Rows(rows, 2, 0.125f);
+  const std::string wire = EncodeFloats(t.ptr(), t.size(), WireType::kBF16);
+  {
+    ContextSpool spool(*std::move(writer), 0);
+    for (int64_t r = 0; r < rows; r += 3) spool.Add(r, {absl::string_view(wire).substr(r * 4, 12)});
+    EXPECT_FALSE(spool.Complete()) << "the upload has not ended";
+    spool.UploadEnded();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!spool.Complete() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(spool.Complete());
+  }
+  absl::StatusOr<TokenFileLayout> file = OpenTokenFile(path, "");
+  ASSERT_TRUE(file.ok());
+  std::vector<float> want(t.size()), got(t.size());
+  int64_t tokens = 0;
+  ASSERT_TRUE(DecodeTokensInto(wire, WireType::kBF16, 2, 0, want.data(), t.size(), &tokens).ok());
+  ASSERT_TRUE(ReadTokenRows(*file, 0, rows, got.data()).ok());
+  EXPECT_EQ(got, want);
 }
 
 TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {

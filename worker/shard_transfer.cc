@@ -1,7 +1,5 @@
 #include "worker/shard_transfer.h"
 
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -34,26 +32,8 @@ absl::Status ShardTransfer::Accept(int set, int64_t offset,
     Fail(s);
     return s;
   }
-  if (set == 0 && spool_.has_value()) {
-    if (absl::Status spooled = spool_->Write(spool_begin_ + offset, data); !spooled.ok()) {
-      std::fprintf(stderr, "lact-worker: the job cannot run again from its spool: %s\n",
-                   std::string(spooled.message()).c_str());
-      spool_.reset();
-      absl::MutexLock lock(&mu_);
-      spool_failed_ = true;
-    }
-  }
+  if (set == 0 && spool_ != nullptr) spool_->Add(offset, data);
   return s;
-}
-
-void ShardTransfer::SetSpool(TokenFileWriter spool, int64_t context_begin) {
-  spool_.emplace(std::move(spool));
-  spool_begin_ = context_begin;
-}
-
-bool ShardTransfer::spooled() const {
-  absl::MutexLock lock(&mu_);
-  return stage_ >= Stage::kUploaded && spool_.has_value() && !spool_failed_;
 }
 
 absl::Status ShardTransfer::EndUpload() {
@@ -65,6 +45,7 @@ absl::Status ShardTransfer::EndUpload() {
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return failure_;
   stage_ = Stage::kUploaded;
+  if (spool_ != nullptr) spool_->UploadEnded();
   return absl::OkStatus();
 }
 

@@ -25,9 +25,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/data_files.h"
 #include "common/tensor.h"
 #include "lact/v1/data.pb.h"
+#include "worker/context_spool.h"
 #include "worker/result_item.h"
 #include "worker/token_receiver.h"
 
@@ -39,10 +39,10 @@ class ShardTransfer {
 
   ShardTransfer(std::string ticket, TokenReceiver receiver)
       : ticket_(std::move(ticket)), receiver_(std::move(receiver)) {}
-  // Also writes each accepted context chunk, as it came (in the job's
-  // dtype), into `spool` at row `context_begin` + its offset. Before the
-  // transfer is registered. A failed write costs the spool, not the job.
-  void SetSpool(TokenFileWriter spool, int64_t context_begin);
+  // Also hands each accepted context chunk, as it came (in the job's
+  // dtype), to `spool` (context_spool.h). Before the transfer is
+  // registered.
+  void SetSpool(std::unique_ptr<ContextSpool> spool) { spool_ = std::move(spool); }
 
   // --- the Transfer side ---
   bool TicketMatches(const std::string& ticket) const;
@@ -79,8 +79,9 @@ class ShardTransfer {
   // (DEADLINE_EXCEEDED: the client is not there to take them).
   absl::Status AwaitDownload(std::chrono::milliseconds idle);
   int64_t context_bytes() const { return receiver_.bytes_received(); }
-  // After AwaitUpload OK: every context row is in the spool.
-  bool spooled() const;
+  // Every context row is in the spool (false until the spool's thread has
+  // written them, some time after the upload).
+  bool spooled() const { return spool_ != nullptr && spool_->Complete(); }
 
   // Fails the transfer with `status` (the first failure wins): Fail from
   // the Transfer side, Abort from RunShard (it also cancels the stream, so
@@ -106,10 +107,8 @@ class ShardTransfer {
 
   const std::string ticket_;
   TokenReceiver receiver_;
-  std::optional<TokenFileWriter> spool_;  // the Transfer side's, like receiver_
-  int64_t spool_begin_ = 0;
+  std::unique_ptr<ContextSpool> spool_;  // set before the transfer is shared
   mutable absl::Mutex mu_;
-  bool spool_failed_ ABSL_GUARDED_BY(mu_) = false;
   Stage stage_ ABSL_GUARDED_BY(mu_) = Stage::kWaiting;
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> cancel_stream_ ABSL_GUARDED_BY(mu_);

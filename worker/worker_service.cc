@@ -111,7 +111,7 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec&
   auto transfer = std::make_shared<ShardTransfer>(
       spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin()));
   if (std::optional<TokenFileWriter> spool = OpenSpool(spool_dir, spec, width, dtype)) {
-    transfer->SetSpool(*std::move(spool), spec.begin());
+    transfer->SetSpool(std::make_unique<ContextSpool>(*std::move(spool), spec.begin()));
   }
   return transfer;
 }
@@ -134,6 +134,7 @@ class ShardJob {
     LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
     done_.set_upload_seconds(Since(start));
     RunHooks hooks{[this](int layers, int) {
+                     ReportSpooled();
                      if (spec_.rank() != 0) return;
                      v1::ShardResponse r;
                      r.set_layers_done(layers);
@@ -154,6 +155,7 @@ class ShardJob {
     done_.set_compute_seconds(Since(compute_start));
     done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
     done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
+    ReportSpooled();
     const auto download_start = Clock::now();
     LACT_RETURN_IF_ERROR(Deliver(*runner, std::move(output), std::move(state)));
     done_.set_download_seconds(Since(download_start));
@@ -177,11 +179,7 @@ class ShardJob {
       if (!spec_.has_context_ref()) {
         shard = transfer_->receiver().TakeSet(0);
         done_.set_context_bytes(transfer_->context_bytes());
-        if (transfer_->spooled()) {
-          v1::ShardResponse r;
-          r.set_spooled(true);
-          call_.Write(r);
-        }
+        ReportSpooled();
       }
     }
     return shard;
@@ -232,6 +230,17 @@ class ShardJob {
     return absl::OkStatus();
   }
 
+  // Tells the coordinator, once, that the shard's context rows are all in
+  // the spool (the spool's thread writes them while the shard computes;
+  // checked after the upload and at every layer).
+  void ReportSpooled() {
+    if (spool_reported_ || transfer_ == nullptr || !transfer_->spooled()) return;
+    spool_reported_ = true;
+    v1::ShardResponse r;
+    r.set_spooled(true);
+    call_.Write(r);
+  }
+
   // Longest wait for the client's stream and between its chunks.
   std::chrono::milliseconds IdleTimeout() const {
     return std::chrono::milliseconds(
@@ -246,6 +255,7 @@ class ShardJob {
   std::shared_ptr<ShardTransfer> transfer_;
   const std::function<bool()> cancelled_ = [this] { return cancelled_flag_.load(); };
   v1::ShardDone done_;
+  bool spool_reported_ = false;
 };
 
 absl::Status CheckShardSpec(const v1::ShardSpec& spec) {

@@ -1,0 +1,312 @@
+"""Client: the lact Coordinator service, and the workers' ShardData service
+for bulk bytes, from Python.
+
+Every call has a deadline (its ``timeout``, or the defaults below, as the
+C++ client and the CLI use) and raises LactError on failure. A Client may be
+used from several threads; close() (or ``with``) closes its channels.
+"""
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import grpc
+import numpy as np
+
+from . import codec
+from .errors import LactError, from_rpc_error, invalid
+from .job import Job, Progress, Result, message_dict, results_from
+from .transfers import ShardTransfers, place_rows
+from .v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+DEFAULT_JOB_TIMEOUT = 24 * 3600.0
+DEFAULT_QUERY_TIMEOUT = 3600.0
+DEFAULT_WATCH_TIMEOUT = 24 * 3600.0
+DEFAULT_FETCH_TIMEOUT = 3600.0
+UNARY_TIMEOUT = 30.0
+
+# Every lact channel receives messages up to 64 MiB (common/wire_limits.h)
+# and pings as the servers expect (proto/keepalive.h).
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+_MIN_TOKEN_BYTES = 16  # proto/auth.h kMinSecretBytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A model the cluster serves: its name for submit(), how many healthy
+    workers hold it, and its config (SPEC section 1) as a dict."""
+    name: str
+    workers: int
+    config: Dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobStatus:
+    """A job as GetJob/WatchJob/CancelJob/ListJobs tell it. ``status``:
+    "QUEUED", "RUNNING", "SUCCEEDED", "FAILED" or "CANCELLED"; ``error``: why
+    it failed; ``progress``: the latest while it runs (or None); ``stats``:
+    JobStats as a dict; ``proto``: the JobInfo message itself."""
+    job_id: str
+    model: str
+    status: str
+    error: str
+    context_tokens: int
+    workers: int
+    state_retained: bool
+    results_retained: bool
+    expires_unix_seconds: int
+    progress: Optional[Progress]
+    stats: Dict[str, Any]
+    proto: Any
+
+    @classmethod
+    def from_proto(cls, info) -> "JobStatus":
+        return cls(info.job_id, info.model, coordinator_pb2.JobInfo.Status.Name(info.status),
+                   info.error, info.context_tokens, info.workers, info.state_retained,
+                   info.results_retained, info.expires_unix_seconds,
+                   Progress.from_proto(info.progress) if info.HasField("progress") else None,
+                   message_dict(info.stats), info)
+
+
+def _read_file(path: str, what: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        raise invalid(f"cannot read {what} '{path}': {e.strerror}") from None
+
+
+class Client:
+    """A client of the coordinator at ``address`` ("host:port").
+
+    ``token``: the bearer token of a cluster that requires one, else the
+    first line of ``token_file`` or of $LACT_TOKEN_FILE. ``tls_ca``: a PEM
+    file of the CA that signs the cluster's certificates (else $LACT_TLS_CA):
+    every call then goes over TLS, to the coordinator and to the workers.
+    The token goes to the coordinator only; workers take the job's ticket.
+    """
+
+    def __init__(self, address: str, token: str = None, tls_ca: str = None,
+                 token_file: str = None):
+        token_file = token_file or os.environ.get("LACT_TOKEN_FILE") or None
+        if token is None and token_file:
+            lines = _read_file(token_file, "token file").splitlines()
+            token = lines[0].strip() if lines else ""
+            if len(token) < _MIN_TOKEN_BYTES:
+                raise invalid(f"the token in '{token_file}' is {len(token)} bytes; "
+                              f"need at least {_MIN_TOKEN_BYTES}")
+        tls_ca = tls_ca or os.environ.get("LACT_TLS_CA") or None
+        self._credentials = None
+        if tls_ca:
+            pem = _read_file(tls_ca, "--tls-ca")
+            if "-----BEGIN CERTIFICATE-----" not in pem:
+                raise invalid(f"tls_ca '{tls_ca}' is not a PEM certificate file")
+            self._credentials = grpc.ssl_channel_credentials(root_certificates=pem.encode())
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._lock = threading.Lock()
+        self._channels: Dict[str, grpc.Channel] = {}
+        self._coordinator = coordinator_pb2_grpc.CoordinatorStub(self._channel_for(address))
+
+    def _channel_for(self, address: str) -> grpc.Channel:
+        """The (shared) channel to ``address``, TLS if the client has a CA."""
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = (grpc.secure_channel(address, self._credentials, CHANNEL_OPTIONS)
+                           if self._credentials else
+                           grpc.insecure_channel(address, CHANNEL_OPTIONS))
+                self._channels[address] = channel
+            return channel
+
+    def close(self):
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # Jobs.
+    def submit(self, model: str, context=None, queries=(), *, workers: int = 0,
+               muon_steps: int = None, chunk_tokens: int = None, dtype: str = None,
+               timeout: float = None, retain_seconds: int = 0, return_state: bool = True,
+               shard_tokens=(), context_ref: str = None, context_tensor: str = "",
+               out_ref: str = None, cancel_on_disconnect: bool = False,
+               tenant: str = "") -> Job:
+        """Submits a job and returns its Job at once (the Submit call runs on).
+
+        ``context``: [L, width] numpy array or torch tensor (float32,
+        float16, torch bfloat16), or None with ``context_ref`` (a .npy or
+        .safetensors file inside the cluster's --data-root; ``context_tensor``
+        names a .safetensors tensor). ``queries``: [L_k, width] each.
+        ``dtype``: "f32"|"bf16"|"f16" on the wire; None = the context's own
+        (f32 for float32 numpy). ``out_ref``: an .npy the workers write the
+        output to instead of sending it. ``timeout``: seconds bounding the
+        whole job (default a day). Options are named as the CLI's flags.
+        Raises LactError INVALID_ARGUMENT for inputs refused before sending.
+        """
+        queries = list(queries)
+        if (context is None) == (context_ref is None):
+            raise invalid("give a context tensor or context_ref, not both or neither")
+        tokens = None if context is None else codec.as_tokens(context, dtype, "context")
+        job_dtype = tokens.dtype if tokens else codec.check_dtype(dtype or "f32")
+        query_tokens = [codec.as_tokens(q, job_dtype, f"query set {k}")
+                        for k, q in enumerate(queries)]
+        width = tokens.width if tokens else (query_tokens[0].width if query_tokens else 0)
+        for k, q in enumerate(query_tokens):
+            if q.width != width:
+                raise invalid(f"query set {k} has width {q.width}; it must be {width} like the "
+                              + ("context" if tokens else "first query set"))
+        options = common_pb2.JobOptions()
+        if muon_steps is not None:
+            options.muon_steps = muon_steps
+        if chunk_tokens is not None:
+            options.chunk_tokens = chunk_tokens
+        spec = coordinator_pb2.JobSpec(
+            model=model, context_tokens=tokens.tokens if tokens else 0,
+            token_width=width if tokens else 0,
+            query_tokens=[q.tokens for q in query_tokens],
+            dtype=codec.DTYPES[job_dtype] if tokens else common_pb2.DTYPE_UNSPECIFIED,
+            workers=workers, options=options, return_state=return_state,
+            retain_seconds=retain_seconds, shard_tokens=list(shard_tokens),
+            cancel_on_disconnect=cancel_on_disconnect, tenant=tenant)
+        if context_ref is not None:
+            spec.context_ref.path, spec.context_ref.tensor = context_ref, context_tensor
+        if out_ref is not None:
+            spec.output_ref.path = out_ref
+        first = context if context is not None else (queries[0] if queries else None)
+        return Job(self, spec, tokens, query_tokens, codec.is_torch(first),
+                   timeout or DEFAULT_JOB_TIMEOUT)
+
+    def query(self, job_id: str, queries, dtype: str = None, timeout: float = None) -> list:
+        """Runs query sets against a finished job's retained state; returns one
+        [L_k, output_width] float32 array per set, in order (torch if the
+        first set was torch). ``dtype`` None: the first set's own."""
+        queries = list(queries)
+        if not queries:
+            raise invalid("no query sets")
+        sets = [codec.as_tokens(queries[0], dtype, "query set 0")]
+        sets += [codec.as_tokens(q, sets[0].dtype, f"query set {k + 1}")
+                 for k, q in enumerate(queries[1:])]
+        for k, q in enumerate(sets):
+            if q.width != sets[0].width:
+                raise invalid(f"query set {k} has width {q.width}; all must have one width")
+        spec = coordinator_pb2.QuerySpec(job_id=job_id, query_tokens=[q.tokens for q in sets],
+                                         token_width=sets[0].width,
+                                         dtype=codec.DTYPES[sets[0].dtype])
+
+        def requests():
+            yield coordinator_pb2.QueryRequest(spec=spec)
+            for k, q in enumerate(sets):
+                for offset, _, data in q.chunks():
+                    yield coordinator_pb2.QueryRequest(
+                        chunk=common_pb2.TokenChunk(set=k + 1, offset=offset, data=data))
+
+        outputs: List[Any] = [None] * len(sets)
+        rows = [0] * len(sets)
+        try:
+            for response in self._coordinator.Query(requests(),
+                                                    timeout=timeout or DEFAULT_QUERY_TIMEOUT,
+                                                    metadata=self._metadata):
+                if response.WhichOneof("kind") == "output":
+                    _place_query_output(response.output, sets, outputs, rows)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        for k, q in enumerate(sets):
+            if outputs[k] is None or rows[k] != q.tokens:
+                raise LactError(grpc.StatusCode.INTERNAL,
+                                f"the server sent {rows[k]} of {q.tokens} rows of query set {k}")
+        return [codec.to_user(o, codec.is_torch(queries[0])) for o in outputs]
+
+    def fetch(self, job_id: str, timeout: float = None) -> Result:
+        """A finished job's retained results (outputs sent in band, query
+        outputs, the fused state), straight from its workers; numpy arrays.
+        FAILED_PRECONDITION if the job did not succeed or nothing is retained;
+        NOT_FOUND from a worker says why (expired, evicted, deleted)."""
+        info = self.status(job_id).proto
+        if info.status != coordinator_pb2.JobInfo.SUCCEEDED:
+            raise LactError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"job {job_id} is {coordinator_pb2.JobInfo.Status.Name(info.status)}"
+                            f"{': ' + info.error if info.error else ''}; only a succeeded job "
+                            "has results")
+        if not info.state_retained:
+            raise LactError(grpc.StatusCode.FAILED_PRECONDITION,
+                            f"job {job_id}'s results are no longer retained")
+        transfers = ShardTransfers(self._channel_for, info.accepted, fetch=True)
+        transfers.start(time.monotonic() + (timeout or DEFAULT_FETCH_TIMEOUT))
+        transfers.join()
+        return results_from(transfers, job_id, False, info.stats, info.accepted.shards)
+
+    # Unary calls and WatchJob.
+    def _unary(self, method, request):
+        try:
+            return method(request, timeout=UNARY_TIMEOUT, metadata=self._metadata,
+                          wait_for_ready=True)
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+            if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                error = LactError(error.code, f"{error.message}: no answer within "
+                                  f"{UNARY_TIMEOUT:.0f} s (is a coordinator running at that "
+                                  "address? a cluster with TLS needs tls_ca)")
+            raise error from None
+
+    def status(self, job_id: str) -> JobStatus:
+        """GetJob: the job as the coordinator knows it now."""
+        return JobStatus.from_proto(self._unary(self._coordinator.GetJob,
+                                                coordinator_pb2.GetJobRequest(job_id=job_id)))
+
+    def jobs(self) -> List[JobStatus]:
+        """ListJobs: every job the coordinator remembers."""
+        response = self._unary(self._coordinator.ListJobs, coordinator_pb2.ListJobsRequest())
+        return [JobStatus.from_proto(j) for j in response.jobs]
+
+    def cancel(self, job_id: str) -> JobStatus:
+        """CancelJob (FAILED_PRECONDITION if it already ended)."""
+        return JobStatus.from_proto(self._unary(self._coordinator.CancelJob,
+                                                coordinator_pb2.CancelJobRequest(job_id=job_id)))
+
+    def delete(self, job_id: str) -> None:
+        """DeleteJob: forgets the job (cancelling it if it runs) and what its workers retained."""
+        self._unary(self._coordinator.DeleteJob, coordinator_pb2.DeleteJobRequest(job_id=job_id))
+
+    def models(self) -> List[Model]:
+        """ListModels: the models the healthy workers hold."""
+        response = self._unary(self._coordinator.ListModels, coordinator_pb2.ListModelsRequest())
+        return [Model(m.name, m.workers, json.loads(m.config_json or "{}"))
+                for m in response.models]
+
+    def watch(self, job_id: str, timeout: float = None):
+        """WatchJob: yields JobStatus now and at every change until the job has
+        ended (the last one's status is final)."""
+        try:
+            for info in self._coordinator.WatchJob(
+                    coordinator_pb2.GetJobRequest(job_id=job_id),
+                    timeout=timeout or DEFAULT_WATCH_TIMEOUT, metadata=self._metadata,
+                    wait_for_ready=True):
+                yield JobStatus.from_proto(info)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+
+def _place_query_output(chunk, sets, outputs, rows):
+    """Copies one OutputChunk of a Query into outputs (allocated on first sight)."""
+    k = chunk.set - 1
+    if not 0 <= k < len(sets):
+        raise LactError(grpc.StatusCode.INTERNAL, f"server sent output for unknown set {chunk.set}")
+    if outputs[k] is None:
+        width = len(chunk.data) // 4 // chunk.tokens if chunk.tokens > 0 else 1
+        outputs[k] = np.empty((sets[k].tokens, width), np.float32)
+    rows[k] += place_rows(outputs[k], chunk.offset, chunk.data, chunk.set)

@@ -1,0 +1,227 @@
+"""Job: one submitted job, its Submit call running on a background thread.
+
+The thread sends the JobSpec, then for every JobAccepted (a second one
+comes if the job runs again after a worker died) moves the job's bytes with
+ShardTransfers, while Progress messages and the final JobDone arrive on the
+coordinator's stream. Job's methods may be called from any thread.
+"""
+
+import dataclasses
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import grpc
+
+from . import codec
+from .errors import LactError, from_rpc_error
+from .transfers import ShardTransfers
+from .v1 import coordinator_pb2
+
+_STAGES = coordinator_pb2.Progress.Stage
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """One progress event. ``stage``: "UPLOAD" (tokens_done of tokens_total
+    context tokens handed to the workers: the client's own count), "QUEUED"
+    (queue_position: 1 = next), "LAYERS" (layers_done of layers_total
+    finished on every worker) or "QUERIES". ``elapsed``: seconds since submit."""
+    stage: str
+    tokens_done: int = 0
+    tokens_total: int = 0
+    layers_done: int = 0
+    layers_total: int = 0
+    elapsed: float = 0.0
+    queue_position: int = 0
+    job_id: str = ""
+
+    @classmethod
+    def from_proto(cls, p) -> "Progress":
+        return cls(_STAGES.Name(p.stage), p.tokens_done, p.tokens_total, p.layers_done,
+                   p.layers_total, p.elapsed_seconds, p.queue_position, p.job_id)
+
+
+@dataclasses.dataclass
+class Result:
+    """A finished job's results. ``output``: [L, output_width] float32 (numpy,
+    or torch if the context was a torch tensor; None if it went to out_ref);
+    ``queries``: one such array per query set, in the order given; ``state``:
+    name ("layers.0.ttt.w0", ...) -> float32 array (empty unless
+    return_state); ``stats``: JobStats as a dict; ``shards``: the
+    ShardRange protos the job ran on."""
+    job_id: str
+    output: Any = None
+    queries: List[Any] = dataclasses.field(default_factory=list)
+    state: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    stats: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    shards: list = dataclasses.field(default_factory=list)
+
+
+def message_dict(message) -> Dict[str, Any]:
+    """A flat proto message's fields (all of them, defaults included) as a dict."""
+    return {f.name: (list(getattr(message, f.name)) if f.label == f.LABEL_REPEATED
+                     else getattr(message, f.name)) for f in message.DESCRIPTOR.fields}
+
+
+def results_from(transfers: ShardTransfers, job_id: str, torch_out: bool, stats=None,
+                 shards=()) -> Result:
+    """The Result of joined transfers, converted for the caller."""
+    return Result(
+        job_id=job_id,
+        output=None if transfers.output is None else codec.to_user(transfers.output, torch_out),
+        queries=[codec.to_user(q, torch_out) for q in transfers.queries],
+        state={k: codec.to_user(v, torch_out) for k, v in sorted(transfers.state.items())},
+        stats=message_dict(stats) if stats is not None else {},
+        shards=list(shards))
+
+
+class Job:
+    """A job submitted by Client.submit. Its Submit call (and the data
+    transfers) run on a daemon thread started at once.
+
+    ``id`` waits until the server named the job; ``progress()`` yields its
+    Progress events; ``result()`` waits for the end and returns a Result or
+    raises LactError (the Submit call's status first, as it says more than a
+    broken transfer).
+    """
+
+    def __init__(self, client, spec, context, queries, torch_out: bool, timeout: float):
+        self._client, self._spec = client, spec
+        self._context, self._queries = context, queries  # codec.Tokens or None / list
+        self._torch_out, self._timeout = torch_out, timeout
+        self._cond = threading.Condition()
+        self._id: Optional[str] = None
+        self._events: List[Progress] = []
+        self._finished = False
+        self._result: Optional[Result] = None
+        self._error: Optional[LactError] = None
+        self._started = time.monotonic()
+        self._upload = None  # [sent, total, last report time] while the client's count leads
+        self._thread = threading.Thread(target=self._run, daemon=True, name="lact-submit")
+        self._thread.start()
+
+    @property
+    def id(self) -> str:
+        """The job's id; waits for it. Raises the job's LactError if it failed first."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._id is not None or self._finished)
+            if self._id is None:
+                raise self._error
+            return self._id
+
+    def done(self) -> bool:
+        with self._cond:
+            return self._finished
+
+    def progress(self):
+        """Yields every Progress event from the first, as they come, until the
+        job ends (normally or not: result() tells which). May be iterated
+        again, or from several threads."""
+        seen = 0
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: len(self._events) > seen or self._finished)
+                batch = self._events[seen:]
+                if not batch and self._finished:
+                    return
+            seen += len(batch)
+            yield from batch
+
+    def result(self, timeout: float = None) -> Result:
+        """Waits for the job to end (at most ``timeout`` seconds: then
+        LactError DEADLINE_EXCEEDED; the job goes on) and returns its Result."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._finished, timeout):
+                raise LactError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                f"job still running after {timeout} s")
+            if self._error is not None:
+                raise self._error
+            return self._result
+
+    def cancel(self):
+        """Asks the coordinator to cancel the job (Client.cancel); result() then
+        raises LactError CANCELLED. Returns the JobStatus CancelJob answered."""
+        return self._client.cancel(self.id)
+
+    # The Submit call, on the job's thread.
+    def _run(self):
+        transfers, stats, shards, error = None, None, [], None
+        try:
+            call = self._client._coordinator.Submit(
+                iter([coordinator_pb2.SubmitRequest(spec=self._spec)]), timeout=self._timeout,
+                metadata=self._client._metadata)
+            for response in call:
+                kind = response.WhichOneof("kind")
+                if kind == "accepted":
+                    shards = list(response.accepted.shards)
+                    transfers = self._accepted(response.accepted, transfers)
+                elif kind == "progress":
+                    self._server_progress(response.progress)
+                elif kind == "done":
+                    stats = response.done.stats
+        except grpc.RpcError as e:
+            error = from_rpc_error(e)
+        if transfers is None:
+            error = error or LactError(grpc.StatusCode.INTERNAL, "the job ended without JobAccepted")
+        elif error is not None:
+            transfers.cancel()
+        try:
+            if transfers is not None:
+                transfers.join()
+        except LactError as e:
+            error = error or e
+        result = None if error else results_from(transfers, self._id, self._torch_out, stats,
+                                                 shards)
+        with self._cond:
+            self._error, self._result, self._finished = error, result, True
+            self._cond.notify_all()
+
+    def _accepted(self, accepted, previous: Optional[ShardTransfers]) -> ShardTransfers:
+        """Starts the transfers of a JobAccepted, cancelling a previous run's."""
+        self._set_id(accepted.job_id)
+        if previous is not None:  # the job runs again on other workers
+            previous.cancel()
+            try:
+                previous.join()
+            except LactError:
+                pass
+        dtype = codec.DTYPE_NAMES.get(accepted.dtype, "f32")
+        # A job running again from its spool needs no context rows.
+        context = None if self._context is None or accepted.context_spooled else self._context
+        queries = [q.as_dtype(dtype) for q in self._queries]
+        transfers = ShardTransfers(self._client._channel_for, accepted, context, queries,
+                                   on_sent=self._context_sent)
+        if context is not None:
+            with self._cond:
+                self._upload = [0, accepted.context_tokens, 0.0]
+        transfers.start(self._started + self._timeout)
+        return transfers
+
+    def _set_id(self, job_id: str):
+        with self._cond:
+            if self._id is None and job_id:
+                self._id = job_id
+                self._cond.notify_all()
+
+    def _server_progress(self, p):
+        self._set_id(p.job_id)
+        with self._cond:
+            self._upload = None  # the server's progress takes over
+            self._events.append(Progress.from_proto(p))
+            self._cond.notify_all()
+
+    def _context_sent(self, rows: int):
+        """UPLOAD events from the client's count: at most every 0.5 s, and at the end."""
+        with self._cond:
+            if self._upload is None:
+                return
+            self._upload[0] += rows
+            sent, total, last = self._upload
+            now = time.monotonic()
+            if sent < total and now - last < 0.5:
+                return
+            self._upload[2] = now
+            self._events.append(Progress("UPLOAD", tokens_done=sent, tokens_total=total,
+                                         elapsed=now - self._started, job_id=self._id or ""))
+            self._cond.notify_all()

@@ -1,0 +1,195 @@
+"""ShardTransfers: one JobAccepted's bytes, to and from its workers.
+
+Each shard whose ShardRange.transfer is set gets its own thread and its own
+ShardData.Transfer stream (data.proto): the TransferTicket, the shard's
+context rows (set 0, offsets from the shard's first row), on rank 0 each
+query set k as set k + 1, then the end of the send side; the worker answers
+the shard's float32 output rows (set 0, offsets global in the context), on
+rank 0 the query outputs and the fused state in pieces. Fetch mode asks
+ShardData.FetchResult for what a finished job's workers retained instead.
+
+Not thread-safe itself: one owner starts, cancels and joins it. Results are
+complete only after join() returned without raising.
+"""
+
+import collections
+import threading
+import time
+
+import grpc
+import numpy as np
+
+from .errors import LactError, from_rpc_error
+from .v1 import common_pb2, data_pb2, data_pb2_grpc
+
+
+def _internal(message: str) -> LactError:
+    return LactError(grpc.StatusCode.INTERNAL, message)
+
+
+class ShardTransfers:
+    """Moves the bytes of one JobAccepted (one run of a job).
+
+    ``channel_for(address)`` gives the channel to a worker. ``context`` (a
+    codec.Tokens in the job's dtype, or None to send no context rows) and
+    ``queries`` (Tokens in the job's dtype) are sent; ``on_sent(rows)`` is
+    told of context rows as they are handed to gRPC. ``fetch`` uses
+    FetchResult (with accepted.fetch_ticket) instead of Transfer.
+    After join(): ``output`` ([L, output_width] float32, None if the job's
+    outputs go to output_ref), ``queries`` (list of [L_k, output_width]
+    float32) and ``state`` (name -> float32 array of its shape).
+    """
+
+    def __init__(self, channel_for, accepted, context=None, queries=(), on_sent=None,
+                 fetch=False):
+        self._channel_for, self._accepted = channel_for, accepted
+        self._context, self._queries, self._on_sent = context, list(queries), on_sent
+        self._fetch = fetch
+        width = accepted.output_width
+        self.output = (np.empty((accepted.context_tokens, width), np.float32)
+                       if accepted.output_in_band else None)
+        self.queries = [np.empty((n, width), np.float32) for n in accepted.query_tokens]
+        self.state = {}
+        self._state_flat = {}  # name -> (flat float32 array, shape, elements received)
+        ranks = len(accepted.shards)
+        self._rows = [collections.Counter() for _ in range(ranks)]  # per rank: set -> rows
+        self._errors = [None] * ranks
+        self._calls, self._threads = {}, []
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    def start(self, deadline: float):
+        """Starts one thread per shard; ``deadline`` is a time.monotonic() value."""
+        for rank, shard in enumerate(self._accepted.shards):
+            # Rank 0 keeps the fused state and query outputs even without bytes in band.
+            if shard.transfer or (self._fetch and rank == 0):
+                thread = threading.Thread(target=self._run, args=(rank, deadline), daemon=True,
+                                          name=f"lact-shard-{rank}")
+                thread.start()
+                self._threads.append(thread)
+
+    def cancel(self):
+        """Cancels every stream (those not yet open will not open)."""
+        with self._lock:
+            self._cancelled = True
+            calls = list(self._calls.values())
+        for call in calls:
+            call.cancel()
+
+    def join(self):
+        """Waits for every stream; raises the first failed shard's LactError
+        (rank order), or INTERNAL if the workers left results incomplete."""
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        for error in self._errors:
+            if error is not None:
+                raise error
+        self._check_complete()
+
+    # One shard's stream, on its own thread.
+    def _run(self, rank: int, deadline: float):
+        shard = self._accepted.shards[rank]
+        where = f"shard {rank} on worker {shard.worker}: "
+        try:
+            stub = data_pb2_grpc.ShardDataStub(self._channel_for(shard.worker))
+            timeout = max(0.0, deadline - time.monotonic())
+            with self._lock:
+                if self._cancelled:
+                    raise LactError(grpc.StatusCode.CANCELLED, where + "cancelled")
+                if self._fetch:
+                    request = data_pb2.FetchRequest(job_id=self._accepted.job_id, rank=rank,
+                                                    ticket=self._accepted.fetch_ticket)
+                    call = stub.FetchResult(request, timeout=timeout)
+                else:
+                    call = stub.Transfer(self._requests(rank), timeout=timeout)
+                self._calls[rank] = call
+            for response in call:
+                self._place(rank, response)
+        except grpc.RpcError as e:
+            self._errors[rank] = from_rpc_error(e, where)
+        except LactError as e:
+            self._errors[rank] = e
+            self.cancel_rank(rank)
+        except Exception as e:  # a bug or a malformed message: fail the shard, not the thread
+            self._errors[rank] = _internal(where + repr(e))
+            self.cancel_rank(rank)
+
+    def cancel_rank(self, rank: int):
+        with self._lock:
+            call = self._calls.get(rank)
+        if call is not None:
+            call.cancel()
+
+    def _requests(self, rank: int):
+        """TransferRequests of one shard: ticket, context rows, (rank 0) query sets."""
+        a = self._accepted
+        yield data_pb2.TransferRequest(
+            ticket=data_pb2.TransferTicket(job_id=a.job_id, rank=rank, ticket=a.ticket))
+        if self._context is not None:
+            shard = a.shards[rank]
+            for offset, rows, data in self._context.chunks(shard.begin, shard.tokens):
+                if self._on_sent is not None:
+                    self._on_sent(rows)
+                yield data_pb2.TransferRequest(
+                    chunk=common_pb2.TokenChunk(set=0, offset=offset, data=data))
+        if rank == 0:
+            for k, q in enumerate(self._queries):
+                for offset, _, data in q.chunks():
+                    yield data_pb2.TransferRequest(
+                        chunk=common_pb2.TokenChunk(set=k + 1, offset=offset, data=data))
+
+    def _place(self, rank: int, response):
+        kind = response.WhichOneof("kind")
+        if kind == "output":
+            chunk = response.output
+            if chunk.set == 0 and self.output is not None:
+                target = self.output
+            elif rank == 0 and 1 <= chunk.set <= len(self.queries):
+                target = self.queries[chunk.set - 1]
+            else:
+                raise _internal(f"worker of shard {rank} sent output for unexpected set {chunk.set}")
+            self._rows[rank][chunk.set] += place_rows(target, chunk.offset, chunk.data, chunk.set)
+        elif kind == "state" and rank == 0:
+            self._place_state(response.state)
+        else:
+            raise _internal(f"worker of shard {rank} sent an unexpected message ({kind})")
+
+    def _place_state(self, piece):
+        entry = self._state_flat.get(piece.name)
+        if entry is None:
+            shape = tuple(piece.shape)
+            entry = [np.empty(int(np.prod(shape, dtype=np.int64)), np.float32), shape, 0]
+            self._state_flat[piece.name] = entry
+        flat = entry[0]
+        values = np.frombuffer(piece.data, dtype="<f4")
+        if piece.offset < 0 or piece.offset + values.size > flat.size:
+            raise _internal(f"state tensor '{piece.name}' piece outside its shape")
+        flat[piece.offset:piece.offset + values.size] = values
+        entry[2] += values.size
+        self.state[piece.name] = flat.reshape(entry[1])
+
+    def _check_complete(self):
+        rows = sum(self._rows, collections.Counter())
+        if self.output is not None and rows[0] != self.output.shape[0]:
+            raise _internal(f"the workers sent {rows[0]} of {self.output.shape[0]} output rows")
+        for k, q in enumerate(self.queries):
+            if rows[k + 1] != q.shape[0]:
+                raise _internal(f"the workers sent {rows[k + 1]} of {q.shape[0]} rows of "
+                                f"query set {k}'s output")
+        for name, (flat, _, received) in self._state_flat.items():
+            if received != flat.size:
+                raise _internal(f"state tensor '{name}' arrived with {received} of "
+                                f"{flat.size} elements")
+
+
+def place_rows(target: np.ndarray, offset: int, data: bytes, set_index: int) -> int:
+    """Copies float32 rows ``data`` into target[offset:]; returns their count.
+    Rows outside ``target`` or a partial row: LactError INTERNAL."""
+    width = target.shape[1]
+    values = np.frombuffer(data, dtype="<f4")
+    rows = values.size // width if width else 0
+    if offset < 0 or len(data) % (4 * width) != 0 or offset + rows > target.shape[0]:
+        raise _internal(f"a server sent output rows outside set {set_index}")
+    target[offset:offset + rows] = values.reshape(rows, width)
+    return rows

@@ -1,0 +1,494 @@
+"""End-to-end tests of the Python client (client/python/lact) against a real
+`lact local` cluster, judged by the golden cases of ../shared/golden.
+
+Run: /usr/bin/python3 -m unittest discover -s tests/python -v
+Environment: LACT_BIN_DIR (default build/bin), LACT_GOLDEN_DIR (default
+../shared/golden beside the repository), LACT_PROTO_DIR (default proto/).
+
+The package is copied to a temporary folder and its gRPC stubs generated
+beside it with client/python/build_protos.py, as an install would.
+
+Tolerances are those of the C++ golden tests (tests/cpu_golden_test.cc,
+tests/service_test.cc): max|got - want| / max|want| <= 1e-4 for float32 on
+the wire. Tokens sent as bf16 or f16 are compared with 1e-4 against the
+float32 job run on the same rounded tokens (the workers decode the wire
+values exactly and compute in float32), and only loosely against the golden
+values, which were computed from the unrounded tokens (see LOW_PRECISION_TOLERANCE).
+"""
+
+import importlib
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+try:
+    import torch
+except ImportError:  # the torch tests are skipped
+    torch = None
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("LACT_BIN_DIR", ROOT / "build" / "bin"))
+GOLDEN_DIR = Path(os.environ.get("LACT_GOLDEN_DIR", ROOT.parent / "shared" / "golden"))
+TOLERANCE = 1e-4
+# bf16 keeps 8 significant bits: each input token moves by up to 2^-9 ~ 2e-3
+# of itself, and these 1-2 layer models amplify that a few times (up to
+# ~1.3e-2 on the golden cases). 5e-2 allows that and still fails a wrong
+# decoding (byte order, f16 read as bf16, misplaced rows), whose error is O(1).
+LOW_PRECISION_TOLERANCE = 5e-2
+
+lact = None  # imported in setUpModule, from the generated copy
+_TMP = None
+
+
+def setUpModule():
+    global lact, _TMP
+    _TMP = Path(tempfile.mkdtemp(prefix="lact-pytest-"))
+    package = _TMP / "pkg"
+    shutil.copytree(ROOT / "client" / "python" / "lact", package / "lact",
+                    ignore=shutil.ignore_patterns("v1", "__pycache__"))
+    sys.path.insert(0, str(ROOT / "client" / "python"))
+    build_protos = importlib.import_module("build_protos")
+    sys.path.pop(0)
+    build_protos.generate(package)
+    sys.path.insert(0, str(package))
+    lact = importlib.import_module("lact")
+
+
+def tearDownModule():
+    if _TMP is not None:
+        shutil.rmtree(_TMP, ignore_errors=True)
+
+
+# --- golden files -----------------------------------------------------------
+
+_ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
+
+
+def read_safetensors(path):
+    """(name -> numpy array, __metadata__ dict) of a .safetensors file:
+    8-byte little-endian header length, JSON header, then the raw data."""
+    raw = Path(path).read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + length])
+    metadata = header.pop("__metadata__", {})
+    tensors = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        data = raw[8 + length + begin:8 + length + end]
+        if entry["dtype"] == "BF16":
+            values = lact.bf16_to_float32(np.frombuffer(data, "<u2"))
+        else:
+            values = np.frombuffer(data, _ST_DTYPES[entry["dtype"]])
+        tensors[name] = values.reshape(entry["shape"])
+    return tensors, metadata
+
+
+class GoldenCase:
+    """One folder of the golden directory; the model is served as its name."""
+
+    def __init__(self, name):
+        folder = GOLDEN_DIR / name
+        self.name = name
+        self.context = np.load(folder / "context.npy")
+        self.queries = [np.load(p) for p in sorted(folder.glob("query_*.npy"),
+                                                   key=lambda p: int(p.stem.split("_")[1]))]
+        self.expected, metadata = read_safetensors(folder / "expected.safetensors")
+        self.options = json.loads(metadata.get("job.options", "{}"))  # muon_steps, chunk_tokens
+        self.state_names = sorted(k for k in self.expected
+                                  if k != "output" and not k.startswith("query_"))
+
+
+def golden_case_names():
+    return sorted(p.name for p in GOLDEN_DIR.iterdir() if (p / "expected.safetensors").exists())
+
+
+def relative_error(got, want):
+    """The golden metric: max|got - want| / max|want| (absolute when want is
+    all zeros); infinity on a shape mismatch or a non-finite value."""
+    if torch is not None and isinstance(got, torch.Tensor):
+        got = got.numpy()
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape or not np.all(np.isfinite(got)):
+        return float("inf")
+    diff, scale = np.max(np.abs(got - want)), np.max(np.abs(want))
+    return diff / scale if scale > 0 else diff
+
+
+# --- the cluster --------------------------------------------------------------
+
+class LocalCluster:
+    """`lact local` in its own process group, until stop()."""
+
+    def __init__(self, workers, *extra):
+        self.dir = Path(tempfile.mkdtemp(prefix="lact-cluster-", dir=_TMP))
+        self.models = self.dir / "models"
+        self.data = self.dir / "data"
+        self.models.mkdir()
+        self.data.mkdir()
+        for name in golden_case_names():
+            shutil.copy(GOLDEN_DIR / name / "model.safetensors", self.models / f"{name}.safetensors")
+        self.log_path = self.dir / "local.log"
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [str(BIN_DIR / "lact"), "local", "--workers", str(workers), "--threads-per-worker",
+             "1", "--model-dir", str(self.models), "--data-root", str(self.data), *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.address, self.tls_ca = self._wait_for("coordinator at "), None
+        if "--tls" in extra:
+            self.tls_ca = self._wait_for("trust --tls-ca ")
+
+    def _wait_for(self, marker):
+        """The word after `marker` in the cluster's output (60 s at most)."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for line in self.log_path.read_text().splitlines():
+                if marker in line:
+                    return line.split(marker, 1)[1].split()[0]
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"lact local did not print '{marker}':\n{self.log_path.read_text()}")
+
+    def child_listening_on(self, address):
+        """The pid of this cluster's process (a worker) that listens on
+        `address` ("host:port"), found through /proc."""
+        port = int(address.rsplit(":", 1)[1])
+        sockets = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    sockets.add(f"socket:[{fields[9]}]")
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != self.process.pid:
+                    continue
+                fds = list((stat.parent / "fd").iterdir())
+                if any(os.readlink(fd) in sockets for fd in fds):
+                    return int(stat.parent.name)
+            except OSError:  # it exited meanwhile
+                continue
+        raise RuntimeError(f"no process of the cluster listens on {address}")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)  # its own group: its workers
+                self.process.wait()
+        self.log.close()
+
+
+# --- tests --------------------------------------------------------------------
+
+class ClusterTest(unittest.TestCase):
+    """Tests sharing one cluster of 2 workers serving the golden models."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = LocalCluster(2)
+        cls.client = lact.Client(cls.cluster.address)
+        cls.cases = [GoldenCase(n) for n in golden_case_names()]
+        assert cls.cases, f"no golden cases in {GOLDEN_DIR}"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.cluster.stop()
+
+    def run_case(self, case, context, queries, **options):
+        """Submits a golden case with its job options and returns the Result."""
+        job = self.client.submit(case.name, context, queries, return_state=True,
+                                 **case.options, **options)
+        return job.result(timeout=60)
+
+    def assert_golden(self, case, result, tolerance=TOLERANCE, what=""):
+        want = case.expected
+        self.assertLessEqual(relative_error(result.output, want["output"]), tolerance,
+                             f"{case.name} {what} output")
+        self.assertEqual(len(result.queries), len(case.queries))
+        for k, q in enumerate(result.queries):
+            self.assertLessEqual(relative_error(q, want[f"query_{k}"]), tolerance,
+                                 f"{case.name} {what} query_{k}")
+        self.assertEqual(sorted(result.state), case.state_names)
+        for name in case.state_names:
+            self.assertLessEqual(relative_error(result.state[name], want[name]), tolerance,
+                                 f"{case.name} {what} {name}")
+
+    def assert_close(self, got, want, what):
+        """Two results of the same job, every tensor within TOLERANCE."""
+        self.assertLessEqual(relative_error(got.output, want.output), TOLERANCE, what)
+        for g, w in zip(got.queries, want.queries, strict=True):
+            self.assertLessEqual(relative_error(g, w), TOLERANCE, what)
+        self.assertEqual(sorted(got.state), sorted(want.state))
+        for name in want.state:
+            self.assertLessEqual(relative_error(got.state[name], want.state[name]), TOLERANCE,
+                                 f"{what} {name}")
+
+    def test_golden_numpy_f32(self):
+        for case in self.cases:
+            L = case.context.shape[0]
+            for options in ({"workers": 2}, {"workers": 1}, {"shard_tokens": [1, L - 1]}):
+                with self.subTest(case=case.name, **options):
+                    result = self.run_case(case, case.context, case.queries, **options)
+                    self.assertIsInstance(result.output, np.ndarray)
+                    self.assertEqual(result.output.dtype, np.float32)
+                    self.assert_golden(case, result, what=str(options))
+                    self.assertTrue(result.job_id.startswith("job-"))
+                    self.assertEqual(result.stats["layers"], len(
+                        {n.split(".")[1] for n in case.state_names}))
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_golden_torch_f32(self):
+        for case in self.cases:
+            with self.subTest(case=case.name):
+                result = self.run_case(case, torch.from_numpy(case.context),
+                                       [torch.from_numpy(q) for q in case.queries], workers=2)
+                self.assertIsInstance(result.output, torch.Tensor)
+                self.assertEqual(result.output.dtype, torch.float32)
+                self.assertIsInstance(result.state[case.state_names[0]], torch.Tensor)
+                self.assert_golden(case, result)
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_golden_torch_bf16(self):
+        for case in self.cases:
+            with self.subTest(case=case.name):
+                context = torch.from_numpy(case.context).bfloat16()
+                queries = [torch.from_numpy(q).bfloat16() for q in case.queries]
+                got = self.run_case(case, context, queries, workers=2)
+                # The same tokens rounded here, sent as float32: the same computation.
+                rounded = self.run_case(case, context.float(), [q.float() for q in queries],
+                                        workers=2)
+                self.assert_close(got, rounded, f"{case.name} bf16 vs rounded f32")
+                self.assert_golden(case, got, LOW_PRECISION_TOLERANCE, "bf16")
+                # numpy float32 encoded to bf16 by the client: the same bits as torch's.
+                encoded = self.run_case(case, case.context, case.queries, workers=2,
+                                        dtype="bf16")
+                self.assert_close(encoded, got, f"{case.name} numpy bf16 vs torch bf16")
+
+    def test_f16_tokens(self):
+        case = self.cases[0]
+        got = self.run_case(case, case.context.astype(np.float16),
+                            [q.astype(np.float16) for q in case.queries], workers=2)
+        rounded = self.run_case(case, case.context.astype(np.float16).astype(np.float32),
+                                [q.astype(np.float16).astype(np.float32) for q in case.queries],
+                                workers=2)
+        self.assert_close(got, rounded, "f16 vs rounded f32")
+        self.assert_golden(case, got, LOW_PRECISION_TOLERANCE, "f16")
+
+    def test_bf16_encoding_rounds_to_nearest_even(self):
+        # Ties go to the even neighbour (common/token_codec.cc), others to the nearest.
+        bits = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0xBF808000, 0xBF80C000,
+                         0], dtype="<u4")
+        np.testing.assert_array_equal(lact.bf16_bits(bits.view("<f4")),
+                                      [0x3F80, 0x3F82, 0x3F81, 0x3F80, 0xBF80, 0xBF81, 0])
+        if torch is not None:
+            x = np.random.default_rng(0).standard_normal(10000).astype(np.float32)
+            torch_bits = torch.from_numpy(x).bfloat16().view(torch.int16).numpy().view("<u2")
+            np.testing.assert_array_equal(lact.bf16_bits(x), torch_bits)
+
+    def test_query_sets_later_and_fetch(self):
+        case = max(self.cases, key=lambda c: len(c.queries))
+        job = self.client.submit(case.name, case.context, workers=2, return_state=False,
+                                 **case.options)
+        result = job.result(timeout=60)
+        self.assertEqual(result.queries, [])
+        self.assertEqual(result.state, {})  # not asked for
+        reversed_queries = case.queries[::-1]
+        outputs = self.client.query(job.id, reversed_queries)
+        for k, out in enumerate(outputs):
+            want = case.expected[f"query_{len(case.queries) - 1 - k}"]
+            self.assertLessEqual(relative_error(out, want), TOLERANCE, f"query {k}")
+        if torch is not None:
+            (out,) = self.client.query(job.id, [torch.from_numpy(case.queries[0])])
+            self.assertIsInstance(out, torch.Tensor)
+            self.assertLessEqual(relative_error(out, case.expected["query_0"]), TOLERANCE)
+        status = self.client.status(job.id)
+        self.assertEqual(status.status, "SUCCEEDED")
+        self.assertEqual(status.model, case.name)
+        self.assertTrue(status.state_retained)
+        self.assertIn(job.id, [j.job_id for j in self.client.jobs()])
+        fetched = self.client.fetch(job.id)
+        self.assertEqual(fetched.job_id, job.id)
+        np.testing.assert_array_equal(fetched.output, result.output)
+        self.assertEqual(sorted(fetched.state), case.state_names)  # retained either way
+        for name in case.state_names:
+            self.assertLessEqual(relative_error(fetched.state[name], case.expected[name]),
+                                 TOLERANCE, name)
+        self.client.delete(job.id)
+        with self.assertRaises(lact.LactError) as raised:
+            self.client.query(job.id, case.queries[:1])
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_progress_in_order(self):
+        case = self.cases[0]
+        job = self.client.submit(case.name, case.context, workers=2, **case.options)
+        events = list(job.progress())
+        result = job.result(timeout=60)
+        stages = [e.stage for e in events]
+        self.assertIn("UPLOAD", stages)
+        self.assertIn("LAYERS", stages)
+        first_layers = stages.index("LAYERS")
+        self.assertEqual(set(stages[:first_layers]), {"UPLOAD"}, stages)
+        self.assertEqual(set(stages[first_layers:]), {"LAYERS"}, stages)
+        upload = events[first_layers - 1]
+        self.assertEqual(upload.tokens_done, case.context.shape[0])
+        self.assertEqual(upload.tokens_total, case.context.shape[0])
+        layers = [e.layers_done for e in events[first_layers:]]
+        self.assertEqual(layers, sorted(layers))
+        self.assertEqual(layers[-1], events[-1].layers_total)
+        self.assertEqual(layers[-1], result.stats["layers"])
+        self.assertEqual({e.job_id for e in events}, {result.job_id})
+        self.assertEqual(list(job.progress()), events)  # may be read again
+
+    def test_cancel_long_job(self):
+        tokens = np.random.default_rng(7).standard_normal((65536, 256), dtype=np.float32)
+        job = self.client.submit("preset:small", tokens, workers=2, dtype="bf16")
+        status = self.client.cancel(job.id)
+        self.assertEqual(status.job_id, job.id)
+        with self.assertRaises(lact.LactError) as raised:
+            job.result(timeout=60)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.CANCELLED,
+                         raised.exception.message)
+        self.assertIn("cancelled", raised.exception.message)
+        final = list(self.client.watch(job.id, timeout=60))[-1]
+        self.assertEqual(final.status, "CANCELLED")
+        with self.assertRaises(lact.LactError) as raised:
+            self.client.cancel(job.id)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_server_errors_carry_its_message(self):
+        case = self.cases[0]
+        job = self.client.submit("nope", case.context)
+        with self.assertRaises(lact.LactError) as raised:
+            job.result(timeout=60)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("unknown model 'nope' (available: ", raised.exception.message)
+        self.assertIn(case.name, raised.exception.message)
+        with self.assertRaises(lact.LactError):
+            job.id  # never admitted
+        width = case.context.shape[1]
+        with self.assertRaises(lact.LactError) as raised:
+            self.client.submit(case.name, np.zeros((8, width - 1), np.float32)).result(60)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn(f"token_width {width - 1} does not match model '{case.name}', which takes "
+                      f"{width} features per token", raised.exception.message)
+        bad = case.context.copy()
+        bad[-1, 3] = np.nan  # on the last shard: its token index is global
+        with self.assertRaises(lact.LactError) as raised:
+            self.client.submit(case.name, bad, workers=2, **case.options).result(60)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn(f"token {len(bad) - 1} feature 3 is nan; tokens must be finite",
+                      raised.exception.message)
+        with self.assertRaises(lact.LactError) as raised:
+            self.client.status("job-none")
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+
+    def test_client_side_errors(self):
+        case = self.cases[0]
+        cases = [
+            lambda: self.client.submit(case.name, case.context[0]),  # 1-D
+            lambda: self.client.submit(case.name, case.context, [case.context[:, :-1]]),
+            lambda: self.client.submit(case.name, case.context, dtype="f64"),
+            lambda: self.client.submit(case.name, case.context, context_ref="x.npy"),
+            lambda: self.client.query("job-x", []),
+        ]
+        for make in cases:
+            with self.assertRaises(lact.LactError) as raised:
+                make()
+            self.assertEqual(raised.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_models(self):
+        models = {m.name: m for m in self.client.models()}
+        for case in self.cases:
+            self.assertEqual(models[case.name].workers, 2)
+            self.assertIn("n_layers", models[case.name].config)
+        self.assertIn("preset:small", models)
+
+    def test_by_reference(self):
+        case = self.cases[0]
+        np.save(self.cluster.data / "ctx.npy", case.context)
+        job = self.client.submit(case.name, context_ref="ctx.npy", out_ref="out.npy",
+                                 queries=case.queries, workers=2, **case.options)
+        result = job.result(timeout=60)
+        self.assertIsNone(result.output)
+        output = np.load(self.cluster.data / "out.npy")
+        self.assertLessEqual(relative_error(output, case.expected["output"]), TOLERANCE)
+        for k, q in enumerate(result.queries):
+            self.assertLessEqual(relative_error(q, case.expected[f"query_{k}"]), TOLERANCE)
+
+
+class RerunTest(unittest.TestCase):
+    """A job whose worker dies runs again from the coordinator's spool: the
+    client gets a second JobAccepted, sends only the query sets again, and
+    returns the results of the run that completed."""
+
+    def test_worker_killed_mid_job(self):
+        cluster = LocalCluster(3)
+        try:
+            client = lact.Client(cluster.address)
+            rng = np.random.default_rng(11)
+            context = rng.standard_normal((8192, 256), dtype=np.float32)
+            queries = [rng.standard_normal((16, 256), dtype=np.float32)]
+            options = dict(workers=2, dtype="bf16", return_state=True, timeout=120)
+            undisturbed = client.submit("preset:small:3", context, queries, **options).result()
+            job = client.submit("preset:small:3", context, queries, **options)
+            for p in job.progress():
+                if p.stage == "LAYERS":  # uploaded and spooled; one layer of two done
+                    break
+            rank0 = client.status(job.id).proto.accepted.shards[0].worker
+            os.kill(cluster.child_listening_on(rank0), signal.SIGKILL)
+            result = job.result(timeout=120)
+            self.assertGreaterEqual(result.stats["reruns"], 1, "the kill came after the job ended")
+            self.assertNotIn(rank0, [s.worker for s in result.shards])
+            # Two workers again, the same split: the same arithmetic.
+            np.testing.assert_array_equal(result.output, undisturbed.output)
+            np.testing.assert_array_equal(result.queries[0], undisturbed.queries[0])
+            self.assertEqual(sorted(result.state), sorted(undisturbed.state))
+            for name, want in undisturbed.state.items():
+                np.testing.assert_array_equal(result.state[name], want, name)
+            client.close()
+        finally:
+            cluster.stop()
+
+
+class TlsTest(unittest.TestCase):
+    """A cluster with TLS on every port: the client trusts its CA (tls_ca or $LACT_TLS_CA)."""
+
+    def test_golden_over_tls(self):
+        cluster = LocalCluster(1, "--tls")
+        try:
+            case = GoldenCase(golden_case_names()[0])
+            os.environ["LACT_TLS_CA"] = cluster.tls_ca
+            try:
+                client = lact.Client(cluster.address)
+            finally:
+                del os.environ["LACT_TLS_CA"]
+            with client:
+                result = client.submit(case.name, case.context, case.queries,
+                                       return_state=True, **case.options).result(timeout=60)
+            self.assertLessEqual(relative_error(result.output, case.expected["output"]),
+                                 TOLERANCE)
+            with lact.Client(cluster.address) as plaintext:  # no CA: refused
+                with self.assertRaises(lact.LactError):
+                    plaintext.submit(case.name, case.context, timeout=5).result(timeout=30)
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()

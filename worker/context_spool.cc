@@ -1,0 +1,83 @@
+#include "worker/context_spool.h"
+
+#include <cstdio>
+#include <utility>
+
+namespace lact {
+
+ContextSpool::ContextSpool(TokenFileWriter file, int64_t context_begin)
+    : file_(std::move(file)), context_begin_(context_begin), thread_([this] { Run(); }) {}
+
+ContextSpool::~ContextSpool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void ContextSpool::Add(int64_t offset, const std::vector<absl::string_view>& pieces) {
+  std::string buffer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failed_ || stop_) return;
+    if (free_.empty() && buffers_ >= kMaxQueued) {
+      mu_.Await(absl::Condition(
+          +[](ContextSpool* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return !s->free_.empty() || s->failed_ || s->stop_;
+          },
+          this));
+      if (failed_ || stop_) return;
+    }
+    if (!free_.empty()) {
+      buffer = std::move(free_.back());
+      free_.pop_back();
+    } else {
+      ++buffers_;
+    }
+  }
+  buffer.clear();
+  for (absl::string_view piece : pieces) buffer.append(piece.data(), piece.size());
+  absl::MutexLock lock(&mu_);
+  queued_.push_back({offset, std::move(buffer)});
+}
+
+void ContextSpool::UploadEnded() {
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+}
+
+bool ContextSpool::Complete() const {
+  absl::MutexLock lock(&mu_);
+  return ended_ && !failed_ && queued_.empty() && !writing_;
+}
+
+void ContextSpool::Run() {
+  while (true) {
+    Chunk chunk;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ContextSpool* s)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) { return !s->queued_.empty() || s->stop_; },
+          this));
+      if (stop_) return;
+      chunk = std::move(queued_.front());
+      queued_.pop_front();
+      writing_ = true;
+    }
+    const absl::Status written =
+        file_.Write(context_begin_ + chunk.row, {absl::string_view(chunk.bytes)});
+    if (!written.ok()) {
+      std::fprintf(stderr, "lact-worker: the job cannot run again from its spool: %s\n",
+                   std::string(written.message()).c_str());
+    }
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    failed_ = failed_ || !written.ok();
+    free_.push_back(std::move(chunk.bytes));
+    if (failed_) queued_.clear();
+  }
+}
+
+}  // namespace lact

@@ -1,0 +1,64 @@
+// A shard's in-band context rows on their way into the coordinator's
+// spool file (ShardSpec.spool_path), written on a thread of their own so
+// the upload never waits for the disk: Add() copies a chunk into one of a
+// few reused buffers (it blocks only while kMaxQueued chunks wait) and the
+// thread writes them in order. A failed write costs the spool, not the
+// job (the job then cannot run again from it). Complete() says, without
+// waiting, whether the upload ended and every row reached the file.
+// Add and UploadEnded come from one thread (the Transfer's); Complete from
+// any. The destructor stops the thread after the write in progress.
+#ifndef LACT_WORKER_CONTEXT_SPOOL_H_
+#define LACT_WORKER_CONTEXT_SPOOL_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "common/data_files.h"
+
+namespace lact {
+
+class ContextSpool {
+ public:
+  static constexpr int kMaxQueued = 8;  // chunks of at most 4 MiB: 32 MiB at most
+
+  // Rows of the shard whose first context token is `context_begin`.
+  ContextSpool(TokenFileWriter file, int64_t context_begin);
+  ~ContextSpool();
+  ContextSpool(const ContextSpool&) = delete;
+  ContextSpool& operator=(const ContextSpool&) = delete;
+
+  // A chunk of whole rows, the first `offset` rows into the shard.
+  void Add(int64_t offset, const std::vector<absl::string_view>& pieces);
+  // No more rows come.
+  void UploadEnded();
+  bool Complete() const;
+
+ private:
+  struct Chunk {
+    int64_t row;
+    std::string bytes;
+  };
+  void Run();
+
+  TokenFileWriter file_;  // the thread's
+  const int64_t context_begin_;
+  mutable absl::Mutex mu_;
+  std::deque<Chunk> queued_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);  // buffers to reuse
+  int buffers_ ABSL_GUARDED_BY(mu_) = 0;                // in the queue, free, or being written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_CONTEXT_SPOOL_H_
