@@ -7,7 +7,6 @@
 #include "common/status_macros.h"
 
 namespace lact {
-namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   std::ifstream in(path);
@@ -19,8 +18,6 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   }
   return text.str();
 }
-
-}  // namespace
 
 absl::StatusOr<TlsFiles> TlsFilesFromFlags(const Flags& flags) {
   TlsFiles files;

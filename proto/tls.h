@@ -28,6 +28,10 @@ struct TlsFiles {
 // naming the flag otherwise.
 absl::StatusOr<TlsFiles> TlsFilesFromFlags(const Flags& flags);
 
+// The text of the PEM file at `path` (it must hold a "-----BEGIN " block);
+// INVALID_ARGUMENT naming `flag` otherwise.
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag);
+
 // A port's credentials: TLS with the certificate when there is one, else
 // plaintext. With `require_client_cert`, a caller must show a certificate
 // the CA signed (mutual TLS).

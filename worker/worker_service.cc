@@ -133,9 +133,11 @@ class ShardJob {
     const auto start = Clock::now();
     LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
     done_.set_upload_seconds(Since(start));
+    // Layer progress is the context's: the query sets run through the
+    // same hooks afterwards.
     RunHooks hooks{[this](int layers, int) {
                      ReportSpooled();
-                     if (spec_.rank() != 0) return;
+                     if (spec_.rank() != 0 || context_done_) return;
                      v1::ShardResponse r;
                      r.set_layers_done(layers);
                      call_.Write(r);
@@ -153,6 +155,7 @@ class ShardJob {
     LACT_ASSIGN_OR_RETURN(Tensor output, runner->RunContextShard(std::move(shard), spec_.begin(),
                                                                  spec_.total_tokens(), &state));
     done_.set_compute_seconds(Since(compute_start));
+    context_done_ = true;
     done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
     done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
     ReportSpooled();
@@ -256,6 +259,7 @@ class ShardJob {
   const std::function<bool()> cancelled_ = [this] { return cancelled_flag_.load(); };
   v1::ShardDone done_;
   bool spool_reported_ = false;
+  bool context_done_ = false;  // its layers ran; what runs now is query sets
 };
 
 absl::Status CheckShardSpec(const v1::ShardSpec& spec) {

@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +19,7 @@
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
 #include "proto/auth.h"
+#include "proto/tls.h"
 
 namespace lact::cli {
 namespace {
@@ -41,14 +40,7 @@ absl::StatusOr<LactClient> Connect(const Flags& flags, const std::string& server
     LACT_ASSIGN_OR_RETURN(security.token, ReadSecretFile(*path));
   }
   if (std::optional<std::string> path = FlagOrEnv(flags, "tls-ca", "LACT_TLS_CA")) {
-    std::ifstream in(*path);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in || text.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tls-ca '", *path, "' is not a readable PEM certificate file"));
-    }
-    security.tls_roots = text.str();
+    LACT_ASSIGN_OR_RETURN(security.tls_roots, ReadPem(*path, "--tls-ca"));
   }
   return LactClient(server, security);
 }
