@@ -23,7 +23,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
@@ -36,6 +35,8 @@ try:
     import torch
 except ImportError:  # the torch tests are skipped
     torch = None
+
+import lact_package
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LACT_BIN_DIR", ROOT / "build" / "bin"))
@@ -53,21 +54,12 @@ _TMP = None
 
 def setUpModule():
     global lact, _TMP
-    _TMP = Path(tempfile.mkdtemp(prefix="lact-pytest-"))
-    package = _TMP / "pkg"
-    shutil.copytree(ROOT / "client" / "python" / "lact", package / "lact",
-                    ignore=shutil.ignore_patterns("v1", "__pycache__"))
-    sys.path.insert(0, str(ROOT / "client" / "python"))
-    build_protos = importlib.import_module("build_protos")
-    sys.path.pop(0)
-    build_protos.generate(package)
-    sys.path.insert(0, str(package))
+    _TMP = lact_package.install_copy("lact-pytest-")
     lact = importlib.import_module("lact")
 
 
 def tearDownModule():
-    if _TMP is not None:
-        shutil.rmtree(_TMP, ignore_errors=True)
+    lact_package.remove_copy(_TMP)
 
 
 # --- golden files -----------------------------------------------------------

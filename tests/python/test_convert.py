@@ -16,10 +16,8 @@ import importlib
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 from pathlib import Path
@@ -27,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+import lact_package
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LACT_BIN_DIR", ROOT / "build" / "bin"))
@@ -36,23 +36,9 @@ lact = lt = convert = sio = None  # imported in setUpModule, from the generated 
 _TMP = None
 
 
-def _forget_lact():
-    for name in [n for n in sys.modules if n == "lact" or n.startswith("lact.")]:
-        del sys.modules[name]
-
-
 def setUpModule():
     global lact, lt, convert, sio, _TMP
-    _TMP = Path(tempfile.mkdtemp(prefix="lact-convert-test-"))
-    package = _TMP / "pkg"
-    shutil.copytree(ROOT / "client" / "python" / "lact", package / "lact",
-                    ignore=shutil.ignore_patterns("v1", "__pycache__"))
-    sys.path.insert(0, str(ROOT / "client" / "python"))
-    build_protos = importlib.import_module("build_protos")
-    sys.path.pop(0)
-    build_protos.generate(package)
-    _forget_lact()  # another test module's copy may be imported (and deleted)
-    sys.path.insert(0, str(package))
+    _TMP = lact_package.install_copy("lact-convert-test-")
     lact = importlib.import_module("lact")
     lt = importlib.import_module("lact.torch")
     convert = importlib.import_module("lact.convert")
@@ -60,21 +46,10 @@ def setUpModule():
 
 
 def tearDownModule():
-    if _TMP is not None:
-        sys.path[:] = [p for p in sys.path if p != str(_TMP / "pkg")]
-        shutil.rmtree(_TMP, ignore_errors=True)
+    lact_package.remove_copy(_TMP)
 
 
-def relative_error(got, want):
-    if isinstance(got, torch.Tensor):
-        got = got.detach().double().numpy()
-    if isinstance(want, torch.Tensor):
-        want = want.detach().double().numpy()
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    if got.shape != want.shape or not np.all(np.isfinite(got)):
-        return float("inf")
-    diff, scale = np.max(np.abs(got - want), initial=0.0), np.max(np.abs(want), initial=0.0)
-    return diff / scale if scale > 0 else diff
+relative_error = lact_package.relative_error
 
 
 def run_cli(*args):

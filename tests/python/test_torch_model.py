@@ -16,7 +16,6 @@ tests' bound), 1e-9 in float64 against the float64 golden files.
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+import lact_package
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LACT_BIN_DIR", ROOT / "build" / "bin"))
@@ -37,46 +38,19 @@ lact = lt = sio = None  # imported in setUpModule, from the generated copy
 _TMP = None
 
 
-def _forget_lact():
-    for name in [n for n in sys.modules if n == "lact" or n.startswith("lact.")]:
-        del sys.modules[name]
-
-
 def setUpModule():
     global lact, lt, sio, _TMP
-    _TMP = Path(tempfile.mkdtemp(prefix="lact-torch-test-"))
-    package = _TMP / "pkg"
-    shutil.copytree(ROOT / "client" / "python" / "lact", package / "lact",
-                    ignore=shutil.ignore_patterns("v1", "__pycache__"))
-    sys.path.insert(0, str(ROOT / "client" / "python"))
-    build_protos = importlib.import_module("build_protos")
-    sys.path.pop(0)
-    build_protos.generate(package)
-    _forget_lact()  # another test module's copy may be imported (and deleted)
-    sys.path.insert(0, str(package))
+    _TMP = lact_package.install_copy("lact-torch-test-")
     lact = importlib.import_module("lact")
     lt = importlib.import_module("lact.torch")
     sio = importlib.import_module("lact.safetensors_io")
 
 
 def tearDownModule():
-    if _TMP is not None:
-        sys.path[:] = [p for p in sys.path if p != str(_TMP / "pkg")]
-        shutil.rmtree(_TMP, ignore_errors=True)
+    lact_package.remove_copy(_TMP)
 
 
-def relative_error(got, want):
-    """max|got - want| / max|want| (absolute when want is all zeros); inf on a
-    shape mismatch or a non-finite value."""
-    if isinstance(got, torch.Tensor):
-        got = got.detach().cpu().double().numpy()
-    if isinstance(want, torch.Tensor):
-        want = want.detach().cpu().double().numpy()
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    if got.shape != want.shape or not np.all(np.isfinite(got)):
-        return float("inf")
-    diff, scale = np.max(np.abs(got - want), initial=0.0), np.max(np.abs(want), initial=0.0)
-    return diff / scale if scale > 0 else diff
+relative_error = lact_package.relative_error
 
 
 def lact_run(model_path, context_path, query_paths=(), **options):
