@@ -318,6 +318,19 @@ TEST(JobStore, RecordsAreBoundedDroppingEndedJobsOldestFirst) {
   EXPECT_TRUE(jobs.Get(newest).ok());
 }
 
+// A coordinator restarted (a new registry) where worker b registers again
+// first: a's heartbeat with its old id must not be taken for b's.
+TEST(WorkerRegistry, IdsFromBeforeARestartAreUnknown) {
+  const auto interval = std::chrono::milliseconds(1000);
+  WorkerRegistry before(interval), after(interval);
+  const std::string a = *before.Register("127.0.0.1:1", "cpu", {});
+  ASSERT_TRUE(before.Register("127.0.0.1:2", "cpu", {}).ok());
+  const std::string b = *after.Register("127.0.0.1:2", "cpu", {});
+  EXPECT_NE(a, b);
+  EXPECT_FALSE(after.Heartbeat(a)) << "a must register again";
+  EXPECT_TRUE(after.Heartbeat(b));
+}
+
 TEST(WorkerRegistry, EntriesAreBoundedDroppingSilentWorkers) {
   WorkerRegistry registry(milliseconds(20), /*max_workers=*/2);
   ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());

@@ -26,7 +26,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& address,
     }
   }
   WorkerEntry& w = workers_[address];
-  w.id = absl::StrCat("w", next_id_++);
+  w.id = absl::StrCat("w", next_id_++, "-", incarnation_);
   w.address = address;
   w.backend = backend;
   w.models = std::move(models);

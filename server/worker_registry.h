@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/model.h"
+#include "proto/auth.h"
 #include "server/fair_line.h"
 
 namespace lact::server {
@@ -101,6 +102,10 @@ class WorkerRegistry {
   absl::CondVar released_;  // signalled when workers free up or come back
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);  // by address
   int next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // In every id, so that a restarted coordinator never hands a worker an id
+  // another worker still heartbeats with from before the restart (it would
+  // be taken as known, and never register again).
+  const std::string incarnation_ = RandomHex(4);
   FairLine line_ ABSL_GUARDED_BY(mu_);  // the Acquire callers waiting
 };
 
