@@ -131,6 +131,14 @@ void JobStore::SetProgress(const std::string& id, const v1::Progress& progress) 
   ChangedLocked(it->second);
 }
 
+void JobStore::SetSpooled(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  it->second.info.mutable_stats()->set_spooled(true);
+  ChangedLocked(it->second);
+}
+
 absl::StatusOr<v1::JobInfo> JobStore::WaitForChange(const std::string& id, uint64_t* seen,
                                                     std::chrono::milliseconds wait,
                                                     const std::atomic<bool>* stop) {

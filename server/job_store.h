@@ -55,6 +55,9 @@ class JobStore {
   void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
               std::chrono::seconds ttl);
   void SetProgress(const std::string& id, const v1::Progress& progress);
+  // Every rank's in-band context rows are in the coordinator's spool: a
+  // running job's JobInfo.stats.spooled turns true (it can run again).
+  void SetSpooled(const std::string& id);
 
   absl::StatusOr<v1::JobInfo> Get(const std::string& id) const;
   // The job's info once it changed after version `*seen` (0: at once),

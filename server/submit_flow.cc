@@ -388,8 +388,12 @@ class SubmitFlow {
       } else if (response.has_done()) {
         done = response.done();
       } else if (response.kind_case() == v1::ShardResponse::kSpooled) {
-        absl::MutexLock lock(&ranks_mu_);
-        ++spooled_ranks_;
+        bool all_spooled;
+        {
+          absl::MutexLock lock(&ranks_mu_);
+          all_spooled = ++spooled_ranks_ == plan_.workers;
+        }
+        if (all_spooled) c_.jobs->SetSpooled(job_id_);
       }
     }
     bool from_worker = true;

@@ -157,11 +157,13 @@ INSTANTIATE_TEST_SUITE_P(Stages, ClientVanishesTest,
                          });
 
 // A job whose client went away after its upload, and then one of whose
-// workers died: its context is read back from the coordinator's spool, it
-// runs again on the workers left, and FetchResult returns what an
-// undisturbed run returns.
+// workers died once the job showed its context spooled: its context is
+// read back from the coordinator's spool, it runs again on the workers
+// left, and FetchResult returns what an undisturbed run returns.
 TEST_F(JobLifetimeTest, DetachedInBandJobWhoseWorkerDiesRunsAgainFromItsSpool) {
-  const Tensor context = RandomTokens(8192, 256, 35);
+  // Long enough that the kill, at the first layer's end, comes well before
+  // the job's end even on a loaded machine.
+  const Tensor context = RandomTokens(32768, 256, 35);
   absl::StatusOr<JobResult> undisturbed = Client().Submit(Options(), context, {});
   ASSERT_TRUE(undisturbed.ok()) << undisturbed.status();
   EXPECT_TRUE(undisturbed->stats.spooled()) << "lact local spools in-band contexts";
@@ -178,6 +180,18 @@ TEST_F(JobLifetimeTest, DetachedInBandJobWhoseWorkerDiesRunsAgainFromItsSpool) {
     for (RawJob::Transfer& t : transfers) t.Cut();
     for (RawJob::Transfer& t : transfers) t.stream->Finish().IgnoreError();
     job.Finish().IgnoreError();
+    // The workers report their spooled rows at a layer's end: the job can
+    // run again from the moment its record says so.
+    absl::StatusOr<v1::JobInfo> info = Client().GetJob(job_id);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (info.ok() && info->status() == v1::JobInfo::RUNNING && !info->stats().spooled() &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      info = Client().GetJob(job_id);
+    }
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_EQ(info->status(), v1::JobInfo::RUNNING) << "the job ended before the kill";
+    ASSERT_TRUE(info->stats().spooled()) << "the running job never showed its context spooled";
     ASSERT_TRUE(cluster_->RestartWorker(1).ok());
   }
   absl::StatusOr<v1::JobInfo> end = Client().WatchJob(job_id);
