@@ -128,10 +128,10 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags =
-      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                   {"tokens", "dir", "json", "only", "model", "widths", "reps", "tls", "no-spool"},
-                   {}, {"tls", "no-spool"});
+  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                                             {"tokens", "dir", "json", "only", "model", "widths",
+                                              "reps", "tls", "no-spool", "no-huge-pages"},
+                                             {}, {"tls", "no-spool", "no-huge-pages"});
   if (!flags.ok()) {
     std::fprintf(stderr, "bench_data_path: %s\n", std::string(flags.status().message()).c_str());
     return 2;
@@ -160,18 +160,20 @@ int Main(int argc, char** argv) {
   }
   // With --tls, every job runs again on a cluster with TLS on every port
   // (the cost of TLS, measured in the same run); with --no-spool, on one
-  // that does not spool in-band contexts (the cost of the spool).
+  // that does not spool in-band contexts (the cost of the spool); with
+  // --no-huge-pages, on one whose workers receive into 4 KiB pages.
   std::vector<Result> results;
   std::printf("%-30s %6s %8s %8s %8s %9s %8s %9s %9s %8s %8s\n", "job", "GiB", "job s", "compute",
               "in s", "in MB/s", "out s", "out MB/s", "overhead", "coord", "payload");
   struct Mode {
     const char* label;
-    bool tls, spool;
+    bool tls, spool, huge_pages;
   };
-  std::vector<Mode> modes = {{"", false, true}};
-  if (flags->Has("no-spool")) modes.push_back({"unspooled ", false, false});
-  if (flags->Has("tls")) modes.push_back({"tls ", true, true});
-  for (const auto& [label, tls, spool] : modes) {
+  std::vector<Mode> modes = {{"", false, true, true}};
+  if (flags->Has("no-spool")) modes.push_back({"unspooled ", false, false, true});
+  if (flags->Has("no-huge-pages")) modes.push_back({"4k-pages ", false, true, false});
+  if (flags->Has("tls")) modes.push_back({"tls ", true, true, true});
+  for (const auto& [label, tls, spool, huge_pages] : modes) {
     LocalClusterOptions options;
     options.workers = 2;
     options.threads_per_worker = 1;
@@ -179,6 +181,7 @@ int Main(int argc, char** argv) {
     options.data_root = dir + "/root";
     options.tls = tls;
     options.spool = spool;
+    if (!huge_pages) options.worker_args.push_back("--no-huge-pages");
     absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
     if (!cluster.ok()) {
       std::fprintf(stderr, "bench_data_path: %s\n",

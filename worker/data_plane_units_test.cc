@@ -317,6 +317,49 @@ TEST(TokenReceiver, TokensDeclaredButNotSentHoldNoMemory) {
               HasSubstr("after 2 of the 1048576 tokens of the shard's context"));
 }
 
+// This process's anonymous memory in transparent huge pages, and the
+// kernel's THP mode ("always", "madvise" or "never").
+int64_t AnonHugePageBytes() {
+  std::ifstream rollup("/proc/self/smaps_rollup");
+  std::string key;
+  int64_t kib = 0;
+  while (rollup >> key) {
+    if (key == "AnonHugePages:" && rollup >> kib) return kib << 10;
+  }
+  return 0;
+}
+std::string HugePageMode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open == std::string::npos ? "never" : line.substr(open + 1, close - open - 1);
+}
+
+// A 64 MiB context received with huge pages advised fills 2 MiB pages;
+// without the advice (where the kernel leaves THP to madvise) it fills none.
+TEST(TokenReceiver, ContextSetsFillHugePagesUnlessTurnedOff) {
+  const std::string mode = HugePageMode();
+  if (mode == "never") GTEST_SKIP() << "transparent huge pages are off on this machine";
+  const int64_t tokens = 65536, width = 256, per_chunk = 4096;
+  const std::vector<float> values(per_chunk * width, 0.5f);
+  for (bool huge : {true, false}) {
+    const int64_t before = AnonHugePageBytes();
+    TokenReceiver receiver({tokens}, width, WireType::kF32, 0, huge);
+    for (int64_t t = 0; t < tokens; t += per_chunk)
+      ASSERT_TRUE(receiver.Accept(Chunk(0, t, values)).ok());
+    ASSERT_TRUE(receiver.CheckComplete().ok());
+    const int64_t grown = AnonHugePageBytes() - before;
+    if (huge) {
+      EXPECT_GE(grown, int64_t{32} << 20) << "of 64 MiB, in huge pages";
+    } else if (mode == "madvise") {
+      EXPECT_LT(grown, int64_t{8} << 20) << "no advice, no huge pages";
+    }
+    Tensor set = receiver.TakeSet(0);
+    EXPECT_EQ(set.data[tokens * width - 1], 0.5f);
+  }
+}
+
 TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {
   TokenReceiver receiver({3, 2}, 2, WireType::kBF16, 100);
   ASSERT_TRUE(receiver.Accept(Chunk(0, 0, {1, 2, 3, 4}, WireType::kBF16)).ok());

@@ -16,6 +16,7 @@
 //               [--drain-seconds 60]
 //               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts
 //               are written there so a job can run again)]
+//               [--no-huge-pages (received contexts in 4 KiB pages, not transparent huge pages)]
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
 
@@ -123,9 +124,11 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags = Flags::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator", "host", "port", "model-dir", "threads", "tile-tokens", "backend", "device",
-       "precision", "scan-math", "collective", "data-root", "retain-bytes", "cluster-secret-file",
-       "tls-cert", "tls-key", "tls-ca", "drain-seconds", "spool-dir"});
+      {"coordinator", "host",      "port",          "model-dir",           "threads",
+       "tile-tokens", "backend",   "device",        "precision",           "scan-math",
+       "collective",  "data-root", "retain-bytes",  "cluster-secret-file", "tls-cert",
+       "tls-key",     "tls-ca",    "drain-seconds", "spool-dir",           "no-huge-pages"},
+      {}, {"no-huge-pages"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
@@ -182,7 +185,8 @@ int Main(int argc, char** argv) {
   TransferBoard transfers;
   RetainedResults results(*retain_bytes);
   WorkerService service({models->get(), control, backend, flags->Get("data-root").value_or(""),
-                         flags->Get("spool-dir").value_or(""), &transfers, &results, secret});
+                         flags->Get("spool-dir").value_or(""), &transfers, &results, secret,
+                         !flags->Has("no-huge-pages")});
   DataService data(&transfers, &results);
   grpc::ServerBuilder builder;
   int bound_port = 0;

@@ -3,13 +3,18 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/huge_pages.h"
 #include "common/wire_limits.h"
 
 namespace lact {
 
 TokenReceiver::TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireType dtype,
-                             int64_t context_begin)
-    : lengths_(std::move(lengths)), width_(width), dtype_(dtype), context_begin_(context_begin) {
+                             int64_t context_begin, bool huge_pages)
+    : lengths_(std::move(lengths)),
+      width_(width),
+      dtype_(dtype),
+      context_begin_(context_begin),
+      huge_pages_(huge_pages) {
   received_.assign(lengths_.size(), 0);
   // Shapes only: a set's memory is reserved at its first chunk and filled
   // as chunks come, so a declared set that never arrives holds none.
@@ -58,6 +63,7 @@ absl::Status TokenReceiver::Accept(int set, int64_t offset,
   if (values.capacity() == 0) {
     try {
       values.reserve(static_cast<size_t>(lengths_[set] * width_));  // address space, not pages
+      if (huge_pages_) AdviseHugePages(values.data(), values.capacity() * sizeof(float));
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError(absl::StrCat("cannot reserve memory for set ", set, "'s ",
                                                        lengths_[set], " tokens of width ", width_));

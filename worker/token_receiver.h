@@ -4,10 +4,11 @@
 // without gaps or overlaps, hold whole tokens of the job's width and dtype,
 // be at most 4 MiB and finite. Each chunk is decoded once, straight into
 // its set's float32 tensor; a set's memory is reserved at its first chunk
-// and its pages touched only as chunks fill them, so tokens declared but
-// never sent hold no memory. Errors are INVALID_ARGUMENT saying what was
-// wrong and what is allowed; context tokens are named by their index in
-// the whole context. Not thread-safe.
+// (in huge pages where the kernel has them) and its pages touched only as
+// chunks fill them, so tokens declared but never sent hold no memory.
+// Errors are INVALID_ARGUMENT saying what was wrong and what is allowed;
+// context tokens are named by their index in the whole context. Not
+// thread-safe.
 #ifndef LACT_WORKER_TOKEN_RECEIVER_H_
 #define LACT_WORKER_TOKEN_RECEIVER_H_
 
@@ -25,7 +26,10 @@ class TokenReceiver {
  public:
   // `lengths[s]` tokens in set s (set 0 may be 0: a context that does not
   // come in band); the context's first token is `context_begin` globally.
-  TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireType dtype, int64_t context_begin);
+  // `huge_pages`: a set's memory is advised to the kernel as huge pages
+  // (common/huge_pages.h).
+  TokenReceiver(std::vector<int64_t> lengths, int64_t width, WireType dtype, int64_t context_begin,
+                bool huge_pages = true);
 
   absl::Status Accept(const v1::TokenChunk& chunk);
   // The same for a chunk whose data arrived in pieces (proto/bulk_messages.h).
@@ -42,6 +46,7 @@ class TokenReceiver {
   int64_t width_;
   WireType dtype_;
   int64_t context_begin_;
+  bool huge_pages_;
   int64_t bytes_ = 0;
   std::vector<Tensor> sets_;
 };

@@ -103,13 +103,14 @@ std::optional<TokenFileWriter> OpenSpool(const std::string& spool_dir, const v1:
 // The transfer a shard's client stream will meet, if the job has one.
 absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec& spec,
                                                             int64_t width,
-                                                            const std::string& spool_dir) {
+                                                            const std::string& spool_dir,
+                                                            bool huge_pages) {
   if (!spec.transfer()) return std::shared_ptr<ShardTransfer>();
   LACT_ASSIGN_OR_RETURN(WireType dtype, FromProto(spec.dtype()));
   std::vector<int64_t> lengths = {spec.has_context_ref() ? 0 : spec.tokens()};
   lengths.insert(lengths.end(), spec.query_tokens().begin(), spec.query_tokens().end());
   auto transfer = std::make_shared<ShardTransfer>(
-      spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin()));
+      spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin(), huge_pages));
   if (std::optional<TokenFileWriter> spool = OpenSpool(spool_dir, spec, width, dtype)) {
     transfer->SetSpool(std::make_unique<ContextSpool>(*std::move(spool), spec.begin()));
   }
@@ -288,7 +289,7 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
   // The transfer is met first: loading the model can take longer than a
   // client waits for its stream to be taken.
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
-      MakeTransfer(spec, spec.token_width(), w.spool_dir);
+      MakeTransfer(spec, spec.token_width(), w.spool_dir, w.huge_pages);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
   if (*transfer != nullptr) w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
   std::atomic<bool> cancelled{false};

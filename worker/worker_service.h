@@ -41,6 +41,9 @@ struct WorkerContext {
   // What the coordinator presents on every Worker call (none when empty);
   // UNAUTHENTICATED otherwise.
   std::string cluster_secret;
+  // Contexts received in band are reserved in transparent huge pages
+  // (token_receiver.h); false: in 4 KiB pages (--no-huge-pages).
+  bool huge_pages = true;
 };
 
 class WorkerService final : public v1::Worker::CallbackService {

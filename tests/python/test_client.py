@@ -343,6 +343,16 @@ class ClusterTest(unittest.TestCase):
         upload = events[first_layers - 1]
         self.assertEqual(upload.tokens_done, case.context.shape[0])
         self.assertEqual(upload.tokens_total, case.context.shape[0])
+        self.assertGreater(upload.tokens_per_second, 0)
+        self.assertEqual(upload.eta, 0.0)
+        for e in events[first_layers:]:
+            self.assertGreater(e.tokens_per_second, 0, e)
+            self.assertIsNotNone(e.eta, e)
+        self.assertEqual(events[-1].eta, 0.0)
+        # The compute's rate can only exceed the whole job's (upload and
+        # download included); seconds mistaken for ms would be 1000x below.
+        self.assertGreaterEqual(events[-1].tokens_per_second,
+                                0.9 * result.stats["tokens_per_second"])
         layers = [e.layers_done for e in events[first_layers:]]
         self.assertEqual(layers, sorted(layers))
         self.assertEqual(layers[-1], events[-1].layers_total)

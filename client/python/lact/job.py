@@ -26,7 +26,13 @@ class Progress:
     """One progress event. ``stage``: "UPLOAD" (tokens_done of tokens_total
     context tokens handed to the workers: the client's own count), "QUEUED"
     (queue_position: 1 = next), "LAYERS" (layers_done of layers_total
-    finished on every worker) or "QUERIES". ``elapsed``: seconds since submit."""
+    finished on every worker) or "QUERIES". ``elapsed``: seconds since submit.
+
+    ``tokens_per_second``: the stage's rate so far, as the client saw it:
+    context tokens sent (UPLOAD), or context tokens through every layer
+    (LAYERS: tokens_total * layers_done / layers_total over the time since
+    the upload ended); 0.0 when not known. ``eta``: seconds left in the
+    stage at that rate (0.0 at its last event); None when not known."""
     stage: str
     tokens_done: int = 0
     tokens_total: int = 0
@@ -35,11 +41,20 @@ class Progress:
     elapsed: float = 0.0
     queue_position: int = 0
     job_id: str = ""
+    tokens_per_second: float = 0.0
+    eta: Optional[float] = None
 
     @classmethod
-    def from_proto(cls, p) -> "Progress":
+    def from_proto(cls, p, stage_seconds: Optional[float] = None) -> "Progress":
+        """``stage_seconds``: how long the stage has run, for the rate and ETA of
+        a LAYERS event."""
+        rate, eta = 0.0, None
+        if (_STAGES.Name(p.stage) == "LAYERS" and stage_seconds and stage_seconds > 0 and
+                p.layers_done > 0 and p.layers_total > 0):
+            rate = p.tokens_total * p.layers_done / p.layers_total / stage_seconds
+            eta = stage_seconds * (p.layers_total - p.layers_done) / p.layers_done
         return cls(_STAGES.Name(p.stage), p.tokens_done, p.tokens_total, p.layers_done,
-                   p.layers_total, p.elapsed_seconds, p.queue_position, p.job_id)
+                   p.layers_total, p.elapsed_seconds, p.queue_position, p.job_id, rate, eta)
 
 
 @dataclasses.dataclass
@@ -97,7 +112,8 @@ class Job:
         self._result: Optional[Result] = None
         self._error: Optional[LactError] = None
         self._started = time.monotonic()
-        self._upload = None  # [sent, total, last report time] while the client's count leads
+        self._upload = None  # [sent, total, last report time, start] while the client's count leads
+        self._compute_from: Optional[float] = None  # when the workers had their context
         self._thread = threading.Thread(target=self._run, daemon=True, name="lact-submit")
         self._thread.start()
 
@@ -192,9 +208,11 @@ class Job:
         queries = [q.as_dtype(dtype) for q in self._queries]
         transfers = ShardTransfers(self._client._channel_for, accepted, context, queries,
                                    on_sent=self._context_sent)
-        if context is not None:
-            with self._cond:
-                self._upload = [0, accepted.context_tokens, 0.0]
+        with self._cond:
+            now = time.monotonic()
+            if context is not None:
+                self._upload = [0, accepted.context_tokens, 0.0, now]
+            self._compute_from = None if context is not None else now
         transfers.start(self._started + self._timeout)
         return transfers
 
@@ -207,8 +225,11 @@ class Job:
     def _server_progress(self, p):
         self._set_id(p.job_id)
         with self._cond:
+            now = time.monotonic()
             self._upload = None  # the server's progress takes over
-            self._events.append(Progress.from_proto(p))
+            if self._compute_from is None:
+                self._compute_from = now
+            self._events.append(Progress.from_proto(p, now - self._compute_from))
             self._cond.notify_all()
 
     def _context_sent(self, rows: int):
@@ -217,11 +238,16 @@ class Job:
             if self._upload is None:
                 return
             self._upload[0] += rows
-            sent, total, last = self._upload
+            sent, total, last, start = self._upload
             now = time.monotonic()
-            if sent < total and now - last < 0.5:
+            if sent >= total:
+                self._compute_from = now
+            elif now - last < 0.5:
                 return
             self._upload[2] = now
+            rate = sent / (now - start) if now > start else 0.0
             self._events.append(Progress("UPLOAD", tokens_done=sent, tokens_total=total,
-                                         elapsed=now - self._started, job_id=self._id or ""))
+                                         elapsed=now - self._started, job_id=self._id or "",
+                                         tokens_per_second=rate,
+                                         eta=(total - sent) / rate if rate > 0 else None))
             self._cond.notify_all()

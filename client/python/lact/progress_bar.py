@@ -26,7 +26,10 @@ def show_progress(job, file=None):
         done, total = ((p.tokens_done, p.tokens_total) if p.stage == "UPLOAD"
                        else (p.layers_done, p.layers_total))
         if tqdm is None:
-            print(f"[{p.elapsed:6.1f} s] {_describe(p)} {done}/{total}", file=file, flush=True)
+            rate = f", {p.tokens_per_second:,.0f} tokens/s" if p.tokens_per_second > 0 else ""
+            eta = f", ETA {p.eta:.0f} s" if p.eta is not None else ""
+            print(f"[{p.elapsed:6.1f} s] {_describe(p)} {done}/{total}{rate}{eta}", file=file,
+                  flush=True)
             continue
         if p.stage != stage:
             if bar is not None:
