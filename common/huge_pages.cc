@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace lact {
 
@@ -12,6 +13,16 @@ void AdviseHugePages(void* data, size_t bytes) {
   const uintptr_t begin = (start + kHugePage - 1) & ~(kHugePage - 1);
   const uintptr_t end = (start + bytes) & ~(kHugePage - 1);
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+Tensor HugePageTensor(std::vector<int64_t> shape) {
+  Tensor t;
+  const size_t n = static_cast<size_t>(Tensor::NumElements(shape));
+  t.shape = std::move(shape);
+  t.data.reserve(n);
+  AdviseHugePages(t.data.data(), n * sizeof(float));
+  t.data.resize(n);
+  return t;
 }
 
 }  // namespace lact

@@ -7,10 +7,18 @@
 #define LACT_COMMON_HUGE_PAGES_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "common/tensor.h"
 
 namespace lact {
 
 void AdviseHugePages(void* data, size_t bytes);
+
+// A zero-filled tensor of `shape` whose buffer was advised (above) before
+// its pages were first touched.
+Tensor HugePageTensor(std::vector<int64_t> shape);
 
 }  // namespace lact
 

@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_files.h"
+#include "common/huge_pages.h"
 #include "common/model.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
@@ -358,6 +360,17 @@ TEST(TokenReceiver, ContextSetsFillHugePagesUnlessTurnedOff) {
     Tensor set = receiver.TakeSet(0);
     EXPECT_EQ(set.data[tokens * width - 1], 0.5f);
   }
+}
+
+// The buffer a worker reads a by-reference context into.
+TEST(HugePages, HugePageTensorIsZeroFilledInHugePages) {
+  if (HugePageMode() == "never") GTEST_SKIP() << "transparent huge pages are off on this machine";
+  const int64_t before = AnonHugePageBytes();
+  const Tensor t = HugePageTensor({65536, 256});
+  EXPECT_GE(AnonHugePageBytes() - before, int64_t{32} << 20) << "of 64 MiB, in huge pages";
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{65536, 256}));
+  ASSERT_EQ(t.size(), 65536 * 256);
+  EXPECT_TRUE(std::all_of(t.data.begin(), t.data.end(), [](float v) { return v == 0.0f; }));
 }
 
 TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {

@@ -16,7 +16,7 @@
 //               [--drain-seconds 60]
 //               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts
 //               are written there so a job can run again)]
-//               [--no-huge-pages (received contexts in 4 KiB pages, not transparent huge pages)]
+//               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_files.h"
 #include "common/fused_state.h"
+#include "common/huge_pages.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
@@ -47,9 +48,10 @@ absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& 
   return m;
 }
 
-// The shard's rows of the context file, checked against the job.
+// The shard's rows of the context file, checked against the job, read
+// into huge pages if `huge_pages`.
 absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::ShardSpec& spec,
-                                       int64_t width, int64_t* bytes) {
+                                       int64_t width, bool huge_pages, int64_t* bytes) {
   LACT_ASSIGN_OR_RETURN(const std::string path,
                         ResolveDataPath(data_root, spec.context_ref().path(), false));
   LACT_ASSIGN_OR_RETURN(TokenFileLayout file, OpenTokenFile(path, spec.context_ref().tensor()));
@@ -58,7 +60,8 @@ absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::S
         "context '", path, "' holds ", file.rows, " x ", file.width, " tokens, not the job's ",
         spec.total_tokens(), " x ", width, " (changed since the job was accepted?)"));
   }
-  Tensor rows({spec.tokens(), width});
+  Tensor rows =
+      huge_pages ? HugePageTensor({spec.tokens(), width}) : Tensor({spec.tokens(), width});
   LACT_RETURN_IF_ERROR(ReadTokenRows(file, spec.begin(), spec.tokens(), rows.ptr()));
   *bytes = spec.tokens() * width * WireBytes(file.dtype);
   return rows;
@@ -175,7 +178,7 @@ class ShardJob {
       int64_t bytes = 0;
       LACT_ASSIGN_OR_RETURN(
           shard, ReadContextRows(spec_.context_from_spool() ? w_.spool_dir : w_.data_root, spec_,
-                                 width, &bytes));
+                                 width, w_.huge_pages, &bytes));
       done_.set_context_bytes(bytes);
     }
     if (transfer_ != nullptr && HasInBandInput(spec_)) {

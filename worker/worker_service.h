@@ -41,8 +41,8 @@ struct WorkerContext {
   // What the coordinator presents on every Worker call (none when empty);
   // UNAUTHENTICATED otherwise.
   std::string cluster_secret;
-  // Contexts received in band are reserved in transparent huge pages
-  // (token_receiver.h); false: in 4 KiB pages (--no-huge-pages).
+  // Contexts received in band or read by reference go into transparent
+  // huge pages (common/huge_pages.h); false: 4 KiB pages (--no-huge-pages).
   bool huge_pages = true;
 };
 
