@@ -321,6 +321,15 @@ absl::StatusOr<std::vector<v1::ModelInfo>> LactClient::ListModels() {
   return std::vector<v1::ModelInfo>(response.models().begin(), response.models().end());
 }
 
+absl::StatusOr<std::vector<v1::WorkerInfo>> LactClient::ListWorkers() {
+  LACT_ASSIGN_OR_RETURN(v1::ListWorkersResponse response,
+                        Unary<v1::ListWorkersResponse>(v1::ListWorkersRequest(),
+                                                       [&](auto* c, const auto& q, auto* r) {
+                                                         return stub_->ListWorkers(c, q, r);
+                                                       }));
+  return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
+}
+
 absl::StatusOr<ModelConfig> LactClient::FindModel(const std::string& model) {
   LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, ListModels());
   const std::string key = ModelKey(model);

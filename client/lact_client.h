@@ -113,6 +113,8 @@ class LactClient {
   absl::StatusOr<v1::JobInfo> CancelJob(const std::string& job_id);
   absl::Status DeleteJob(const std::string& job_id);
   absl::StatusOr<std::vector<v1::ModelInfo>> ListModels();
+  // Every worker the coordinator knows (address, backend, models, health, lease).
+  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
   // The config of a model the cluster serves (NOT_FOUND naming the others).
   absl::StatusOr<ModelConfig> FindModel(const std::string& model);
 

@@ -1,5 +1,7 @@
 #include "common/flags.h"
 
+#include <cstdio>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -77,6 +79,24 @@ absl::StatusOr<int64_t> Flags::Int(const std::string& name, int64_t fallback, in
   absl::StatusOr<std::optional<int64_t>> v = OptionalInt(name, min, max);
   if (!v.ok()) return v.status();
   return v->value_or(fallback);
+}
+
+const char* LactVersion() { return LACT_VERSION; }
+
+std::optional<int> AnswerHelpOrVersion(int argc, char** argv, const char* program,
+                                       const char* usage) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("%s %s\n", program, LactVersion());
+      return 0;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace lact

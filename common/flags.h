@@ -38,6 +38,15 @@ class Flags {
   std::map<std::string, std::vector<std::string>> values_;
 };
 
+// This build's version (the CMake project's, e.g. "0.1.0").
+const char* LactVersion();
+
+// For a server's main, before it parses its flags: with --help or -h among
+// the arguments, prints `usage` to stdout and returns 0; with --version,
+// prints "PROGRAM VERSION" and returns 0; nullopt otherwise.
+std::optional<int> AnswerHelpOrVersion(int argc, char** argv, const char* program,
+                                       const char* usage);
+
 }  // namespace lact
 
 #endif  // LACT_COMMON_FLAGS_H_

@@ -1,6 +1,7 @@
 #include "server/coordinator_service.h"
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -132,6 +133,14 @@ grpc::ServerUnaryReactor* CoordinatorService::ListModels(grpc::CallbackServerCon
   return Reply(context, ListModels(response));
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
+                                                          const v1::ListWorkersRequest*,
+                                                          v1::ListWorkersResponse* response) {
+  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
+  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  return Reply(context, ListWorkers(response));
+}
+
 grpc::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::JobInfo* response) {
   c_.jobs->Expire();
   absl::StatusOr<v1::JobInfo> info = c_.jobs->Get(request.job_id());
@@ -171,6 +180,23 @@ grpc::Status CoordinatorService::ListModels(v1::ListModelsResponse* response) {
     info->set_name(m.name);
     info->set_config_json(ModelConfigToJson(m.config));
     info->set_workers(m.workers);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListWorkers(v1::ListWorkersResponse* response) {
+  const auto now = std::chrono::steady_clock::now();
+  for (const WorkerRegistry::Listed& listed : c_.registry->Workers()) {
+    const WorkerEntry& w = listed.entry;
+    v1::WorkerInfo* info = response->add_workers();
+    info->set_id(w.id);
+    info->set_address(w.address);
+    info->set_backend(w.backend);
+    for (const auto& [name, config] : w.models) info->add_models(name);
+    info->set_healthy(listed.healthy);
+    info->set_leased(w.busy);
+    info->set_draining(w.leaving);
+    info->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
   }
   return grpc::Status::OK;
 }

@@ -44,6 +44,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* context,
+                                        const v1::ListWorkersRequest* request,
+                                        v1::ListWorkersResponse* response) override;
 
  private:
   grpc::Status GetJob(const v1::GetJobRequest& request, v1::JobInfo* response);
@@ -54,6 +57,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                const std::string& job_id) const;
   grpc::Status CancelJob(const v1::CancelJobRequest& request, v1::JobInfo* response);
   grpc::Status ListModels(v1::ListModelsResponse* response);
+  grpc::Status ListWorkers(v1::ListWorkersResponse* response);
 
   Coordinator c_;
   FirstMessageLimits first_message_;  // Submit and Query calls waiting for their first message

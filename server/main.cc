@@ -9,21 +9,7 @@
 // (--tls-cert and --tls-key: its certificate; --tls-ca: the CA that signs
 // the workers' certificates, which Control then requires of its callers
 // when it has a port of its own).
-//   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]
-//                    [--retain-seconds 3600] [--max-context-tokens N]
-//                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 0 (= the call's
-//                    deadline)]
-//                    [--max-queued-jobs 256]
-//                    [--upload-idle-timeout-ms 60000] [--data-root DIR]
-//                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]
-//                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]
-//                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]
-//                    [--max-job-records 100000] [--max-workers 10000]
-//                    [--state-dir DIR (job records kept on disk across restarts)]
-//                    [--max-reruns 3 (a job whose worker is gone runs again)]
-//                    [--spool-dir DIR (shared with the workers: in-band contexts kept so their
-//                    jobs can run again)] [--spool-bytes 68719476736]
-//                    [--drain-seconds 60 (on SIGTERM: no new jobs, running ones finish)]
+// Flags: kUsage below (--help).
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -40,6 +26,7 @@
 #include "common/stop_signals.h"
 #include "common/wire_limits.h"
 #include "proto/auth.h"
+#include "proto/health.h"
 #include "proto/keepalive.h"
 #include "proto/tls.h"
 #include "server/control_service.h"
@@ -48,6 +35,25 @@
 
 namespace lact::server {
 namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]\n"
+    "                    [--retain-seconds 3600] [--max-context-tokens N]\n"
+    "                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 0 (= the call's\n"
+    "                    deadline)]\n"
+    "                    [--max-queued-jobs 256]\n"
+    "                    [--upload-idle-timeout-ms 60000] [--data-root DIR]\n"
+    "                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]\n"
+    "                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
+    "                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]\n"
+    "                    [--max-job-records 100000] [--max-workers 10000]\n"
+    "                    [--state-dir DIR (job records kept on disk across restarts)]\n"
+    "                    [--max-reruns 3 (a job whose worker is gone runs again)]\n"
+    "                    [--spool-dir DIR (shared with the workers: in-band contexts kept so "
+    "their\n"
+    "                    jobs can run again)] [--spool-bytes 68719476736]\n"
+    "                    [--drain-seconds 60 (on SIGTERM: no new jobs, running ones finish)]\n";
 
 absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* port,
                           int64_t* heartbeat_ms) {
@@ -170,6 +176,8 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
 }
 
 int Main(int argc, char** argv) {
+  if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-coordinator", kUsage))
+    return *answered;
   absl::StatusOr<Flags> flags =
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"host",
                                                                      "port",
@@ -196,6 +204,7 @@ int Main(int argc, char** argv) {
                                                                      "drain-seconds",
                                                                      "spool-dir",
                                                                      "spool-bytes"});
+  EnableHealthAndReflection();
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =
@@ -250,9 +259,14 @@ int Main(int argc, char** argv) {
         Serve(host, *control_port, credentials->control_port, {&control}, "control on");
     if (!control_server) return 1;
   }
+  // Control serves the running jobs' workers to the end of a drain.
+  SetServing(*server, {"lact.v1.Coordinator"}, true);
+  SetServing(shared ? *server : *control_server, {"lact.v1.Control"}, true);
   WaitForStopSignal();
-  // Drain: no new jobs; the running ones get up to --drain-seconds.
+  // Drain: no new jobs (the probes hear the public service NOT_SERVING);
+  // the running ones get up to --drain-seconds.
   draining = true;
+  SetServing(*server, {"lact.v1.Coordinator"}, false);
   if (!jobs.AwaitNoLiveJobs(absl::Now() + absl::Seconds(options.drain_seconds))) {
     std::fprintf(stderr, "lact-coordinator: jobs still ran after %lld s of draining; stopping\n",
                  static_cast<long long>(options.drain_seconds));

@@ -103,6 +103,13 @@ std::vector<ModelEntry> WorkerRegistry::Models() const {
   return out;
 }
 
+std::vector<WorkerRegistry::Listed> WorkerRegistry::Workers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<Listed> out;
+  for (const auto& [address, w] : workers_) out.push_back({w, HealthyLocked(w)});
+  return out;
+}
+
 int WorkerRegistry::CountHolding(const std::string& model) const {
   const std::string key = ModelKey(model);
   absl::MutexLock lock(&mu_);

@@ -60,6 +60,12 @@ class WorkerRegistry {
   // the available models otherwise.
   absl::StatusOr<ModelConfig> FindModel(const std::string& model) const;
   std::vector<ModelEntry> Models() const;
+  // Every worker known, by address, each with whether it is healthy now.
+  struct Listed {
+    WorkerEntry entry;
+    bool healthy;
+  };
+  std::vector<Listed> Workers() const;
   // Healthy workers holding `model` (busy or not).
   int CountHolding(const std::string& model) const;
 

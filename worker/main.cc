@@ -2,21 +2,7 @@
 // heartbeats, and runs shards. On SIGINT/SIGTERM it drains: takes no new
 // work, deregisters, lets its running shards finish (up to
 // --drain-seconds, 60), then stops.
-//   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]
-//               [--model-dir DIR] [--threads N] [--tile-tokens N]
-//               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]
-//               [--scan-math fp32|tf32x3 (the SSD scan's products on the tensor cores)]
-//               [--collective gloo|nccl] [--data-root DIR]
-//               [--retain-bytes N (results and fused states kept for FetchResult and Query, default
-//               8 GiB)]
-//               [--cluster-secret-file FILE (required off loopback: presented to the
-//               coordinator's Control service and required of its calls here)]
-//               [--tls-cert FILE --tls-key FILE --tls-ca FILE (required off loopback: this
-//               worker's certificate, served and shown to Control; the CA of the coordinator's)]
-//               [--drain-seconds 60]
-//               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts
-//               are written there so a job can run again)]
-//               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]
+// Flags: kUsage below (--help).
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
 
@@ -37,6 +23,7 @@
 #include "lact/v1/control.grpc.pb.h"
 #include "proto/auth.h"
 #include "proto/bulk_transport.h"
+#include "proto/health.h"
 #include "proto/keepalive.h"
 #include "proto/tls.h"
 #include "worker/data_service.h"
@@ -45,6 +32,26 @@
 
 namespace lact {
 namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]\n"
+    "               [--model-dir DIR] [--threads N] [--tile-tokens N]\n"
+    "               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]\n"
+    "               [--scan-math fp32|tf32x3 (the SSD scan's products on the tensor cores)]\n"
+    "               [--collective gloo|nccl] [--data-root DIR]\n"
+    "               [--retain-bytes N (results and fused states kept for FetchResult and Query, "
+    "default\n"
+    "               8 GiB)]\n"
+    "               [--cluster-secret-file FILE (required off loopback: presented to the\n"
+    "               coordinator's Control service and required of its calls here)]\n"
+    "               [--tls-cert FILE --tls-key FILE --tls-ca FILE (required off loopback: this\n"
+    "               worker's certificate, served and shown to Control; the CA of the "
+    "coordinator's)]\n"
+    "               [--drain-seconds 60]\n"
+    "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
+    "               are written there so a job can run again)]\n"
+    "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n";
 
 // A worker runs job after job, each allocating gigabytes and freeing them.
 // glibc would hand every large block back to the kernel on free and fault
@@ -122,6 +129,8 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 }
 
 int Main(int argc, char** argv) {
+  if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-worker", kUsage))
+    return *answered;
   absl::StatusOr<Flags> flags = Flags::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
       {"coordinator", "host",      "port",          "model-dir",           "threads",
@@ -150,6 +159,7 @@ int Main(int argc, char** argv) {
     }
   }
   KeepFreedMemory();
+  EnableHealthAndReflection();
   const std::string host = flags->Get("host").value_or("127.0.0.1");
   absl::StatusOr<Guards> guards = LoadGuards(*flags, host);
   if (!guards.ok()) {
@@ -203,6 +213,9 @@ int Main(int argc, char** argv) {
                  static_cast<long long>(*port));
     return 1;
   }
+  // Not serving until the coordinator knows this worker.
+  const std::vector<std::string> served = {"lact.v1.Worker", "lact.v1.ShardData"};
+  SetServing(*server, served, false);
   const std::string address = absl::StrCat(host, ":", bound_port);
   int interval_ms = 1000;
   absl::StatusOr<std::string> id = Register(*control, address, **models, backend, &interval_ms);
@@ -210,6 +223,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "lact-worker: %s\n", std::string(id.status().message()).c_str());
     return 1;
   }
+  SetServing(*server, served, true);
   std::printf("lact-worker %s listening on %s\n", id->c_str(), address.c_str());
   std::fflush(stdout);
 
@@ -236,9 +250,10 @@ int Main(int argc, char** argv) {
     }
   });
   WaitForStopSignal();
-  // Drain: no new work, the coordinator told so, the running shards given
-  // up to --drain-seconds to finish; then the server stops.
+  // Drain: no new work, the coordinator and the probes told so, the running
+  // shards given up to --drain-seconds to finish; then the server stops.
   service.Drain();
+  SetServing(*server, served, false);
   stopping = true;
   heartbeat.join();
   {

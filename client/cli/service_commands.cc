@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/tokens_source.h"
 #include "client/lact_client.h"
@@ -340,6 +341,23 @@ absl::Status ModelsCommand(const std::vector<std::string>& args) {
   for (const v1::ModelInfo& m : models) {
     std::printf("%-20s %d workers  %s\n", m.name().c_str(), m.workers(), m.config_json().c_str());
   }
+  return absl::OkStatus();
+}
+
+absl::Status WorkersCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
+  LACT_ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> workers, client.ListWorkers());
+  std::printf("%-22s %-7s %-9s %-6s %-9s %s\n", "ADDRESS", "BACKEND", "HEALTH", "LEASED",
+              "HEARTBEAT", "MODELS");
+  for (const v1::WorkerInfo& w : workers) {
+    const char* health = w.draining() ? "draining" : w.healthy() ? "healthy" : "unhealthy";
+    std::printf("%-22s %-7s %-9s %-6s %7.1fs  %s\n", w.address().c_str(), w.backend().c_str(),
+                health, w.leased() ? "yes" : "no", w.seconds_since_heartbeat(),
+                absl::StrJoin(w.models(), ",").c_str());
+  }
+  if (workers.empty()) std::printf("(no worker has registered)\n");
   return absl::OkStatus();
 }
 

@@ -1,0 +1,261 @@
+// What an operator's tools see of a real local cluster over gRPC on
+// 127.0.0.1: gRPC's standard health service on every port (per service,
+// NOT_SERVING while a process drains), server reflection listing lact's
+// services, `lact workers`, and every command's --help and --version.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/lact_client.h"
+#include "client/local_cluster.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "tests/random_model.h"
+#include "tests/service_support.h"
+
+namespace lact::testing {
+namespace {
+
+using ::grpc::health::v1::HealthCheckResponse;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+
+std::string BinDir() {
+  const char* dir = std::getenv("LACT_BIN_DIR");
+  return dir != nullptr ? dir : LACT_BIN_DIR;
+}
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout, or stdout and stderr
+};
+
+CommandResult RunCommand(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// grpc.health.v1.Health/Check of `service` at `address`: the status, or
+// the call's error code as a negative number.
+int HealthOf(const std::string& address, const std::string& service) {
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&ctx, request, &response);
+  return status.ok() ? response.status() : -status.error_code();
+}
+
+// The services server reflection lists at `address`.
+std::vector<std::string> ReflectedServices(const std::string& address) {
+  auto stub = grpc::reflection::v1alpha::ServerReflection::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  grpc::reflection::v1alpha::ServerReflectionRequest request;
+  request.set_list_services("");
+  std::vector<std::string> names;
+  if (!stream->Write(request)) return names;
+  stream->WritesDone();
+  grpc::reflection::v1alpha::ServerReflectionResponse response;
+  while (stream->Read(&response)) {
+    for (const auto& s : response.list_services_response().service()) names.push_back(s.name());
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+  return names;
+}
+
+std::vector<std::string> WorkerAddresses(const LocalCluster& cluster) {
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = LactClient(cluster.address()).ListWorkers();
+  EXPECT_TRUE(workers.ok()) << workers.status();
+  std::vector<std::string> addresses;
+  if (workers.ok()) {
+    for (const v1::WorkerInfo& w : *workers) addresses.push_back(w.address());
+  }
+  return addresses;
+}
+
+class OperabilityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = StartTestCluster(2).release(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+  static LocalCluster* cluster_;
+};
+
+LocalCluster* OperabilityTest::cluster_ = nullptr;
+
+TEST_F(OperabilityTest, EveryPortAnswersHealthPerService) {
+  const std::string coordinator = cluster_->address(), control = cluster_->control_address();
+  ASSERT_NE(coordinator, control) << "lact local puts Control on a port of its own";
+  EXPECT_EQ(HealthOf(coordinator, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(HealthOf(coordinator, "lact.v1.Coordinator"), HealthCheckResponse::SERVING);
+  EXPECT_EQ(HealthOf(control, "lact.v1.Control"), HealthCheckResponse::SERVING);
+  EXPECT_EQ(HealthOf(coordinator, "lact.v1.NoSuchService"), -grpc::StatusCode::NOT_FOUND);
+  const std::vector<std::string> workers = WorkerAddresses(*cluster_);
+  ASSERT_EQ(workers.size(), 2u);
+  for (const std::string& w : workers) {
+    EXPECT_EQ(HealthOf(w, ""), HealthCheckResponse::SERVING) << w;
+    EXPECT_EQ(HealthOf(w, "lact.v1.Worker"), HealthCheckResponse::SERVING) << w;
+    EXPECT_EQ(HealthOf(w, "lact.v1.ShardData"), HealthCheckResponse::SERVING) << w;
+  }
+}
+
+TEST_F(OperabilityTest, ReflectionListsTheServicesOfEachPort) {
+  EXPECT_THAT(ReflectedServices(cluster_->address()),
+              AllOf(::testing::Contains("lact.v1.Coordinator"),
+                    ::testing::Contains("grpc.health.v1.Health")));
+  EXPECT_THAT(ReflectedServices(cluster_->control_address()),
+              ::testing::Contains("lact.v1.Control"));
+  for (const std::string& w : WorkerAddresses(*cluster_)) {
+    EXPECT_THAT(ReflectedServices(w), AllOf(::testing::Contains("lact.v1.Worker"),
+                                            ::testing::Contains("lact.v1.ShardData")))
+        << w;
+  }
+}
+
+TEST_F(OperabilityTest, LactWorkersListsEveryWorker) {
+  const std::vector<std::string> addresses = WorkerAddresses(*cluster_);
+  ASSERT_EQ(addresses.size(), 2u);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = LactClient(cluster_->address()).ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  for (const v1::WorkerInfo& w : *workers) {
+    EXPECT_EQ(w.backend(), "cpu");
+    EXPECT_TRUE(w.healthy()) << w.address();
+    EXPECT_FALSE(w.leased()) << w.address();
+    EXPECT_FALSE(w.draining()) << w.address();
+    EXPECT_LT(w.seconds_since_heartbeat(), 5.0) << "heartbeats every 0.3 s here";
+    EXPECT_THAT(w.models(), ::testing::Contains("preset:small"));
+  }
+  const CommandResult listed =
+      RunCommand(absl::StrCat(BinDir(), "/lact workers --server ", cluster_->address(), " 2>&1"));
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_THAT(listed.output, HasSubstr("ADDRESS"));
+  for (const std::string& a : addresses) {
+    EXPECT_THAT(listed.output, HasSubstr(a));
+  }
+  EXPECT_THAT(listed.output, HasSubstr("healthy"));
+  EXPECT_THAT(listed.output, HasSubstr("preset:small"));
+}
+
+TEST(Help, EveryCommandAndBothServersAnswerHelpAndVersion) {
+  const std::vector<std::string> commands = {"run",    "local",  "submit", "query",
+                                             "status", "watch",  "fetch",  "cancel",
+                                             "delete", "models", "workers"};
+  for (const std::string& c : commands) {
+    for (const char* flag : {"--help", "-h"}) {
+      const CommandResult r = RunCommand(absl::StrCat(BinDir(), "/lact ", c, " ", flag));
+      EXPECT_EQ(r.exit_code, 0) << c << " " << flag << ": " << r.output;
+      EXPECT_THAT(r.output, HasSubstr(absl::StrCat("lact ", c, " "))) << c << " " << flag;
+    }
+  }
+  const CommandResult all = RunCommand(absl::StrCat(BinDir(), "/lact --help"));
+  EXPECT_EQ(all.exit_code, 0);
+  for (const std::string& c : commands) EXPECT_THAT(all.output, HasSubstr("lact " + c)) << c;
+  for (const char* server : {"lact-coordinator", "lact-worker"}) {
+    for (const char* flag : {"--help", "-h"}) {
+      const CommandResult r = RunCommand(absl::StrCat(BinDir(), "/", server, " ", flag));
+      EXPECT_EQ(r.exit_code, 0) << server << " " << flag << ": " << r.output;
+      EXPECT_THAT(r.output, AllOf(HasSubstr("usage:"), HasSubstr(server), HasSubstr("--port")));
+    }
+  }
+  for (const char* program : {"lact", "lact-coordinator", "lact-worker"}) {
+    const CommandResult r = RunCommand(absl::StrCat(BinDir(), "/", program, " --version"));
+    EXPECT_EQ(r.exit_code, 0) << program;
+    EXPECT_THAT(r.output,
+                ::testing::ContainsRegex(absl::StrCat("^", program, " [0-9]+\\.[0-9]+\\.[0-9]+")));
+  }
+  const CommandResult unknown = RunCommand(absl::StrCat(BinDir(), "/lact frobnicate 2>&1"));
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.output, HasSubstr("unknown command 'frobnicate'"));
+}
+
+// A job of a few seconds on two one-thread workers.
+SubmitOptions LongJob() {
+  SubmitOptions o;
+  o.model = "preset:small:2";
+  o.workers = 2;
+  o.timeout = std::chrono::seconds(120);
+  return o;
+}
+
+// While a worker drains (SIGTERM mid-job) it says NOT_SERVING, and
+// ListWorkers shows it draining; its peer stays SERVING and leased.
+TEST(DrainHealth, ADrainingWorkerIsNotServing) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  const std::vector<std::string> addresses = WorkerAddresses(*cluster);
+  ASSERT_EQ(addresses.size(), 2u);
+  LactClient client(cluster->address());
+  std::vector<int> health;
+  std::vector<v1::WorkerInfo> listed;
+  const ActedJob job = SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 97), [&] {
+    cluster->SignalWorker(0, SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = LactClient(cluster->address()).ListWorkers();
+    if (workers.ok()) listed = *workers;
+  });
+  ASSERT_TRUE(job.acted) << "the job ended before its first layer";
+  ASSERT_TRUE(job.result.ok()) << job.result.status();
+  EXPECT_THAT(health, UnorderedElementsAre(HealthCheckResponse::SERVING,
+                                           HealthCheckResponse::NOT_SERVING));
+  ASSERT_EQ(listed.size(), 2u);
+  int draining = 0, leased = 0;
+  for (const v1::WorkerInfo& w : listed) {
+    draining += w.draining() ? 1 : 0;
+    leased += w.leased() ? 1 : 0;
+    if (w.draining()) EXPECT_FALSE(w.healthy()) << "a draining worker takes no new work";
+  }
+  EXPECT_EQ(draining, 1);
+  EXPECT_EQ(leased, 2) << "both still run the job's shards";
+}
+
+// While the coordinator drains, its public service is NOT_SERVING (a
+// readiness probe takes it out of rotation) and Control stays SERVING
+// (the running job's workers still need it).
+TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  int coordinator = -1, whole = -1, control = -1;
+  const ActedJob job = SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 98), [&] {
+    cluster->SignalCoordinator(SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
+    whole = HealthOf(cluster->address(), "");
+    control = HealthOf(cluster->control_address(), "lact.v1.Control");
+  });
+  ASSERT_TRUE(job.acted) << "the job ended before its first layer";
+  ASSERT_TRUE(job.result.ok()) << job.result.status();
+  EXPECT_EQ(coordinator, HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(whole, HealthCheckResponse::NOT_SERVING);
+  EXPECT_EQ(control, HealthCheckResponse::SERVING);
+  EXPECT_TRUE(cluster->CoordinatorExits(std::chrono::seconds(20)));
+}
+
+}  // namespace
+}  // namespace lact::testing
