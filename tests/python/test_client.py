@@ -424,6 +424,18 @@ class ClusterTest(unittest.TestCase):
             self.assertIn("n_layers", models[case.name].config)
         self.assertIn("preset:small", models)
 
+    def test_workers(self):
+        workers = self.client.workers()
+        self.assertEqual(len(workers), 2)
+        self.assertEqual(len({w.address for w in workers}), 2)
+        for w in workers:
+            self.assertEqual(w.backend, "cpu")
+            self.assertTrue(w.healthy, w)
+            self.assertFalse(w.draining, w)
+            self.assertLess(w.seconds_since_heartbeat, 10.0, w)
+            self.assertIn("preset:small", w.models)
+            self.assertIn(self.cases[0].name, w.models)
+
     def test_by_reference(self):
         case = self.cases[0]
         np.save(self.cluster.data / "ctx.npy", case.context)

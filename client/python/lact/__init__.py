@@ -18,11 +18,11 @@ except ImportError as e:  # pragma: no cover - a source checkout without stubs
         "lact's gRPC stubs (lact.v1) are missing: pip install client/python, or run "
         "client/python/build_protos.py OUT_DIR next to a copy of this package") from e
 
-from .client import Client, JobStatus, Model
+from .client import Client, JobStatus, Model, Worker
 from .codec import bf16_bits, bf16_to_float32, round_bf16
 from .errors import LactError
 from .job import Job, Progress, Result
 from .progress_bar import show_progress
 
-__all__ = ["Client", "Job", "JobStatus", "LactError", "Model", "Progress", "Result",
+__all__ = ["Client", "Job", "JobStatus", "LactError", "Model", "Progress", "Result", "Worker",
            "bf16_bits", "bf16_to_float32", "round_bf16", "show_progress"]

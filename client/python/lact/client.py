@@ -50,6 +50,21 @@ class Model:
 
 
 @dataclasses.dataclass(frozen=True)
+class Worker:
+    """A worker the coordinator knows (ListWorkers): ``healthy`` (leasable
+    now), ``leased`` (a job holds it), ``draining`` (it got SIGTERM and
+    takes no new work), ``seconds_since_heartbeat``, ``models`` it holds."""
+    address: str
+    backend: str
+    healthy: bool
+    leased: bool
+    draining: bool
+    seconds_since_heartbeat: float
+    models: List[str]
+    id: str
+
+
+@dataclasses.dataclass(frozen=True)
 class JobStatus:
     """A job as GetJob/WatchJob/CancelJob/ListJobs tell it. ``status``:
     "QUEUED", "RUNNING", "SUCCEEDED", "FAILED" or "CANCELLED"; ``error``: why
@@ -287,6 +302,14 @@ class Client:
         response = self._unary(self._coordinator.ListModels, coordinator_pb2.ListModelsRequest())
         return [Model(m.name, m.workers, json.loads(m.config_json or "{}"))
                 for m in response.models]
+
+    def workers(self) -> List[Worker]:
+        """ListWorkers: every worker the coordinator knows, healthy or not."""
+        response = self._unary(self._coordinator.ListWorkers,
+                               coordinator_pb2.ListWorkersRequest())
+        return [Worker(w.address, w.backend, w.healthy, w.leased, w.draining,
+                       w.seconds_since_heartbeat, list(w.models), w.id)
+                for w in response.workers]
 
     def watch(self, job_id: str, timeout: float = None):
         """WatchJob: yields JobStatus now and at every change until the job has
