@@ -138,6 +138,9 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
                                    "0",      "--cluster-secret-file",      secret_file};
   args.insert(args.end(), spool_args.begin(), spool_args.end());
   args.insert(args.end(), tls_args.begin(), tls_args.end());
+  // Every process serves its metrics on a free port (lact workers lists the workers').
+  const std::vector<std::string> metrics_args = {"--metrics-port", "0"};
+  if (options.metrics) args.insert(args.end(), metrics_args.begin(), metrics_args.end());
   if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
   cluster->coordinator_binary_ = bin + "/lact-coordinator";
@@ -153,6 +156,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
                                   std::to_string(threads)};
     w.insert(w.end(), spool_args.begin(), spool_args.end());
     w.insert(w.end(), tls_args.begin(), tls_args.end());
+    if (options.metrics) w.insert(w.end(), metrics_args.begin(), metrics_args.end());
     if (!options.model_dir.empty()) {
       w.push_back("--model-dir");
       w.push_back(options.model_dir);
@@ -209,13 +213,15 @@ absl::Status LocalCluster::StartCoordinator(std::vector<std::string> args) {
   FILE* out = fdopen(pipe_fds[0], "r");
   address_.clear();
   control_address_.clear();
+  metrics_address_.clear();
   char line[256] = {0};
   while ((address_.empty() || control_address_.empty()) &&
          fgets(line, sizeof(line), out) != nullptr) {
     const std::string text(line);
     for (const auto& [marker, address] :
          {std::pair<std::string, std::string*>{"listening on ", &address_},
-          {"control on ", &control_address_}}) {
+          {"control on ", &control_address_},
+          {"metrics on ", &metrics_address_}}) {
       if (text.find(marker) == std::string::npos) continue;
       *address = text.substr(text.find(marker) + marker.size());
       while (!address->empty() && isspace(address->back())) address->pop_back();

@@ -42,6 +42,8 @@ struct LocalClusterOptions {
   // job whose worker dies runs again.
   bool spool = true;
   std::vector<std::string> worker_args;  // extra flags for every worker (e.g. --backend cuda)
+  // Every process serves Prometheus metrics on a port of its own (--metrics-port 0).
+  bool metrics = true;
   // CUDA devices the workers take in turn (worker i: devices[i % size]);
   // empty: no --device flag.
   std::vector<int> devices;
@@ -55,6 +57,8 @@ class LocalCluster {
   const std::string& address() const { return address_; }
   // The coordinator's Control service (workers only; the cluster secret).
   const std::string& control_address() const { return control_address_; }
+  // The coordinator's Prometheus endpoint (host:port; with `metrics`).
+  const std::string& metrics_address() const { return metrics_address_; }
   // What a client of this cluster presents and trusts: the token given,
   // and with `tls` the cluster's CA.
   const ClientSecurity& security() const { return security_; }
@@ -84,7 +88,7 @@ class LocalCluster {
   // Spawns lact-coordinator with `args` and reads its addresses.
   absl::Status StartCoordinator(std::vector<std::string> args);
 
-  std::string address_, control_address_;
+  std::string address_, control_address_, metrics_address_;
   std::string coordinator_binary_;
   std::vector<std::string> coordinator_args_;
   std::vector<std::vector<std::string>> worker_commands_;

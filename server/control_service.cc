@@ -28,8 +28,8 @@ grpc::Status ControlService::Register(grpc::ServerContext* context,
     }
     models[m.name()] = *config;
   }
-  absl::StatusOr<std::string> id =
-      registry_->Register(request->address(), request->backend(), std::move(models));
+  absl::StatusOr<std::string> id = registry_->Register(
+      request->address(), request->backend(), std::move(models), request->metrics_address());
   if (!id.ok()) return ToGrpcStatus(id.status());
   response->set_worker_id(*id);
   response->set_heartbeat_interval_ms(

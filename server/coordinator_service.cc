@@ -197,6 +197,7 @@ grpc::Status CoordinatorService::ListWorkers(v1::ListWorkersResponse* response) 
     info->set_leased(w.busy);
     info->set_draining(w.leaving);
     info->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
+    info->set_metrics_address(w.metrics_address);
   }
   return grpc::Status::OK;
 }

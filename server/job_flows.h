@@ -19,6 +19,7 @@
 
 #include "lact/v1/coordinator.grpc.pb.h"
 #include "proto/stream_call.h"
+#include "server/coordinator_metrics.h"
 #include "server/job_admission.h"
 #include "server/job_spool.h"
 #include "server/job_store.h"
@@ -57,7 +58,8 @@ struct Coordinator {
   // Set when the coordinator drains (SIGTERM): Submit is refused, running
   // jobs go on.
   const std::atomic<bool>* draining;
-  JobSpool* spool;  // in-band contexts, for re-runs (job_spool.h)
+  JobSpool* spool;              // in-band contexts, for re-runs (job_spool.h)
+  CoordinatorMetrics* metrics;  // what Prometheus scrapes (coordinator_metrics.h)
 };
 
 using SubmitCall = StreamCall<v1::SubmitRequest, v1::SubmitResponse>;

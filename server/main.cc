@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/metrics_endpoint.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
 #include "common/wire_limits.h"
@@ -30,6 +31,7 @@
 #include "proto/keepalive.h"
 #include "proto/tls.h"
 #include "server/control_service.h"
+#include "server/coordinator_metrics.h"
 #include "server/coordinator_service.h"
 #include "server/job_journal.h"
 
@@ -53,6 +55,8 @@ constexpr char kUsage[] =
     "                    [--spool-dir DIR (shared with the workers: in-band contexts kept so "
     "their\n"
     "                    jobs can run again)] [--spool-bytes 68719476736]\n"
+    "                    [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a\n"
+    "                    free port; none by default)]\n"
     "                    [--drain-seconds 60 (on SIGTERM: no new jobs, running ones finish)]\n";
 
 absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* port,
@@ -203,7 +207,8 @@ int Main(int argc, char** argv) {
                                                                      "max-reruns",
                                                                      "drain-seconds",
                                                                      "spool-dir",
-                                                                     "spool-bytes"});
+                                                                     "spool-bytes",
+                                                                     "metrics-port"});
   EnableHealthAndReflection();
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
@@ -245,9 +250,22 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "lact-coordinator: %s\n", std::string(opened.message()).c_str());
     return 2;
   }
-  CoordinatorService coordinator(
-      Coordinator{&registry, &kv, &jobs, options, &guards->tenants,
-                  ClusterLink{credentials->to_workers, guards->cluster_secret}, &draining, &spool});
+  CoordinatorMetrics metrics(&jobs, &registry);
+  absl::StatusOr<std::optional<int64_t>> metrics_port =
+      flags->OptionalInt("metrics-port", 0, 65535);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
+      metrics_port.ok() ? MetricsEndpoint::StartIfAsked(
+                              *metrics_port, host, metrics.registry(),
+                              [&metrics] { metrics.Refresh(); }, "lact-coordinator")
+                        : metrics_port.status();
+  if (!metrics_endpoint.ok()) {
+    std::fprintf(stderr, "lact-coordinator: %s\n",
+                 std::string(metrics_endpoint.status().message()).c_str());
+    return 2;
+  }
+  CoordinatorService coordinator(Coordinator{
+      &registry, &kv, &jobs, options, &guards->tenants,
+      ClusterLink{credentials->to_workers, guards->cluster_secret}, &draining, &spool, &metrics});
   ControlService control(&registry, &kv, &jobs, guards->cluster_secret);
   std::unique_ptr<grpc::Server> server =
       shared ? Serve(host, port, credentials->public_port, {&coordinator, &control}, "listening on")

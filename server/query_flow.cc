@@ -70,10 +70,8 @@ absl::Status RelayQuery(const ClusterLink& link, const RetainedState& kept,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& first,
-                      QueryCall& call) {
+grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::QueryRequest& first,
+                       QueryCall& call) {
   if (!first.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQuerySpec);
   const v1::QuerySpec spec = first.spec();
   if (absl::Status s = c.jobs->CheckOwner(spec.job_id(), caller); !s.ok()) return ToGrpcStatus(s);
@@ -101,6 +99,15 @@ grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::Quer
   done.mutable_done()->mutable_stats()->set_coordinator_payload_bytes(payload);
   call.Write(done);
   return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& first,
+                      QueryCall& call) {
+  const grpc::Status status = QueryFlow(c, caller, first, call);
+  if (c.metrics != nullptr) c.metrics->CallEnded("Query", status.error_code());
+  return status;
 }
 
 }  // namespace lact::server

@@ -143,12 +143,14 @@ class SubmitFlow {
         ForgetOnWorkers(c_.cluster, job_id_, fetch_ticket_, lease_addresses_);
       c_.jobs->Finish(job_id_, InfoStatus(machine_->stage()), std::string(status.message()),
                       stats_);
+      ReportEnd(InfoStatus(machine_->stage()));
       return ToGrpcStatus(status);
     }
     c_.jobs->Retain(
         job_id_, std::make_shared<RetainedState>(RetainedState{spec_.model(), lease_addresses_[0]}),
         HasInBandResults(), RetainFor());
     c_.jobs->Finish(job_id_, v1::JobInfo::SUCCEEDED, "", stats_);
+    ReportEnd(v1::JobInfo::SUCCEEDED);
     v1::SubmitResponse done;
     done.mutable_done()->set_job_id(job_id_);
     *done.mutable_done()->mutable_stats() = stats_;
@@ -157,6 +159,16 @@ class SubmitFlow {
   }
 
  private:
+  // The job's end, to the metrics: its context and output bytes as its
+  // spec and model give them.
+  void ReportEnd(v1::JobInfo::Status status) const {
+    if (c_.metrics == nullptr) return;
+    absl::StatusOr<WireType> dtype = FromProto(spec_.dtype());
+    const int64_t tokens = spec_.context_tokens();
+    const int64_t in = dtype.ok() ? tokens * spec_.token_width() * WireBytes(*dtype) : 0;
+    c_.metrics->JobEnded(status, stats_, tokens, in, tokens * plan_.config.output_width() * 4);
+  }
+
   // The call ended before the job did: its deadline bounds the job; the
   // client going away ends it only if the job is bound to its call.
   void OnCallEnded() {
@@ -490,15 +502,19 @@ class SubmitFlow {
 
 grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
                        const v1::SubmitRequest& first, SubmitCall& call) {
-  if (coordinator.draining != nullptr && *coordinator.draining) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "the coordinator is shutting down (it got SIGTERM) and takes no new jobs; "
-                        "submit to its replacement");
-  }
-  if (caller.any_tenant || !first.has_spec()) return SubmitFlow(coordinator, call).Run(first);
-  v1::SubmitRequest owned = first;  // the job belongs to the tenant whose token submitted it
-  owned.mutable_spec()->set_tenant(caller.tenant);
-  return SubmitFlow(coordinator, call).Run(owned);
+  const grpc::Status status = [&] {
+    if (coordinator.draining != nullptr && *coordinator.draining) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the coordinator is shutting down (it got SIGTERM) and takes no new "
+                          "jobs; submit to its replacement");
+    }
+    if (caller.any_tenant || !first.has_spec()) return SubmitFlow(coordinator, call).Run(first);
+    v1::SubmitRequest owned = first;  // the job belongs to the tenant whose token submitted it
+    owned.mutable_spec()->set_tenant(caller.tenant);
+    return SubmitFlow(coordinator, call).Run(owned);
+  }();
+  if (coordinator.metrics != nullptr) coordinator.metrics->CallEnded("Submit", status.error_code());
+  return status;
 }
 
 }  // namespace lact::server

@@ -13,7 +13,8 @@ namespace lact::server {
 
 absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& address,
                                                      const std::string& backend,
-                                                     std::map<std::string, ModelConfig> models) {
+                                                     std::map<std::string, ModelConfig> models,
+                                                     const std::string& metrics_address) {
   absl::MutexLock lock(&mu_);
   if (workers_.count(address) == 0 && workers_.size() >= max_workers_) {
     for (auto it = workers_.begin(); it != workers_.end();) {
@@ -30,6 +31,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& address,
   w.address = address;
   w.backend = backend;
   w.models = std::move(models);
+  w.metrics_address = metrics_address;
   w.last_seen = std::chrono::steady_clock::now();
   w.healthy = true;  // `busy` is kept: a job may still hold this address's lease
   w.leaving = false;

@@ -26,6 +26,7 @@ struct WorkerEntry {
   std::string address;
   std::string backend;
   std::map<std::string, ModelConfig> models;  // by ModelKey
+  std::string metrics_address;                // its Prometheus endpoint, if any
   std::chrono::steady_clock::time_point last_seen;
   bool healthy = true;
   bool busy = false;
@@ -48,7 +49,8 @@ class WorkerRegistry {
   // silent for 3 heartbeat intervals and not leased; RESOURCE_EXHAUSTED
   // (naming --max-workers) if none are.
   absl::StatusOr<std::string> Register(const std::string& address, const std::string& backend,
-                                       std::map<std::string, ModelConfig> models);
+                                       std::map<std::string, ModelConfig> models,
+                                       const std::string& metrics_address = "");
   // False if the id is unknown (the worker should register again).
   bool Heartbeat(const std::string& id);
   void MarkFailed(const std::string& address);

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -95,6 +96,31 @@ std::vector<std::string> WorkerAddresses(const LocalCluster& cluster) {
   return addresses;
 }
 
+// A GET of http://ADDRESS/metrics: the body, or "" (and a failure).
+std::string Scrape(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  httplib::Client http(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
+  httplib::Result response = http.Get("/metrics");
+  EXPECT_TRUE(response) << "no answer from " << address;
+  if (!response) return "";
+  EXPECT_EQ(response->status, 200) << address;
+  EXPECT_THAT(response->get_header_value("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
+  return response->body;
+}
+
+// The value of the sample `series` (name and labels exactly as written,
+// e.g. lact_jobs{status="running"}) in a scrape; -1 when it is missing.
+double Sample(const std::string& scrape, const std::string& series) {
+  const std::string line_start = series + " ";
+  for (size_t at = 0; at < scrape.size();) {
+    const size_t end = std::min(scrape.find('\n', at), scrape.size());
+    if (scrape.compare(at, line_start.size(), line_start) == 0)
+      return std::stod(scrape.substr(at + line_start.size(), end - at - line_start.size()));
+    at = end + 1;
+  }
+  return -1;
+}
+
 class OperabilityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { cluster_ = StartTestCluster(2).release(); }
@@ -140,7 +166,8 @@ TEST_F(OperabilityTest, ReflectionListsTheServicesOfEachPort) {
 TEST_F(OperabilityTest, LactWorkersListsEveryWorker) {
   const std::vector<std::string> addresses = WorkerAddresses(*cluster_);
   ASSERT_EQ(addresses.size(), 2u);
-  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = LactClient(cluster_->address()).ListWorkers();
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+      LactClient(cluster_->address()).ListWorkers();
   ASSERT_TRUE(workers.ok()) << workers.status();
   for (const v1::WorkerInfo& w : *workers) {
     EXPECT_EQ(w.backend(), "cpu");
@@ -159,6 +186,58 @@ TEST_F(OperabilityTest, LactWorkersListsEveryWorker) {
   }
   EXPECT_THAT(listed.output, HasSubstr("healthy"));
   EXPECT_THAT(listed.output, HasSubstr("preset:small"));
+}
+
+// A scrape of the coordinator and of each worker after one job that
+// succeeded and one Submit refused: the counters say what happened, to the
+// byte, and the gauges what is there now.
+TEST_F(OperabilityTest, MetricsScrapesCountJobsCallsAndBytes) {
+  ASSERT_FALSE(cluster_->metrics_address().empty());
+  LactClient client(cluster_->address());
+  SubmitOptions o;
+  o.model = "preset:small";
+  o.workers = 2;
+  const int64_t tokens = 4096;
+  absl::StatusOr<JobResult> job = client.Submit(o, RandomTokens(tokens, 256, 7), {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  o.model = "no-such-model";
+  const absl::Status refused = client.Submit(o, RandomTokens(8, 256, 8), {}).status();
+  ASSERT_FALSE(refused.ok());
+
+  const std::string coordinator = Scrape(cluster_->metrics_address());
+  EXPECT_EQ(Sample(coordinator, "lact_jobs_ended_total{status=\"succeeded\"}"), 1) << coordinator;
+  EXPECT_EQ(Sample(coordinator, "lact_calls_total{code=\"OK\",method=\"Submit\"}"), 1);
+  EXPECT_EQ(Sample(coordinator,
+                   absl::StrCat("lact_calls_total{code=\"",
+                                absl::StatusCodeToString(refused.code()), "\",method=\"Submit\"}")),
+            1)
+      << refused;
+  EXPECT_EQ(Sample(coordinator, "lact_context_tokens_total"), tokens);
+  EXPECT_EQ(Sample(coordinator, "lact_job_bytes_total{direction=\"in\"}"), tokens * 256 * 4);
+  EXPECT_EQ(Sample(coordinator, "lact_job_seconds_count"), 1);
+  EXPECT_EQ(Sample(coordinator, "lact_jobs{status=\"succeeded\"}"), 1);
+  EXPECT_EQ(Sample(coordinator, "lact_jobs{status=\"running\"}"), 0);
+  EXPECT_EQ(Sample(coordinator, "lact_workers{state=\"healthy\"}"), 2);
+  EXPECT_EQ(Sample(coordinator, "lact_workers_leased"), 0);
+  EXPECT_EQ(Sample(coordinator, "lact_retained_states"), 1);
+
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 2u);
+  double bytes_in = 0, bytes_out = 0;
+  for (const v1::WorkerInfo& w : *workers) {
+    ASSERT_FALSE(w.metrics_address().empty()) << w.address();
+    const std::string scrape = Scrape(w.metrics_address());
+    EXPECT_EQ(Sample(scrape, "lact_worker_shards_total{code=\"OK\"}"), 1) << scrape;
+    EXPECT_EQ(Sample(scrape, "lact_worker_shards_running"), 0);
+    EXPECT_GT(Sample(scrape, "lact_worker_compute_seconds_total"), 0);
+    EXPECT_GT(Sample(scrape, "lact_worker_peak_rss_bytes"), 0);
+    EXPECT_GE(Sample(scrape, "lact_worker_retained_bytes"), 0);
+    bytes_in += Sample(scrape, "lact_worker_bytes_total{direction=\"in\"}");
+    bytes_out += Sample(scrape, "lact_worker_bytes_total{direction=\"out\"}");
+  }
+  EXPECT_EQ(bytes_in, tokens * 256 * 4) << "the shards' context bytes";
+  EXPECT_EQ(bytes_out, tokens * 256 * 4) << "the shards' output bytes";
 }
 
 TEST(Help, EveryCommandAndBothServersAnswerHelpAndVersion) {
@@ -212,17 +291,19 @@ TEST(DrainHealth, ADrainingWorkerIsNotServing) {
   LactClient client(cluster->address());
   std::vector<int> health;
   std::vector<v1::WorkerInfo> listed;
-  const ActedJob job = SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 97), [&] {
-    cluster->SignalWorker(0, SIGTERM);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
-    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = LactClient(cluster->address()).ListWorkers();
-    if (workers.ok()) listed = *workers;
-  });
+  const ActedJob job =
+      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 97), [&] {
+        cluster->SignalWorker(0, SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
+        absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+            LactClient(cluster->address()).ListWorkers();
+        if (workers.ok()) listed = *workers;
+      });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();
-  EXPECT_THAT(health, UnorderedElementsAre(HealthCheckResponse::SERVING,
-                                           HealthCheckResponse::NOT_SERVING));
+  EXPECT_THAT(health,
+              UnorderedElementsAre(HealthCheckResponse::SERVING, HealthCheckResponse::NOT_SERVING));
   ASSERT_EQ(listed.size(), 2u);
   int draining = 0, leased = 0;
   for (const v1::WorkerInfo& w : listed) {
@@ -242,13 +323,14 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
   int coordinator = -1, whole = -1, control = -1;
-  const ActedJob job = SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 98), [&] {
-    cluster->SignalCoordinator(SIGTERM);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
-    whole = HealthOf(cluster->address(), "");
-    control = HealthOf(cluster->control_address(), "lact.v1.Control");
-  });
+  const ActedJob job =
+      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 98), [&] {
+        cluster->SignalCoordinator(SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
+        whole = HealthOf(cluster->address(), "");
+        control = HealthOf(cluster->control_address(), "lact.v1.Control");
+      });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();
   EXPECT_EQ(coordinator, HealthCheckResponse::NOT_SERVING);

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/flags.h"
+#include "common/metrics_endpoint.h"
 #include "common/model_config.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
@@ -51,7 +52,9 @@ constexpr char kUsage[] =
     "               [--drain-seconds 60]\n"
     "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
     "               are written there so a job can run again)]\n"
-    "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n";
+    "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
+    "               [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a free\n"
+    "               port; none by default)]\n";
 
 // A worker runs job after job, each allocating gigabytes and freeing them.
 // glibc would hand every large block back to the kernel on free and fault
@@ -97,10 +100,11 @@ absl::StatusOr<Guards> LoadGuards(const Flags& flags, const std::string& host) {
 }
 
 absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address,
-                                     const ModelCache& models, const BackendOptions& backend,
-                                     int* interval_ms) {
+                                     const std::string& metrics_address, const ModelCache& models,
+                                     const BackendOptions& backend, int* interval_ms) {
   v1::RegisterRequest request;
   request.set_address(address);
+  request.set_metrics_address(metrics_address);
   request.set_backend(backend.backend);
   request.set_threads(backend.threads);
   for (const auto& [name, config] : models.Catalog()) {
@@ -136,7 +140,8 @@ int Main(int argc, char** argv) {
       {"coordinator", "host",      "port",          "model-dir",           "threads",
        "tile-tokens", "backend",   "device",        "precision",           "scan-math",
        "collective",  "data-root", "retain-bytes",  "cluster-secret-file", "tls-cert",
-       "tls-key",     "tls-ca",    "drain-seconds", "spool-dir",           "no-huge-pages"},
+       "tls-key",     "tls-ca",    "drain-seconds", "spool-dir",           "no-huge-pages",
+       "metrics-port"},
       {}, {"no-huge-pages"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
@@ -194,9 +199,24 @@ int Main(int argc, char** argv) {
 
   TransferBoard transfers;
   RetainedResults results(*retain_bytes);
+  WorkerMetrics metrics(&results);
+  absl::StatusOr<std::optional<int64_t>> metrics_port =
+      flags->OptionalInt("metrics-port", 0, 65535);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
+      metrics_port.ok() ? MetricsEndpoint::StartIfAsked(
+                              *metrics_port, host, metrics.registry(),
+                              [&metrics] { metrics.Refresh(); }, "lact-worker")
+                        : metrics_port.status();
+  if (!metrics_endpoint.ok()) {
+    std::fprintf(stderr, "lact-worker: %s\n",
+                 std::string(metrics_endpoint.status().message()).c_str());
+    return 2;
+  }
+  const std::string metrics_address =
+      *metrics_endpoint ? absl::StrCat(host, ":", (*metrics_endpoint)->port()) : "";
   WorkerService service({models->get(), control, backend, flags->Get("data-root").value_or(""),
                          flags->Get("spool-dir").value_or(""), &transfers, &results, secret,
-                         !flags->Has("no-huge-pages")});
+                         !flags->Has("no-huge-pages"), &metrics});
   DataService data(&transfers, &results);
   grpc::ServerBuilder builder;
   int bound_port = 0;
@@ -218,7 +238,8 @@ int Main(int argc, char** argv) {
   SetServing(*server, served, false);
   const std::string address = absl::StrCat(host, ":", bound_port);
   int interval_ms = 1000;
-  absl::StatusOr<std::string> id = Register(*control, address, **models, backend, &interval_ms);
+  absl::StatusOr<std::string> id =
+      Register(*control, address, metrics_address, **models, backend, &interval_ms);
   if (!id.ok()) {
     std::fprintf(stderr, "lact-worker: %s\n", std::string(id.status().message()).c_str());
     return 1;
@@ -243,7 +264,7 @@ int Main(int argc, char** argv) {
       v1::HeartbeatResponse response;
       if (control->Heartbeat(&ctx, request, &response).ok() && !response.known() && !stopping) {
         absl::StatusOr<std::string> again =
-            Register(*control, address, **models, backend, &interval_ms);
+            Register(*control, address, metrics_address, **models, backend, &interval_ms);
         absl::MutexLock lock(&id_mu);
         if (again.ok()) worker_id = *again;
       }

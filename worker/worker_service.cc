@@ -285,7 +285,9 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
 
 constexpr char kNoShardSpec[] = "the first RunShard message must be a ShardSpec";
 
-grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first, ShardCall& call) {
+// `*stats`: the shard's ShardDone, when it succeeds.
+grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first, ShardCall& call,
+                          v1::ShardDone* stats) {
   if (!first.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoShardSpec);
   const v1::ShardSpec& spec = first.spec();
   if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
@@ -320,6 +322,7 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
     if (!done.ok() && !cause.ok()) done = cause;
   }
   if (!done.ok()) return ToGrpcStatus(done.status());
+  *stats = *done;
   v1::ShardResponse response;
   *response.mutable_done() = *done;
   call.Write(response);
@@ -385,15 +388,18 @@ grpc::Status RunQueryFlow(const WorkerContext& w, const v1::WorkerQueryRequest& 
 grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::RunShard(
     grpc::CallbackServerContext* context) {
   context->AddTrailingMetadata(kWorkerStatusKey, "1");
-  return ShardCall::Start(context, kNoShardSpec,
-                          [this, context](const v1::ShardRequest& first, ShardCall& call) {
-                            if (absl::Status s = CheckCoordinator(*context); !s.ok())
-                              return ToGrpcStatus(s);
-                            if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
-                            grpc::Status status = RunShardFlow(w_, first, call);
-                            Leave();
-                            return status;
-                          });
+  return ShardCall::Start(
+      context, kNoShardSpec, [this, context](const v1::ShardRequest& first, ShardCall& call) {
+        if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
+        if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
+        if (w_.metrics != nullptr) w_.metrics->ShardStarted();
+        v1::ShardDone done;
+        grpc::Status status = RunShardFlow(w_, first, call, &done);
+        if (w_.metrics != nullptr)
+          w_.metrics->ShardEnded(status.error_code(), status.ok() ? &done : nullptr);
+        Leave();
+        return status;
+      });
 }
 
 grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerService::RunQuery(
@@ -404,6 +410,7 @@ grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerServic
                               return ToGrpcStatus(s);
                             if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
                             grpc::Status status = RunQueryFlow(w_, first, call);
+                            if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.error_code());
                             Leave();
                             return status;
                           });

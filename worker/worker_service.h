@@ -25,6 +25,7 @@
 #include "worker/retained_results.h"
 #include "worker/shard_runner.h"
 #include "worker/shard_transfer.h"
+#include "worker/worker_metrics.h"
 
 namespace lact {
 
@@ -44,6 +45,7 @@ struct WorkerContext {
   // Contexts received in band or read by reference go into transparent
   // huge pages (common/huge_pages.h); false: 4 KiB pages (--no-huge-pages).
   bool huge_pages = true;
+  WorkerMetrics* metrics = nullptr;  // what Prometheus scrapes; none when null
 };
 
 class WorkerService final : public v1::Worker::CallbackService {

@@ -349,12 +349,13 @@ absl::Status WorkersCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> workers, client.ListWorkers());
-  std::printf("%-22s %-7s %-9s %-6s %-9s %s\n", "ADDRESS", "BACKEND", "HEALTH", "LEASED",
-              "HEARTBEAT", "MODELS");
+  std::printf("%-22s %-7s %-9s %-6s %-9s  %-22s %s\n", "ADDRESS", "BACKEND", "HEALTH", "LEASED",
+              "HEARTBEAT", "METRICS", "MODELS");
   for (const v1::WorkerInfo& w : workers) {
     const char* health = w.draining() ? "draining" : w.healthy() ? "healthy" : "unhealthy";
-    std::printf("%-22s %-7s %-9s %-6s %7.1fs  %s\n", w.address().c_str(), w.backend().c_str(),
+    std::printf("%-22s %-7s %-9s %-6s %8.1fs  %-22s %s\n", w.address().c_str(), w.backend().c_str(),
                 health, w.leased() ? "yes" : "no", w.seconds_since_heartbeat(),
+                w.metrics_address().empty() ? "-" : w.metrics_address().c_str(),
                 absl::StrJoin(w.models(), ",").c_str());
   }
   if (workers.empty()) std::printf("(no worker has registered)\n");
@@ -397,8 +398,10 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   }
   BlockStopSignals();
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
-  std::printf("lact local: coordinator at %s with %d workers (Ctrl-C stops)\n",
-              cluster->address().c_str(), options.workers);
+  std::printf(
+      "lact local: coordinator at %s with %d workers (metrics at http://%s/metrics; "
+      "lact workers lists the workers'; Ctrl-C stops)\n",
+      cluster->address().c_str(), options.workers, cluster->metrics_address().c_str());
   if (options.tls) {
     std::printf("lact local: TLS on every port; clients trust --tls-ca %s\n",
                 cluster->tls_ca_file().c_str());

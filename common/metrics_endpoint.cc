@@ -1,0 +1,61 @@
+#include "common/metrics_endpoint.h"
+
+#include <httplib.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <cstdio>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lact {
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
+    std::function<void()> refresh) {
+  std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
+  endpoint->server_ = std::make_unique<httplib::Server>();
+  endpoint->server_->Get(
+      "/metrics", [registry, refresh = std::move(refresh)](const httplib::Request&,
+                                                            httplib::Response& response) {
+        if (refresh) refresh();
+        std::ostringstream text;
+        prometheus::TextSerializer().Serialize(text, registry->Collect());
+        response.set_content(text.str(), "text/plain; version=0.0.4; charset=utf-8");
+      });
+  if (port == 0) {
+    endpoint->port_ = endpoint->server_->bind_to_any_port(host);
+  } else if (endpoint->server_->bind_to_port(host, port)) {
+    endpoint->port_ = port;
+  }
+  if (endpoint->port_ <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", host, ":", port, " for metrics (--metrics-port)"));
+  }
+  httplib::Server* server = endpoint->server_.get();
+  endpoint->thread_ = std::thread([server] { server->listen_after_bind(); });
+  return endpoint;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::StartIfAsked(
+    std::optional<int64_t> port, const std::string& host,
+    std::shared_ptr<prometheus::Registry> registry, std::function<void()> refresh,
+    const char* program) {
+  if (!port) return nullptr;
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      Start(host, static_cast<int>(*port), std::move(registry), std::move(refresh));
+  if (endpoint.ok()) {
+    std::printf("%s metrics on %s:%d\n", program, host.c_str(), (*endpoint)->port());
+    std::fflush(stdout);
+  }
+  return endpoint;
+}
+
+MetricsEndpoint::~MetricsEndpoint() {
+  if (server_ != nullptr) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace lact
