@@ -14,16 +14,24 @@ namespace lact {
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
-    std::function<void()> refresh) {
+    std::function<void()> refresh, std::function<bool()> ready) {
   std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
   endpoint->server_ = std::make_unique<httplib::Server>();
+  endpoint->server_->Get("/metrics", [registry, refresh = std::move(refresh)](
+                                         const httplib::Request&, httplib::Response& response) {
+    if (refresh) refresh();
+    std::ostringstream text;
+    prometheus::TextSerializer().Serialize(text, registry->Collect());
+    response.set_content(text.str(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  endpoint->server_->Get("/livez", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content("live\n", "text/plain");
+  });
   endpoint->server_->Get(
-      "/metrics", [registry, refresh = std::move(refresh)](const httplib::Request&,
-                                                            httplib::Response& response) {
-        if (refresh) refresh();
-        std::ostringstream text;
-        prometheus::TextSerializer().Serialize(text, registry->Collect());
-        response.set_content(text.str(), "text/plain; version=0.0.4; charset=utf-8");
+      "/readyz", [ready = std::move(ready)](const httplib::Request&, httplib::Response& response) {
+        const bool serving = !ready || ready();
+        response.status = serving ? 200 : 503;
+        response.set_content(serving ? "serving\n" : "not serving\n", "text/plain");
       });
   if (port == 0) {
     endpoint->port_ = endpoint->server_->bind_to_any_port(host);
@@ -42,10 +50,10 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::StartIfAsked(
     std::optional<int64_t> port, const std::string& host,
     std::shared_ptr<prometheus::Registry> registry, std::function<void()> refresh,
-    const char* program) {
+    std::function<bool()> ready, const char* program) {
   if (!port) return nullptr;
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
-      Start(host, static_cast<int>(*port), std::move(registry), std::move(refresh));
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = Start(
+      host, static_cast<int>(*port), std::move(registry), std::move(refresh), std::move(ready));
   if (endpoint.ok()) {
     std::printf("%s metrics on %s:%d\n", program, host.c_str(), (*endpoint)->port());
     std::fflush(stdout);

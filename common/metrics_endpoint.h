@@ -2,7 +2,12 @@
 // the text exposition format (0.0.4) of a prometheus-cpp registry, served
 // by cpp-httplib from a thread of its own. Before each scrape `refresh`
 // runs (it sets the gauges that are read from live state: jobs by status,
-// workers, retained bytes). Any other path is 404. Thread-safe; the
+// workers, retained bytes). The same port answers HTTP probes in
+// plaintext (kubelet's gRPC probes cannot speak TLS, which lact's gRPC
+// ports need off loopback): GET /livez is 200 while the process serves
+// HTTP, GET /readyz 200 while `ready()` holds and 503 otherwise (the
+// process mirrors its gRPC health service there: not ready until
+// registered, nor while draining). Any other path is 404. Thread-safe; the
 // destructor stops the server and joins its thread.
 #ifndef LACT_COMMON_METRICS_ENDPOINT_H_
 #define LACT_COMMON_METRICS_ENDPOINT_H_
@@ -29,13 +34,13 @@ class MetricsEndpoint {
   // Listens on host:port (0: a free port).
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
       const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
-      std::function<void()> refresh);
+      std::function<void()> refresh, std::function<bool()> ready);
   // For a server's --metrics-port: null when `port` is not given; else
   // Start, and prints "PROGRAM metrics on HOST:PORT" to stdout.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartIfAsked(
       std::optional<int64_t> port, const std::string& host,
       std::shared_ptr<prometheus::Registry> registry, std::function<void()> refresh,
-      const char* program);
+      std::function<bool()> ready, const char* program);
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;

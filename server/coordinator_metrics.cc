@@ -112,8 +112,9 @@ CoordinatorMetrics::CoordinatorMetrics(const JobStore* jobs, const WorkerRegistr
 }
 
 void CoordinatorMetrics::CallEnded(const char* method, grpc::StatusCode code) {
-  calls_.Add({{"method", method},
-              {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}})
+  calls_
+      .Add({{"method", method},
+            {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}})
       .Increment();
 }
 

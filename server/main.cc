@@ -251,13 +251,15 @@ int Main(int argc, char** argv) {
     return 2;
   }
   CoordinatorMetrics metrics(&jobs, &registry);
+  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Coordinator's health
   absl::StatusOr<std::optional<int64_t>> metrics_port =
       flags->OptionalInt("metrics-port", 0, 65535);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
-      metrics_port.ok() ? MetricsEndpoint::StartIfAsked(
-                              *metrics_port, host, metrics.registry(),
-                              [&metrics] { metrics.Refresh(); }, "lact-coordinator")
-                        : metrics_port.status();
+      metrics_port.ok()
+          ? MetricsEndpoint::StartIfAsked(
+                *metrics_port, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
+                [&serving] { return serving.load(); }, "lact-coordinator")
+          : metrics_port.status();
   if (!metrics_endpoint.ok()) {
     std::fprintf(stderr, "lact-coordinator: %s\n",
                  std::string(metrics_endpoint.status().message()).c_str());
@@ -279,12 +281,14 @@ int Main(int argc, char** argv) {
   }
   // Control serves the running jobs' workers to the end of a drain.
   SetServing(*server, {"lact.v1.Coordinator"}, true);
+  serving = true;
   SetServing(shared ? *server : *control_server, {"lact.v1.Control"}, true);
   WaitForStopSignal();
   // Drain: no new jobs (the probes hear the public service NOT_SERVING);
   // the running ones get up to --drain-seconds.
   draining = true;
   SetServing(*server, {"lact.v1.Coordinator"}, false);
+  serving = false;
   if (!jobs.AwaitNoLiveJobs(absl::Now() + absl::Seconds(options.drain_seconds))) {
     std::fprintf(stderr, "lact-coordinator: jobs still ran after %lld s of draining; stopping\n",
                  static_cast<long long>(options.drain_seconds));

@@ -108,6 +108,14 @@ std::string Scrape(const std::string& address) {
   return response->body;
 }
 
+// The HTTP status of GET http://ADDRESS/PATH; -1 with no answer.
+int HttpStatus(const std::string& address, const std::string& path) {
+  const size_t colon = address.rfind(':');
+  httplib::Client http(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
+  httplib::Result response = http.Get(path);
+  return response ? response->status : -1;
+}
+
 // The value of the sample `series` (name and labels exactly as written,
 // e.g. lact_jobs{status="running"}) in a scrape; -1 when it is missing.
 double Sample(const std::string& scrape, const std::string& series) {
@@ -240,6 +248,20 @@ TEST_F(OperabilityTest, MetricsScrapesCountJobsCallsAndBytes) {
   EXPECT_EQ(bytes_out, tokens * 256 * 4) << "the shards' output bytes";
 }
 
+TEST_F(OperabilityTest, MetricsPortsAnswerHttpProbes) {
+  std::vector<std::string> ports = {cluster_->metrics_address()};
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+      LactClient(cluster_->address()).ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  for (const v1::WorkerInfo& w : *workers) ports.push_back(w.metrics_address());
+  ASSERT_EQ(ports.size(), 3u);
+  for (const std::string& p : ports) {
+    EXPECT_EQ(HttpStatus(p, "/livez"), 200) << p;
+    EXPECT_EQ(HttpStatus(p, "/readyz"), 200) << p;
+    EXPECT_EQ(HttpStatus(p, "/no-such-path"), 404) << p;
+  }
+}
+
 TEST(Help, EveryCommandAndBothServersAnswerHelpAndVersion) {
   const std::vector<std::string> commands = {"run",    "local",  "submit", "query",
                                              "status", "watch",  "fetch",  "cancel",
@@ -288,14 +310,18 @@ TEST(DrainHealth, ADrainingWorkerIsNotServing) {
   ASSERT_NE(cluster, nullptr);
   const std::vector<std::string> addresses = WorkerAddresses(*cluster);
   ASSERT_EQ(addresses.size(), 2u);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> before = LactClient(cluster->address()).ListWorkers();
+  ASSERT_TRUE(before.ok()) << before.status();
   LactClient client(cluster->address());
-  std::vector<int> health;
+  std::vector<int> health, ready;
   std::vector<v1::WorkerInfo> listed;
   const ActedJob job =
       SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 97), [&] {
         cluster->SignalWorker(0, SIGTERM);
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
+        for (const v1::WorkerInfo& w : *before)
+          ready.push_back(HttpStatus(w.metrics_address(), "/readyz"));
         absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
             LactClient(cluster->address()).ListWorkers();
         if (workers.ok()) listed = *workers;
@@ -304,6 +330,7 @@ TEST(DrainHealth, ADrainingWorkerIsNotServing) {
   ASSERT_TRUE(job.result.ok()) << job.result.status();
   EXPECT_THAT(health,
               UnorderedElementsAre(HealthCheckResponse::SERVING, HealthCheckResponse::NOT_SERVING));
+  EXPECT_THAT(ready, UnorderedElementsAre(200, 503)) << "/readyz mirrors the health service";
   ASSERT_EQ(listed.size(), 2u);
   int draining = 0, leased = 0;
   for (const v1::WorkerInfo& w : listed) {
@@ -322,7 +349,7 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  int coordinator = -1, whole = -1, control = -1;
+  int coordinator = -1, whole = -1, control = -1, ready = -1;
   const ActedJob job =
       SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 98), [&] {
         cluster->SignalCoordinator(SIGTERM);
@@ -330,12 +357,14 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
         coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
         whole = HealthOf(cluster->address(), "");
         control = HealthOf(cluster->control_address(), "lact.v1.Control");
+        ready = HttpStatus(cluster->metrics_address(), "/readyz");
       });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();
   EXPECT_EQ(coordinator, HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(whole, HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(control, HealthCheckResponse::SERVING);
+  EXPECT_EQ(ready, 503) << "/readyz mirrors the health service";
   EXPECT_TRUE(cluster->CoordinatorExits(std::chrono::seconds(20)));
 }
 

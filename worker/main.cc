@@ -200,13 +200,15 @@ int Main(int argc, char** argv) {
   TransferBoard transfers;
   RetainedResults results(*retain_bytes);
   WorkerMetrics metrics(&results);
+  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Worker's health
   absl::StatusOr<std::optional<int64_t>> metrics_port =
       flags->OptionalInt("metrics-port", 0, 65535);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
-      metrics_port.ok() ? MetricsEndpoint::StartIfAsked(
-                              *metrics_port, host, metrics.registry(),
-                              [&metrics] { metrics.Refresh(); }, "lact-worker")
-                        : metrics_port.status();
+      metrics_port.ok()
+          ? MetricsEndpoint::StartIfAsked(
+                *metrics_port, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
+                [&serving] { return serving.load(); }, "lact-worker")
+          : metrics_port.status();
   if (!metrics_endpoint.ok()) {
     std::fprintf(stderr, "lact-worker: %s\n",
                  std::string(metrics_endpoint.status().message()).c_str());
@@ -245,6 +247,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   SetServing(*server, served, true);
+  serving = true;
   std::printf("lact-worker %s listening on %s\n", id->c_str(), address.c_str());
   std::fflush(stdout);
 
@@ -275,6 +278,7 @@ int Main(int argc, char** argv) {
   // shards given up to --drain-seconds to finish; then the server stops.
   service.Drain();
   SetServing(*server, served, false);
+  serving = false;
   stopping = true;
   heartbeat.join();
   {
