@@ -53,6 +53,8 @@ constexpr char kUsage[] =
     "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
     "               are written there so a job can run again)]\n"
     "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
+    "               [--advertise-host NAME (the host it registers, which peers dial and its\n"
+    "               certificate names, e.g. a StatefulSet pod's DNS name; default --host)]\n"
     "               [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a free\n"
     "               port; none by default)]\n";
 
@@ -141,7 +143,7 @@ int Main(int argc, char** argv) {
        "tile-tokens", "backend",   "device",        "precision",           "scan-math",
        "collective",  "data-root", "retain-bytes",  "cluster-secret-file", "tls-cert",
        "tls-key",     "tls-ca",    "drain-seconds", "spool-dir",           "no-huge-pages",
-       "metrics-port"},
+       "metrics-port", "advertise-host"},
       {}, {"no-huge-pages"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
@@ -238,7 +240,10 @@ int Main(int argc, char** argv) {
   // Not serving until the coordinator knows this worker.
   const std::vector<std::string> served = {"lact.v1.Worker", "lact.v1.ShardData"};
   SetServing(*server, served, false);
-  const std::string address = absl::StrCat(host, ":", bound_port);
+  // What it registers, and so what the coordinator and clients dial (and
+  // what its TLS certificate must name): --advertise-host, or --host.
+  const std::string address =
+      absl::StrCat(flags->Get("advertise-host").value_or(host), ":", bound_port);
   int interval_ms = 1000;
   absl::StatusOr<std::string> id =
       Register(*control, address, metrics_address, **models, backend, &interval_ms);
