@@ -138,24 +138,36 @@ TEST(CliErrors, NameTheProblem) {
   } cases[] = {
       {"frobnicate", "unknown command 'frobnicate'"},
       {"run --model preset:small --context random:8", "missing required flag --out"},
-      {"run --model preset:small --context random:8 --out /tmp/x --colour red",
+      {"run --model preset:small --context random:8 --out /tmp/x.safetensors --colour red",
        "unknown flag --colour"},
-      {"run --model preset:small --context random:8 --out /tmp/x --threads many",
+      {"run --model preset:small --context random:8 --out /tmp/x.safetensors --threads many",
        "--threads 'many' must be an integer in [0, 1024]"},
-      {"run --model preset:small --context random:0 --out /tmp/x",
+      {"run --model preset:small --context random:0 --out /tmp/x.safetensors",
        "expected random:L[:SEED] with 1 <= L"},
-      {"run --model /nonexistent.safetensors --context random:8 --out /tmp/x",
+      {"run --model /nonexistent.safetensors --context random:8 --out /tmp/x.safetensors",
        "cannot open '/nonexistent.safetensors'"},
-      {"run --model preset:small --context " + golden + "/context.npy --out /tmp/x",
+      {"run --model preset:small --context " + golden + "/context.npy --out /tmp/x.safetensors",
        "context has shape [37, 32]; the model takes [L, 256] tokens"},
-      {"run --model preset:small --context random:4 --muon-steps -2 --out /tmp/x",
+      {"run --model preset:small --context random:4 --muon-steps -2 --out /tmp/x.safetensors",
        "--muon-steps '-2' must be"},
       {"run --model preset:small --context random:4 --out", "flag --out needs a value"},
+      // Outputs are checked before any compute, and must be safetensors.
+      {"run --model preset:small --context random:4 --out /tmp/y.npy",
+       "--out /tmp/y.npy: lact writes safetensors files; name it NAME.safetensors"},
+      {"run --model preset:small --context random:4 --out /nonexistent/dir/x.safetensors",
+       "--out /nonexistent/dir/x.safetensors cannot be created: No such file or directory"},
+      {"run --model preset:small --context /nonexistent.npy --out /tmp/x.safetensors",
+       "cannot open '/nonexistent.npy'"},
+      {"submit --server 127.0.0.1:1 --model preset:small --context random:4 --out /tmp/y.npy",
+       "lact writes safetensors files"},
+      {"fetch --server 127.0.0.1:1 --job j --out /nonexistent/dir/x.safetensors",
+       "cannot be created"},
   };
   for (const Case& c : cases) {
     CommandResult r = RunLact(c.args);
-    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": bad input exits 2\n" << r.output;
     EXPECT_THAT(r.output, ::testing::HasSubstr(c.message)) << c.args;
+    EXPECT_THAT(r.output, ::testing::Not(::testing::HasSubstr("layer 1/"))) << "before any compute";
   }
 }
 

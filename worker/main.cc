@@ -139,10 +139,10 @@ int Main(int argc, char** argv) {
     return *answered;
   absl::StatusOr<Flags> flags = Flags::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator", "host",      "port",          "model-dir",           "threads",
-       "tile-tokens", "backend",   "device",        "precision",           "scan-math",
-       "collective",  "data-root", "retain-bytes",  "cluster-secret-file", "tls-cert",
-       "tls-key",     "tls-ca",    "drain-seconds", "spool-dir",           "no-huge-pages",
+      {"coordinator",  "host",          "port",          "model-dir",           "threads",
+       "tile-tokens",  "backend",       "device",        "precision",           "scan-math",
+       "collective",   "data-root",     "retain-bytes",  "cluster-secret-file", "tls-cert",
+       "tls-key",      "tls-ca",        "drain-seconds", "spool-dir",           "no-huge-pages",
        "metrics-port", "advertise-host"},
       {}, {"no-huge-pages"});
   absl::StatusOr<std::string> coordinator =

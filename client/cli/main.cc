@@ -91,6 +91,22 @@ void PrintUsage(FILE* out) {
   std::fputs(kServerFlags, out);
 }
 
+// Exit 2: what the caller gave was wrong (a flag, a file, a model or job
+// name, a token); 1: the cluster or the machine failed.
+bool IsBadInput(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h" || arg == "help"; }
 
 }  // namespace
@@ -125,7 +141,7 @@ int main(int argc, char** argv) {
   const absl::Status status = found->run(args);
   if (!status.ok()) {
     std::fprintf(stderr, "lact %s: %s\n", command.c_str(), std::string(status.message()).c_str());
-    return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    return IsBadInput(status.code()) ? 2 : 1;
   }
   return 0;
 }

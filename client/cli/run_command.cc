@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cli/output_file.h"
 #include "client/cli/tokens_source.h"
 #include "common/flags.h"
 #include "common/fused_state.h"
@@ -40,6 +41,7 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string model_spec, flags.Required("model"));
   LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
   const std::string backend = flags.Get("backend").value_or("cpu");
   // A GPU wants far bigger tiles than a CPU core's caches.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/output_file.h"
 #include "client/cli/tokens_source.h"
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
@@ -156,6 +157,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   if (out_path.empty() && options.output_ref.empty()) {
     return absl::InvalidArgumentError("give --out FILE.safetensors, --out-ref PATH.npy, or both");
   }
+  if (!out_path.empty()) LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 0, 0, 4096));
   LACT_ASSIGN_OR_RETURN(std::optional<int64_t> muon, flags.OptionalInt("muon-steps", 0, 100));
   LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk,
@@ -224,6 +226,7 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
   LACT_ASSIGN_OR_RETURN(WireType dtype, ParseDType(flags.Get("dtype").value_or("f32")));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
   if (flags.GetAll("query").empty())
@@ -302,6 +305,7 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
+  LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(JobResult result, client.FetchResult(job));
   LACT_RETURN_IF_ERROR(WriteResult(out_path, result.output, result.queries, result.state));
