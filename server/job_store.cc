@@ -51,6 +51,7 @@ absl::StatusOr<std::string> JobStore::Create(const v1::JobSpec& spec) {
   r.sequence = next_++;
   r.info.set_job_id(id);
   r.info.set_model(spec.model());
+  *r.info.mutable_options() = spec.options();
   r.info.set_tenant(spec.tenant());
   r.info.set_status(v1::JobInfo::QUEUED);
   r.info.set_context_tokens(spec.context_tokens());

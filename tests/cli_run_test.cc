@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_config.h"
 #include "common/safetensors.h"
 #include "tests/golden_case.h"
 
@@ -123,6 +125,21 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_LE(RelativeError(*got, want), 1e-4) << name << " " << tensor_name;
     }
+    // The effective config, as lact run writes it, in submit's and fetch's outputs.
+    const std::string want_config = ModelConfigToJson(golden->config);
+    ASSERT_EQ(file->metadata().count("lact.config"), 1u) << name;
+    EXPECT_EQ(file->metadata().at("lact.config"), want_config) << name;
+    const std::regex job_line("(^|\n)(job-[0-9a-f]{32})\n");
+    std::smatch job;
+    ASSERT_TRUE(std::regex_search(r.output, job, job_line)) << r.output;
+    const std::string fetched = models + "/" + name + ".fetched.safetensors";
+    CommandResult f = RunLact(
+        absl::StrCat("fetch --server ", server, " --job ", job[2].str(), " --out ", fetched));
+    ASSERT_EQ(f.exit_code, 0) << f.output;
+    absl::StatusOr<SafetensorsFile> fetched_file = SafetensorsFile::Open(fetched);
+    ASSERT_TRUE(fetched_file.ok()) << fetched_file.status();
+    ASSERT_EQ(fetched_file->metadata().count("lact.config"), 1u) << name;
+    EXPECT_EQ(fetched_file->metadata().at("lact.config"), want_config) << name;
   }
   kill(static_cast<pid_t>(pid), SIGTERM);
   for (int i = 0; i < 100 && kill(static_cast<pid_t>(pid), 0) == 0; ++i) {

@@ -14,9 +14,8 @@ namespace lact::cli {
 
 absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
   if (!absl::EndsWith(path, ".safetensors")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " ", path,
-                     ": lact writes safetensors files; name it NAME.safetensors"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " ", path, ": lact writes safetensors files; name it NAME.safetensors"));
   }
   struct stat st;
   if (stat(path.c_str(), &st) == 0) {
@@ -24,15 +23,15 @@ absl::Status CheckOutputFile(const std::string& flag, const std::string& path) {
       return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", path, " is a folder"));
     }
     if (access(path.c_str(), W_OK) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", path,
-                                                     " cannot be written: ", std::strerror(errno)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " ", path, " cannot be written: ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", path,
-                                                   " cannot be created: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", path, " cannot be created: ", std::strerror(errno)));
   }
   close(fd);
   unlink(path.c_str());

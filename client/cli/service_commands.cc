@@ -16,11 +16,13 @@
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
 #include "common/flags.h"
+#include "common/model_config.h"
 #include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
 #include "proto/auth.h"
+#include "proto/job_options.h"
 #include "proto/tls.h"
 
 namespace lact::cli {
@@ -101,11 +103,22 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
-absl::Status WriteResult(const std::string& path, const Tensor& output,
-                         const std::vector<Tensor>& queries,
+// The effective config of a job of `model` with `options`, as `lact run`
+// writes it into its outputs' lact.config metadata.
+absl::StatusOr<std::string> JobConfigJson(LactClient& client, const std::string& model,
+                                          const JobOptions& options) {
+  LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(model));
+  LACT_ASSIGN_OR_RETURN(ModelConfig effective, ApplyJobOptions(config, options));
+  return ModelConfigToJson(effective);
+}
+
+// `output` null: no "output" tensor (a query's results).
+absl::Status WriteResult(const std::string& path, const std::string& config_json,
+                         const Tensor* output, const std::vector<Tensor>& queries,
                          const std::map<std::string, Tensor>& state) {
   SafetensorsWriter writer;
-  writer.Add("output", output);
+  writer.SetMetadata("lact.config", config_json);
+  if (output != nullptr) writer.Add("output", *output);
   for (size_t k = 0; k < queries.size(); ++k) writer.Add(absl::StrCat("query_", k), queries[k]);
   for (const auto& [name, t] : state) writer.Add(name, t);
   return writer.Write(path);
@@ -204,8 +217,12 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
                  result->job_id.c_str(), server.c_str(), result->job_id.c_str());
     return absl::OkStatus();
   }
-  if (!out_path.empty())
-    LACT_RETURN_IF_ERROR(WriteResult(out_path, result->output, result->queries, result->state));
+  if (!out_path.empty()) {
+    LACT_ASSIGN_OR_RETURN(std::string config,
+                          JobConfigJson(client, options.model, options.options));
+    LACT_RETURN_IF_ERROR(
+        WriteResult(out_path, config, &result->output, result->queries, result->state));
+  }
   std::printf("%s\n", result->job_id.c_str());
   std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n",
                result->job_id.c_str(), result->shards.size(),
@@ -241,9 +258,9 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   }
   LACT_ASSIGN_OR_RETURN(std::vector<Tensor> outputs,
                         client.Query(job, queries, dtype, std::chrono::seconds(timeout_s)));
-  SafetensorsWriter writer;
-  for (size_t k = 0; k < outputs.size(); ++k) writer.Add(absl::StrCat("query_", k), outputs[k]);
-  LACT_RETURN_IF_ERROR(writer.Write(out_path));
+  LACT_ASSIGN_OR_RETURN(std::string config_json,
+                        JobConfigJson(client, info.model(), FromProto(info.options())));
+  LACT_RETURN_IF_ERROR(WriteResult(out_path, config_json, nullptr, outputs, {}));
   std::fprintf(stderr, "lact query: %zu query sets against %s; wrote %s\n", outputs.size(),
                job.c_str(), out_path.c_str());
   return absl::OkStatus();
@@ -308,7 +325,10 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
   LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(JobResult result, client.FetchResult(job));
-  LACT_RETURN_IF_ERROR(WriteResult(out_path, result.output, result.queries, result.state));
+  LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.GetJob(job));
+  LACT_ASSIGN_OR_RETURN(std::string config,
+                        JobConfigJson(client, info.model(), FromProto(info.options())));
+  LACT_RETURN_IF_ERROR(WriteResult(out_path, config, &result.output, result.queries, result.state));
   std::fprintf(
       stderr,
       "lact fetch: job %s: %s%zu query sets, %zu state tensors from %zu workers; wrote %s\n",
