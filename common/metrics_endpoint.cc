@@ -48,12 +48,13 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
 }
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::StartIfAsked(
-    std::optional<int64_t> port, const std::string& host,
-    std::shared_ptr<prometheus::Registry> registry, std::function<void()> refresh,
-    std::function<bool()> ready, const char* program) {
-  if (!port) return nullptr;
+    const Flags& flags, const std::string& host, std::shared_ptr<prometheus::Registry> registry,
+    std::function<void()> refresh, std::function<bool()> ready, const char* program) {
+  absl::StatusOr<std::optional<int64_t>> port = flags.OptionalInt("metrics-port", 0, 65535);
+  if (!port.ok()) return port.status();
+  if (!*port) return nullptr;
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = Start(
-      host, static_cast<int>(*port), std::move(registry), std::move(refresh), std::move(ready));
+      host, static_cast<int>(**port), std::move(registry), std::move(refresh), std::move(ready));
   if (endpoint.ok()) {
     std::printf("%s metrics on %s:%d\n", program, host.c_str(), (*endpoint)->port());
     std::fflush(stdout);

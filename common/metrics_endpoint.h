@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/flags.h"
 
 namespace httplib {
 class Server;
@@ -35,12 +36,11 @@ class MetricsEndpoint {
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
       const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
       std::function<void()> refresh, std::function<bool()> ready);
-  // For a server's --metrics-port: null when `port` is not given; else
-  // Start, and prints "PROGRAM metrics on HOST:PORT" to stdout.
+  // For a server's --metrics-port (in `flags`): null when it is not given;
+  // else Start, and prints "PROGRAM metrics on HOST:PORT" to stdout.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartIfAsked(
-      std::optional<int64_t> port, const std::string& host,
-      std::shared_ptr<prometheus::Registry> registry, std::function<void()> refresh,
-      std::function<bool()> ready, const char* program);
+      const Flags& flags, const std::string& host, std::shared_ptr<prometheus::Registry> registry,
+      std::function<void()> refresh, std::function<bool()> ready, const char* program);
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;

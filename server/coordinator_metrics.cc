@@ -3,20 +3,12 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "common/metric_families.h"
 #include "server/job_store.h"
 #include "server/worker_registry.h"
 
 namespace lact::server {
 namespace {
-
-using prometheus::BuildCounter;
-using prometheus::BuildGauge;
-using prometheus::BuildHistogram;
-
-// Seconds from 10 ms to about 3 hours, by factors of about 3.
-prometheus::Histogram::BucketBoundaries SecondsBuckets() {
-  return {0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000};
-}
 
 const char* StatusName(v1::JobInfo::Status s) {
   switch (s) {
@@ -40,67 +32,36 @@ const char* StatusName(v1::JobInfo::Status s) {
 CoordinatorMetrics::CoordinatorMetrics(const JobStore* jobs, const WorkerRegistry* registry)
     : jobs_(jobs),
       workers_(registry),
-      calls_(BuildCounter()
-                 .Name("lact_calls_total")
-                 .Help("Submit and Query calls by the status code the client got")
-                 .Register(*registry_)),
-      jobs_ended_(BuildCounter()
-                      .Name("lact_jobs_ended_total")
-                      .Help("Jobs that ended, by final status")
-                      .Register(*registry_)),
-      context_tokens_(BuildCounter()
-                          .Name("lact_context_tokens_total")
-                          .Help("Context tokens of the jobs that succeeded")
-                          .Register(*registry_)
-                          .Add({})),
-      bytes_(BuildCounter()
-                 .Name("lact_job_bytes_total")
-                 .Help("Context bytes in and output bytes out of the jobs that succeeded (they "
-                       "move between clients, files and workers, never through the coordinator)")
-                 .Register(*registry_)),
-      reruns_(BuildCounter()
-                  .Name("lact_job_reruns_total")
-                  .Help("Times a job ran again after one of its workers was gone")
-                  .Register(*registry_)
-                  .Add({})),
-      allreduce_seconds_(BuildCounter()
-                             .Name("lact_allreduce_seconds_total")
-                             .Help("Gradient all-reduce time, summed over workers")
-                             .Register(*registry_)
-                             .Add({})),
-      allreduce_hidden_seconds_(BuildCounter()
-                                    .Name("lact_allreduce_hidden_seconds_total")
-                                    .Help("The part of it hidden behind the scans")
-                                    .Register(*registry_)
-                                    .Add({})),
-      job_seconds_(BuildHistogram()
-                       .Name("lact_job_seconds")
-                       .Help("Jobs that succeeded: accepted to done")
-                       .Register(*registry_)
-                       .Add({}, SecondsBuckets())),
-      stage_seconds_(BuildHistogram()
-                         .Name("lact_job_stage_seconds")
-                         .Help("Jobs that succeeded, by stage: upload (the last worker holding "
-                               "its context), compute (the slowest worker), download")
-                         .Register(*registry_)),
-      jobs_by_status_(BuildGauge()
-                          .Name("lact_jobs")
-                          .Help("Job records the coordinator holds, by status")
-                          .Register(*registry_)),
-      workers_by_state_(BuildGauge()
-                            .Name("lact_workers")
-                            .Help("Registered workers: healthy, unhealthy or draining")
-                            .Register(*registry_)),
-      workers_leased_(BuildGauge()
-                          .Name("lact_workers_leased")
-                          .Help("Workers a job holds now")
-                          .Register(*registry_)
-                          .Add({})),
-      retained_states_(BuildGauge()
-                           .Name("lact_retained_states")
-                           .Help("Finished jobs whose fused state is kept for Query")
-                           .Register(*registry_)
-                           .Add({})) {
+      calls_(CounterFamily(*registry_, "lact_calls_total",
+                           "Submit and Query calls by the status code the client got")),
+      jobs_ended_(
+          CounterFamily(*registry_, "lact_jobs_ended_total", "Jobs that ended, by final status")),
+      context_tokens_(OneCounter(*registry_, "lact_context_tokens_total",
+                                 "Context tokens of the jobs that succeeded")),
+      bytes_(
+          CounterFamily(*registry_, "lact_job_bytes_total",
+                        "Context bytes in and output bytes out of the jobs that succeeded (they "
+                        "move between clients, files and workers, never through the coordinator)")),
+      reruns_(OneCounter(*registry_, "lact_job_reruns_total",
+                         "Times a job ran again after one of its workers was gone")),
+      allreduce_seconds_(OneCounter(*registry_, "lact_allreduce_seconds_total",
+                                    "Gradient all-reduce time, summed over workers")),
+      allreduce_hidden_seconds_(OneCounter(*registry_, "lact_allreduce_hidden_seconds_total",
+                                           "The part of it hidden behind the scans")),
+      job_seconds_(
+          HistogramFamily(*registry_, "lact_job_seconds", "Jobs that succeeded: accepted to done")
+              .Add({}, SecondsBuckets())),
+      stage_seconds_(
+          HistogramFamily(*registry_, "lact_job_stage_seconds",
+                          "Jobs that succeeded, by stage: upload (the last worker holding "
+                          "its context), compute (the slowest worker), download")),
+      jobs_by_status_(
+          GaugeFamily(*registry_, "lact_jobs", "Job records the coordinator holds, by status")),
+      workers_by_state_(GaugeFamily(*registry_, "lact_workers",
+                                    "Registered workers: healthy, unhealthy or draining")),
+      workers_leased_(OneGauge(*registry_, "lact_workers_leased", "Workers a job holds now")),
+      retained_states_(OneGauge(*registry_, "lact_retained_states",
+                                "Finished jobs whose fused state is kept for Query")) {
   for (const char* stage : {"upload", "compute", "download"})
     stage_seconds_.Add({{"stage", stage}}, SecondsBuckets());
   for (auto s : {v1::JobInfo::QUEUED, v1::JobInfo::RUNNING, v1::JobInfo::SUCCEEDED,
@@ -131,9 +92,8 @@ void CoordinatorMetrics::JobEnded(v1::JobInfo::Status status, const v1::JobStats
   allreduce_hidden_seconds_.Increment(stats.allreduce_seconds() *
                                       stats.allreduce_hidden_fraction());
   job_seconds_.Observe(stats.seconds());
-  stage_seconds_.Add({{"stage", "upload"}}, SecondsBuckets()).Observe(stats.upload_seconds());
-  stage_seconds_.Add({{"stage", "compute"}}, SecondsBuckets()).Observe(stats.compute_seconds());
-  stage_seconds_.Add({{"stage", "download"}}, SecondsBuckets()).Observe(stats.download_seconds());
+  ObserveStages(stage_seconds_, stats.upload_seconds(), stats.compute_seconds(),
+                stats.download_seconds());
 }
 
 void CoordinatorMetrics::Refresh() {

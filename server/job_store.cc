@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/auth.h"
 
@@ -300,14 +301,15 @@ void JobStore::PersistLocked(const Record& r) {
     j.worker = r.state->worker;
   }
   if (absl::Status s = journal_->Put(j); !s.ok()) {
-    std::fprintf(stderr, "lact-coordinator: %s\n", std::string(s.message()).c_str());
+    Log(LogLevel::kError, "journal_write_failed",
+        {{"job", r.info.job_id()}, {"error", s.message()}});
   }
 }
 
 void JobStore::UnpersistLocked(const std::string& id) {
   if (journal_ == nullptr) return;
   if (absl::Status s = journal_->Erase(id); !s.ok()) {
-    std::fprintf(stderr, "lact-coordinator: %s\n", std::string(s.message()).c_str());
+    Log(LogLevel::kError, "journal_erase_failed", {{"job", id}, {"error", s.message()}});
   }
 }
 

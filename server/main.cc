@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/log.h"
 #include "common/metrics_endpoint.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
@@ -55,6 +56,7 @@ constexpr char kUsage[] =
     "                    [--spool-dir DIR (shared with the workers: in-band contexts kept so "
     "their\n"
     "                    jobs can run again)] [--spool-bytes 68719476736]\n"
+    "                    [--log-level debug|info|warn|error (JSON lines on stderr; default info)]\n"
     "                    [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a\n"
     "                    free port; none by default)]\n"
     "                    [--drain-seconds 60 (on SIGTERM: no new jobs, running ones finish)]\n";
@@ -176,6 +178,8 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
   }
   std::printf("lact-coordinator %s %s:%d\n", what, host.c_str(), bound_port);
   std::fflush(stdout);
+  Log(LogLevel::kInfo, "listening",
+      {{"port", what}, {"address", absl::StrCat(host, ":", bound_port)}});
   return server;
 }
 
@@ -208,12 +212,14 @@ int Main(int argc, char** argv) {
                                                                      "drain-seconds",
                                                                      "spool-dir",
                                                                      "spool-bytes",
-                                                                     "metrics-port"});
+                                                                     "metrics-port",
+                                                                     "log-level"});
   EnableHealthAndReflection();
   CoordinatorOptions options;
   int64_t port = 0, heartbeat_ms = 1000;
   absl::Status parsed =
       flags.ok() ? ParseOptions(*flags, &options, &port, &heartbeat_ms) : flags.status();
+  if (parsed.ok()) parsed = InitLogFromFlag("lact-coordinator", flags->Get("log-level"));
   const std::string host = flags.ok() ? flags->Get("host").value_or("127.0.0.1") : "";
   absl::StatusOr<Guards> guards = parsed.ok() ? LoadGuards(*flags, host) : parsed;
   absl::StatusOr<int64_t> control_port =
@@ -252,14 +258,9 @@ int Main(int argc, char** argv) {
   }
   CoordinatorMetrics metrics(&jobs, &registry);
   std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Coordinator's health
-  absl::StatusOr<std::optional<int64_t>> metrics_port =
-      flags->OptionalInt("metrics-port", 0, 65535);
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
-      metrics_port.ok()
-          ? MetricsEndpoint::StartIfAsked(
-                *metrics_port, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
-                [&serving] { return serving.load(); }, "lact-coordinator")
-          : metrics_port.status();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
+      *flags, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
+      [&serving] { return serving.load(); }, "lact-coordinator");
   if (!metrics_endpoint.ok()) {
     std::fprintf(stderr, "lact-coordinator: %s\n",
                  std::string(metrics_endpoint.status().message()).c_str());
@@ -283,19 +284,27 @@ int Main(int argc, char** argv) {
   SetServing(*server, {"lact.v1.Coordinator"}, true);
   serving = true;
   SetServing(shared ? *server : *control_server, {"lact.v1.Control"}, true);
+  Log(LogLevel::kInfo, "started",
+      {{"version", LactVersion()},
+       {"tls", guards->tls.serves_tls()},
+       {"tokens_required", !guards->tenants.open()},
+       {"spool", !options.spool_dir.empty()},
+       {"state_dir", flags->Get("state-dir").value_or("")}});
   WaitForStopSignal();
+  Log(LogLevel::kInfo, "draining", {{"drain_seconds", options.drain_seconds}});
   // Drain: no new jobs (the probes hear the public service NOT_SERVING);
   // the running ones get up to --drain-seconds.
   draining = true;
   SetServing(*server, {"lact.v1.Coordinator"}, false);
   serving = false;
   if (!jobs.AwaitNoLiveJobs(absl::Now() + absl::Seconds(options.drain_seconds))) {
-    std::fprintf(stderr, "lact-coordinator: jobs still ran after %lld s of draining; stopping\n",
-                 static_cast<long long>(options.drain_seconds));
+    Log(LogLevel::kWarn, "drain_timed_out",
+        {{"drain_seconds", options.drain_seconds}, {"consequence", "running jobs are stopped"}});
   }
   const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(10);
   server->Shutdown(grace);
   if (control_server) control_server->Shutdown(grace);
+  Log(LogLevel::kInfo, "stopped");
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/data_files.h"
+#include "common/log.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "proto/in_band.h"
@@ -90,6 +91,13 @@ class SubmitFlow {
     absl::StatusOr<std::string> id = c_.jobs->Create(spec_);
     if (!id.ok()) return ToGrpcStatus(id.status());
     job_id_ = *std::move(id);
+    Log(LogLevel::kInfo, "job_admitted",
+        {{"job", job_id_},
+         {"tenant", spec_.tenant()},
+         {"model", spec_.model()},
+         {"context_tokens", spec_.context_tokens()},
+         {"workers", plan_.workers},
+         {"by_reference", spec_.has_context_ref()}});
     machine_ = std::make_shared<JobMachine>(job_id_);
     // A cancel wakes the queue, which looks at it only then.
     c_.jobs->SetCanceller(job_id_, [machine = machine_, registry = c_.registry](CancelCause cause) {
@@ -115,9 +123,12 @@ class SubmitFlow {
       ForgetEarlierAttempt(gone);
       if (AllRanksSpooled()) ReadContextFromSpool();
       stats_.set_reruns(stats_.reruns() + 1);
-      std::fprintf(stderr, "lact-coordinator: job %s: %s; running it again (%d)%s\n",
-                   job_id_.c_str(), std::string(status.message()).c_str(), stats_.reruns(),
-                   context_from_spool_ ? " from its spool" : "");
+      Log(LogLevel::kWarn, "job_rerun",
+          {{"job", job_id_},
+           {"cause", status.message()},
+           {"rerun", stats_.reruns()},
+           {"gone_worker", gone},
+           {"context_from_spool", context_from_spool_}});
       const absl::Status failed = std::move(status);
       status = Execute();
       // No workers to run it again: what the client needs to hear is why
@@ -143,7 +154,7 @@ class SubmitFlow {
         ForgetOnWorkers(c_.cluster, job_id_, fetch_ticket_, lease_addresses_);
       c_.jobs->Finish(job_id_, InfoStatus(machine_->stage()), std::string(status.message()),
                       stats_);
-      ReportEnd(InfoStatus(machine_->stage()));
+      ReportEnd(InfoStatus(machine_->stage()), status.message());
       return ToGrpcStatus(status);
     }
     c_.jobs->Retain(
@@ -161,7 +172,16 @@ class SubmitFlow {
  private:
   // The job's end, to the metrics: its context and output bytes as its
   // spec and model give them.
-  void ReportEnd(v1::JobInfo::Status status) const {
+  void ReportEnd(v1::JobInfo::Status status, absl::string_view error = "") const {
+    Log(status == v1::JobInfo::SUCCEEDED ? LogLevel::kInfo : LogLevel::kWarn, "job_ended",
+        {{"job", job_id_},
+         {"tenant", spec_.tenant()},
+         {"status", v1::JobInfo::Status_Name(status)},
+         {"error", error},
+         {"seconds", stats_.seconds()},
+         {"compute_seconds", stats_.compute_seconds()},
+         {"reruns", stats_.reruns()},
+         {"workers", lease_addresses_}});
     if (c_.metrics == nullptr) return;
     absl::StatusOr<WireType> dtype = FromProto(spec_.dtype());
     const int64_t tokens = spec_.context_tokens();
@@ -226,8 +246,8 @@ class SubmitFlow {
         dtype.ok() ? c_.spool->Create(job_id_, spec_.context_tokens(), spec_.token_width(), *dtype)
                    : dtype.status();
     if (!path.ok()) {
-      std::fprintf(stderr, "lact-coordinator: job %s is not spooled (it cannot run again): %s\n",
-                   job_id_.c_str(), std::string(path.status().message()).c_str());
+      Log(LogLevel::kWarn, "job_not_spooled",
+          {{"job", job_id_}, {"reason", path.status().message()}});
       return;
     }
     spool_path_ = *std::move(path);
@@ -305,6 +325,7 @@ class SubmitFlow {
     v1::JobAccepted shown = accepted.accepted();
     shown.clear_ticket();  // the Transfer ticket is this call's client's alone
     c_.jobs->Start(job_id_, shown);
+    Log(LogLevel::kInfo, "job_started", {{"job", job_id_}, {"workers", lease_addresses_}});
     if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(call_));
         !opened.ok()) {
       CheckCall();  // an expired deadline is not the worker's fault
@@ -514,6 +535,13 @@ grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
     return SubmitFlow(coordinator, call).Run(owned);
   }();
   if (coordinator.metrics != nullptr) coordinator.metrics->CallEnded("Submit", status.error_code());
+  if (!status.ok()) {
+    Log(LogLevel::kWarn, "call_failed",
+        {{"method", "Submit"},
+         {"tenant", caller.tenant},
+         {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))},
+         {"message", status.error_message()}});
+  }
   return status;
 }
 

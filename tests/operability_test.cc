@@ -12,6 +12,8 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "client/local_cluster.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "tests/random_model.h"
 #include "tests/service_support.h"
 
@@ -292,6 +295,88 @@ TEST(Help, EveryCommandAndBothServersAnswerHelpAndVersion) {
   const CommandResult unknown = RunCommand(absl::StrCat(BinDir(), "/lact frobnicate 2>&1"));
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.output, HasSubstr("unknown command 'frobnicate'"));
+}
+
+// A coordinator started alone with `flags`, its stdout and stderr in files
+// of `dir`; its address once it listens ("" if it exited).
+struct LoneCoordinator {
+  pid_t pid = -1;
+  std::string address, log;
+};
+LoneCoordinator StartCoordinator(const std::string& dir, const std::string& flags) {
+  LoneCoordinator c;
+  const std::string out = dir + "/out";
+  c.log = dir + "/log";
+  const CommandResult started = RunCommand(absl::StrCat(
+      BinDir(), "/lact-coordinator --port 0 ", flags, " > ", out, " 2> ", c.log, " & echo $!"));
+  c.pid = std::stoi(started.output);
+  for (int i = 0; i < 100 && c.address.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(out);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("listening on ") != std::string::npos)
+        c.address = line.substr(line.find("listening on ") + 13);
+    }
+  }
+  return c;
+}
+
+// The coordinator's log: one JSON object per line, each with its time,
+// level, process and event; a refused Submit is logged with its code, and
+// its start, drain and stop too. --log-level error keeps the info lines out.
+TEST(Logs, TheCoordinatorLogsJsonLinesWithEveryRefusalsCode) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/lact_logs_", getpid());
+  std::filesystem::create_directories(dir + "/info");
+  std::filesystem::create_directories(dir + "/error");
+  LoneCoordinator c = StartCoordinator(dir + "/info", "--log-level info");
+  ASSERT_FALSE(c.address.empty()) << "the coordinator did not start";
+  SubmitOptions o;
+  o.model = "preset:small";
+  o.workers = 1;
+  const absl::Status refused =
+      LactClient(c.address).Submit(o, RandomTokens(8, 256, 9), {}).status();
+  ASSERT_FALSE(refused.ok());
+  kill(c.pid, SIGTERM);
+  for (int i = 0; i < 100 && kill(c.pid, 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::ifstream in(c.log);
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    for (const char* key : {"time", "level", "process", "event"})
+      EXPECT_TRUE(j.contains(key)) << key << " missing: " << line;
+    EXPECT_EQ(j.value("process", ""), "lact-coordinator") << line;
+    lines.push_back(std::move(j));
+  }
+  std::vector<std::string> events;
+  for (const nlohmann::json& j : lines) events.push_back(j.value("event", ""));
+  EXPECT_THAT(events, ::testing::IsSupersetOf(
+                          {"listening", "started", "call_failed", "draining", "stopped"}));
+  for (const nlohmann::json& j : lines) {
+    if (j.value("event", "") != "call_failed") continue;
+    EXPECT_EQ(j.value("method", ""), "Submit");
+    EXPECT_EQ(j.value("code", ""), absl::StatusCodeToString(refused.code()));
+    EXPECT_EQ(j.value("message", ""), std::string(refused.message()));
+    EXPECT_EQ(j.value("level", ""), "warning");
+  }
+
+  LoneCoordinator quiet = StartCoordinator(dir + "/error", "--log-level error");
+  ASSERT_FALSE(quiet.address.empty());
+  kill(quiet.pid, SIGTERM);
+  for (int i = 0; i < 100 && kill(quiet.pid, 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::ifstream quiet_log(quiet.log);
+  std::string text((std::istreambuf_iterator<char>(quiet_log)), {});
+  EXPECT_EQ(text.find("\"started\""), std::string::npos) << text;
+
+  const CommandResult bad =
+      RunCommand(absl::StrCat(BinDir(), "/lact-coordinator --log-level loud 2>&1"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("--log-level 'loud': one of debug, info, warn, error"));
+  std::filesystem::remove_all(dir);
 }
 
 // A job of a few seconds on two one-thread workers.

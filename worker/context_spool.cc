@@ -1,7 +1,8 @@
 #include "worker/context_spool.h"
 
-#include <cstdio>
 #include <utility>
+
+#include "common/log.h"
 
 namespace lact {
 
@@ -69,8 +70,9 @@ void ContextSpool::Run() {
     const absl::Status written =
         file_.Write(context_begin_ + chunk.row, {absl::string_view(chunk.bytes)});
     if (!written.ok()) {
-      std::fprintf(stderr, "lact-worker: the job cannot run again from its spool: %s\n",
-                   std::string(written.message()).c_str());
+      Log(LogLevel::kWarn, "spool_write_failed",
+          {{"error", written.message()},
+           {"consequence", "the job cannot run again from its spool"}});
     }
     absl::MutexLock lock(&mu_);
     writing_ = false;

@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/flags.h"
+#include "common/log.h"
 #include "common/metrics_endpoint.h"
 #include "common/model_config.h"
 #include "common/status_macros.h"
@@ -55,6 +56,7 @@ constexpr char kUsage[] =
     "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
     "               [--advertise-host NAME (the host it registers, which peers dial and its\n"
     "               certificate names, e.g. a StatefulSet pod's DNS name; default --host)]\n"
+    "               [--log-level debug|info|warn|error (JSON lines on stderr; default info)]\n"
     "               [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a free\n"
     "               port; none by default)]\n";
 
@@ -139,11 +141,11 @@ int Main(int argc, char** argv) {
     return *answered;
   absl::StatusOr<Flags> flags = Flags::Parse(
       std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator",  "host",          "port",          "model-dir",           "threads",
-       "tile-tokens",  "backend",       "device",        "precision",           "scan-math",
-       "collective",   "data-root",     "retain-bytes",  "cluster-secret-file", "tls-cert",
-       "tls-key",      "tls-ca",        "drain-seconds", "spool-dir",           "no-huge-pages",
-       "metrics-port", "advertise-host"},
+      {"coordinator",  "host",           "port",          "model-dir",           "threads",
+       "tile-tokens",  "backend",        "device",        "precision",           "scan-math",
+       "collective",   "data-root",      "retain-bytes",  "cluster-secret-file", "tls-cert",
+       "tls-key",      "tls-ca",         "drain-seconds", "spool-dir",           "no-huge-pages",
+       "metrics-port", "advertise-host", "log-level"},
       {}, {"no-huge-pages"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
@@ -157,9 +159,11 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int64_t> retain_bytes =
       flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50)
                  : flags.status();
+  const absl::Status logged =
+      flags.ok() ? InitLogFromFlag("lact-worker", flags->Get("log-level")) : flags.status();
   for (const absl::Status& s :
        {coordinator.status(), port.status(), threads.status(), tile.status(), device.status(),
-        retain_bytes.status(), drain_seconds.status()}) {
+        retain_bytes.status(), drain_seconds.status(), logged}) {
     if (!s.ok()) {
       std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -203,14 +207,9 @@ int Main(int argc, char** argv) {
   RetainedResults results(*retain_bytes);
   WorkerMetrics metrics(&results);
   std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Worker's health
-  absl::StatusOr<std::optional<int64_t>> metrics_port =
-      flags->OptionalInt("metrics-port", 0, 65535);
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
-      metrics_port.ok()
-          ? MetricsEndpoint::StartIfAsked(
-                *metrics_port, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
-                [&serving] { return serving.load(); }, "lact-worker")
-          : metrics_port.status();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
+      *flags, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
+      [&serving] { return serving.load(); }, "lact-worker");
   if (!metrics_endpoint.ok()) {
     std::fprintf(stderr, "lact-worker: %s\n",
                  std::string(metrics_endpoint.status().message()).c_str());
@@ -253,6 +252,13 @@ int Main(int argc, char** argv) {
   }
   SetServing(*server, served, true);
   serving = true;
+  Log(LogLevel::kInfo, "started",
+      {{"version", LactVersion()},
+       {"worker", *id},
+       {"address", address},
+       {"backend", backend.backend},
+       {"metrics", metrics_address},
+       {"models", (*models)->Catalog().size()}});
   std::printf("lact-worker %s listening on %s\n", id->c_str(), address.c_str());
   std::fflush(stdout);
 
@@ -279,6 +285,7 @@ int Main(int argc, char** argv) {
     }
   });
   WaitForStopSignal();
+  Log(LogLevel::kInfo, "draining", {{"drain_seconds", *drain_seconds}});
   // Drain: no new work, the coordinator and the probes told so, the running
   // shards given up to --drain-seconds to finish; then the server stops.
   service.Drain();
@@ -298,10 +305,11 @@ int Main(int argc, char** argv) {
     control->Deregister(&ctx, request, &response).IgnoreError();
   }
   if (!service.AwaitIdle(absl::Now() + absl::Seconds(*drain_seconds))) {
-    std::fprintf(stderr, "lact-worker: shards still ran after %lld s of draining; stopping them\n",
-                 static_cast<long long>(*drain_seconds));
+    Log(LogLevel::kWarn, "drain_timed_out",
+        {{"drain_seconds", *drain_seconds}, {"consequence", "running shards are stopped"}});
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  Log(LogLevel::kInfo, "stopped");
   return 0;
 }
 

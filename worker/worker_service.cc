@@ -9,6 +9,7 @@
 #include "common/data_files.h"
 #include "common/fused_state.h"
 #include "common/huge_pages.h"
+#include "common/log.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
@@ -96,8 +97,8 @@ std::optional<TokenFileWriter> OpenSpool(const std::string& spool_dir, const v1:
     return TokenFileWriter::Open(path, spec.total_tokens(), width, dtype);
   }();
   if (!spool.ok()) {
-    std::fprintf(stderr, "lact-worker: job %s rank %d: not spooled: %s\n", spec.job_id().c_str(),
-                 spec.rank(), std::string(spool.status().message()).c_str());
+    Log(LogLevel::kWarn, "shard_not_spooled",
+        {{"job", spec.job_id()}, {"rank", spec.rank()}, {"reason", spool.status().message()}});
     return std::nullopt;
   }
   return *std::move(spool);
@@ -383,6 +384,20 @@ grpc::Status RunQueryFlow(const WorkerContext& w, const v1::WorkerQueryRequest& 
   return grpc::Status::OK;
 }
 
+// One line per shard: its job, rank, outcome and times.
+void LogShardEnd(const v1::ShardRequest& first, const grpc::Status& status,
+                 const v1::ShardDone& done) {
+  Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarn, "shard_ended",
+      {{"job", first.spec().job_id()},
+       {"rank", first.spec().rank()},
+       {"tokens", first.spec().tokens()},
+       {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))},
+       {"message", status.error_message()},
+       {"upload_seconds", done.upload_seconds()},
+       {"compute_seconds", done.compute_seconds()},
+       {"download_seconds", done.download_seconds()}});
+}
+
 }  // namespace
 
 grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::RunShard(
@@ -397,6 +412,7 @@ grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::Run
         grpc::Status status = RunShardFlow(w_, first, call, &done);
         if (w_.metrics != nullptr)
           w_.metrics->ShardEnded(status.error_code(), status.ok() ? &done : nullptr);
+        LogShardEnd(first, status, done);
         Leave();
         return status;
       });
