@@ -17,12 +17,14 @@ values, which were computed from the unrounded tokens (see LOW_PRECISION_TOLERAN
 """
 
 import importlib
+import io
 import json
 import os
 import shutil
 import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -84,6 +86,9 @@ def read_safetensors(path):
             values = np.frombuffer(data, _ST_DTYPES[entry["dtype"]])
         tensors[name] = values.reshape(entry["shape"])
     return tensors, metadata
+
+
+_MISSING = object()  # what sys.modules had no entry for
 
 
 class GoldenCase:
@@ -423,6 +428,28 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(models[case.name].workers, 2)
             self.assertIn("n_layers", models[case.name].config)
         self.assertIn("preset:small", models)
+
+    def test_show_progress_without_tqdm(self):
+        # The plain-text path (tqdm absent): one line per event, with the
+        # stage, the counts, the rate and the ETA; then the job's result.
+        tokens = np.random.default_rng(11).standard_normal((16384, 256), dtype=np.float32)
+        saved = sys.modules.get("tqdm", _MISSING)
+        sys.modules["tqdm"] = None  # `from tqdm import tqdm` now raises ImportError
+        try:
+            out = io.StringIO()
+            result = lact.show_progress(self.client.submit("preset:small", tokens, workers=2),
+                                        file=out)
+        finally:
+            if saved is _MISSING:
+                del sys.modules["tqdm"]
+            else:
+                sys.modules["tqdm"] = saved
+        text = out.getvalue()
+        self.assertEqual(result.output.shape, (16384, 256))
+        self.assertIn("upload 16384/16384", text)
+        self.assertIn("layers 2/2", text)
+        self.assertIn("tokens/s", text)
+        self.assertIn("ETA 0 s", text)
 
     def test_workers(self):
         workers = self.client.workers()
