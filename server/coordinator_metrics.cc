@@ -2,8 +2,8 @@
 
 #include <map>
 
-#include "absl/status/status.h"
 #include "common/metric_families.h"
+#include "proto/status_conversion.h"
 #include "server/job_store.h"
 #include "server/worker_registry.h"
 
@@ -73,10 +73,7 @@ CoordinatorMetrics::CoordinatorMetrics(const JobStore* jobs, const WorkerRegistr
 }
 
 void CoordinatorMetrics::CallEnded(const char* method, grpc::StatusCode code) {
-  calls_
-      .Add({{"method", method},
-            {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}})
-      .Increment();
+  calls_.Add({{"method", method}, {"code", GrpcCodeName(code)}}).Increment();
 }
 
 void CoordinatorMetrics::JobEnded(v1::JobInfo::Status status, const v1::JobStats& stats,

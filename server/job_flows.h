@@ -17,7 +17,9 @@
 #include <atomic>
 #include <chrono>
 
+#include "common/log.h"
 #include "lact/v1/coordinator.grpc.pb.h"
+#include "proto/status_conversion.h"
 #include "proto/stream_call.h"
 #include "server/coordinator_metrics.h"
 #include "server/job_admission.h"
@@ -68,6 +70,20 @@ using QueryCall = StreamCall<v1::QueryRequest, v1::QueryResponse>;
 // What a call that ends before its first message is told.
 inline constexpr char kNoJobSpec[] = "the first Submit message must be a JobSpec";
 inline constexpr char kNoQuerySpec[] = "the first Query message must be a QuerySpec";
+
+// A Submit or Query call ended with `status`: counted in the metrics, and
+// logged (call_failed) when it is an error.
+inline void ReportCallEnd(const Coordinator& c, const char* method, const Caller& caller,
+                          const std::string& job_id, const grpc::Status& status) {
+  if (c.metrics != nullptr) c.metrics->CallEnded(method, status.error_code());
+  if (status.ok()) return;
+  Log(LogLevel::kWarn, "call_failed",
+      {{"method", method},
+       {"tenant", caller.tenant},
+       {"job", job_id},
+       {"code", GrpcCodeName(status.error_code())},
+       {"message", status.error_message()}});
+}
 
 // The flows, run on their call's thread (proto/stream_call.h) from its
 // first message, for an authenticated `caller`: a job Submit starts is

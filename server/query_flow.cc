@@ -2,7 +2,6 @@
 // fused state, their outputs passed back (the one flow that relays bytes:
 // JobStats.coordinator_payload_bytes counts them).
 #include "absl/strings/str_cat.h"
-#include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
@@ -107,15 +106,7 @@ grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::Que
 grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& first,
                       QueryCall& call) {
   const grpc::Status status = QueryFlow(c, caller, first, call);
-  if (c.metrics != nullptr) c.metrics->CallEnded("Query", status.error_code());
-  if (!status.ok()) {
-    Log(LogLevel::kWarn, "call_failed",
-        {{"method", "Query"},
-         {"tenant", caller.tenant},
-         {"job", first.has_spec() ? first.spec().job_id() : ""},
-         {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))},
-         {"message", status.error_message()}});
-  }
+  ReportCallEnd(c, "Query", caller, first.has_spec() ? first.spec().job_id() : "", status);
   return status;
 }
 

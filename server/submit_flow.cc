@@ -534,14 +534,7 @@ grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
     owned.mutable_spec()->set_tenant(caller.tenant);
     return SubmitFlow(coordinator, call).Run(owned);
   }();
-  if (coordinator.metrics != nullptr) coordinator.metrics->CallEnded("Submit", status.error_code());
-  if (!status.ok()) {
-    Log(LogLevel::kWarn, "call_failed",
-        {{"method", "Submit"},
-         {"tenant", caller.tenant},
-         {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))},
-         {"message", status.error_message()}});
-  }
+  ReportCallEnd(coordinator, "Submit", caller, "", status);
   return status;
 }
 

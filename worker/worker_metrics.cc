@@ -1,19 +1,11 @@
 #include "worker/worker_metrics.h"
 
-#include "absl/status/status.h"
 #include "common/metric_families.h"
 #include "common/peak_rss.h"
+#include "proto/status_conversion.h"
 #include "worker/retained_results.h"
 
 namespace lact {
-namespace {
-
-std::string CodeName(grpc::StatusCode code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-}
-
-}  // namespace
-
 WorkerMetrics::WorkerMetrics(RetainedResults* results)
     : results_(results),
       shards_(CounterFamily(*registry_, "lact_worker_shards_total",
@@ -45,7 +37,7 @@ WorkerMetrics::WorkerMetrics(RetainedResults* results)
 
 void WorkerMetrics::ShardEnded(grpc::StatusCode code, const v1::ShardDone* done) {
   running_.Decrement();
-  shards_.Add({{"code", CodeName(code)}}).Increment();
+  shards_.Add({{"code", GrpcCodeName(code)}}).Increment();
   if (done == nullptr) return;
   ObserveStages(stage_seconds_, done->upload_seconds(), done->compute_seconds(),
                 done->download_seconds());
@@ -57,7 +49,7 @@ void WorkerMetrics::ShardEnded(grpc::StatusCode code, const v1::ShardDone* done)
 }
 
 void WorkerMetrics::QueryEnded(grpc::StatusCode code) {
-  queries_.Add({{"code", CodeName(code)}}).Increment();
+  queries_.Add({{"code", GrpcCodeName(code)}}).Increment();
 }
 
 void WorkerMetrics::Refresh() {
