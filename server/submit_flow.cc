@@ -170,8 +170,8 @@ class SubmitFlow {
   }
 
  private:
-  // The job's end, to the metrics: its context and output bytes as its
-  // spec and model give them.
+  // The job's end, to the log (job_ended) and the metrics (with its
+  // context and output bytes as its spec and model give them).
   void ReportEnd(v1::JobInfo::Status status, absl::string_view error = "") const {
     Log(status == v1::JobInfo::SUCCEEDED ? LogLevel::kInfo : LogLevel::kWarn, "job_ended",
         {{"job", job_id_},
