@@ -116,9 +116,20 @@ v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t wi
 }
 
 LactClient::LactClient(const std::string& address, const ClientSecurity& security)
-    : credentials_(ChannelCredentialsFromPem(security.tls_roots)),
-      stub_(v1::Coordinator::NewStub(
-          MakeChannel(address, credentials_, grpc::ChannelArguments(), security.token))) {}
+    : address_(address),
+      credentials_(ChannelCredentialsFromPem(security.tls_roots)),
+      channel_(MakeChannel(address, credentials_, grpc::ChannelArguments(), security.token)),
+      stub_(v1::Coordinator::NewStub(channel_)) {}
+
+absl::Status LactClient::WaitUntilReachable(std::chrono::milliseconds timeout) {
+  if (channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(
+      absl::StrCat("no coordinator answers at ", address_, " within ",
+                   std::chrono::duration<double>(timeout).count(),
+                   " s (is one running there? a cluster with TLS needs --tls-ca)"));
+}
 
 absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
                                              const std::vector<Tensor>& queries,
@@ -238,7 +249,7 @@ namespace {
 // A unary call with a kUnaryTimeout deadline that waits for the channel to be ready
 // (riding out a connection still being set up).
 template <typename Response, typename Request, typename Call>
-absl::StatusOr<Response> Unary(const Request& request, Call call) {
+absl::StatusOr<Response> Unary(const std::string& address, const Request& request, Call call) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, std::chrono::milliseconds(0), kUnaryTimeout);
   ctx.set_wait_for_ready(true);
@@ -246,8 +257,8 @@ absl::StatusOr<Response> Unary(const Request& request, Call call) {
   const absl::Status status = FromGrpcStatus(call(&ctx, request, &response));
   if (status.code() == absl::StatusCode::kDeadlineExceeded) {
     return absl::DeadlineExceededError(absl::StrCat(
-        status.message(), ": no answer within ", kUnaryTimeout.count(),
-        " s (is a coordinator running at that address? a cluster with TLS needs --tls-ca)"));
+        status.message(), ": no answer from ", address, " within ", kUnaryTimeout.count(),
+        " s (is a coordinator running there? a cluster with TLS needs --tls-ca)"));
   }
   LACT_RETURN_IF_ERROR(status);
   return response;
@@ -264,7 +275,7 @@ Request ForJob(const std::string& job_id) {
 
 absl::StatusOr<v1::JobInfo> LactClient::GetJob(const std::string& job_id) {
   return Unary<v1::JobInfo>(
-      ForJob<v1::GetJobRequest>(job_id),
+      address_, ForJob<v1::GetJobRequest>(job_id),
       [&](auto* c, const auto& q, auto* r) { return stub_->GetJob(c, q, r); });
 }
 
@@ -291,39 +302,39 @@ absl::StatusOr<v1::JobInfo> LactClient::WatchJob(
 }
 
 absl::StatusOr<std::vector<v1::JobInfo>> LactClient::ListJobs() {
-  LACT_ASSIGN_OR_RETURN(
-      v1::ListJobsResponse response,
-      Unary<v1::ListJobsResponse>(v1::ListJobsRequest(), [&](auto* c, const auto& q, auto* r) {
-        return stub_->ListJobs(c, q, r);
-      }));
+  LACT_ASSIGN_OR_RETURN(v1::ListJobsResponse response,
+                        Unary<v1::ListJobsResponse>(address_, v1::ListJobsRequest(),
+                                                    [&](auto* c, const auto& q, auto* r) {
+                                                      return stub_->ListJobs(c, q, r);
+                                                    }));
   return std::vector<v1::JobInfo>(response.jobs().begin(), response.jobs().end());
 }
 
 absl::StatusOr<v1::JobInfo> LactClient::CancelJob(const std::string& job_id) {
   return Unary<v1::JobInfo>(
-      ForJob<v1::CancelJobRequest>(job_id),
+      address_, ForJob<v1::CancelJobRequest>(job_id),
       [&](auto* c, const auto& q, auto* r) { return stub_->CancelJob(c, q, r); });
 }
 
 absl::Status LactClient::DeleteJob(const std::string& job_id) {
   return Unary<v1::DeleteJobResponse>(
-             ForJob<v1::DeleteJobRequest>(job_id),
+             address_, ForJob<v1::DeleteJobRequest>(job_id),
              [&](auto* c, const auto& q, auto* r) { return stub_->DeleteJob(c, q, r); })
       .status();
 }
 
 absl::StatusOr<std::vector<v1::ModelInfo>> LactClient::ListModels() {
-  LACT_ASSIGN_OR_RETURN(
-      v1::ListModelsResponse response,
-      Unary<v1::ListModelsResponse>(v1::ListModelsRequest(), [&](auto* c, const auto& q, auto* r) {
-        return stub_->ListModels(c, q, r);
-      }));
+  LACT_ASSIGN_OR_RETURN(v1::ListModelsResponse response,
+                        Unary<v1::ListModelsResponse>(address_, v1::ListModelsRequest(),
+                                                      [&](auto* c, const auto& q, auto* r) {
+                                                        return stub_->ListModels(c, q, r);
+                                                      }));
   return std::vector<v1::ModelInfo>(response.models().begin(), response.models().end());
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> LactClient::ListWorkers() {
   LACT_ASSIGN_OR_RETURN(v1::ListWorkersResponse response,
-                        Unary<v1::ListWorkersResponse>(v1::ListWorkersRequest(),
+                        Unary<v1::ListWorkersResponse>(address_, v1::ListWorkersRequest(),
                                                        [&](auto* c, const auto& q, auto* r) {
                                                          return stub_->ListWorkers(c, q, r);
                                                        }));

@@ -117,9 +117,16 @@ class LactClient {
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
   // The config of a model the cluster serves (NOT_FOUND naming the others).
   absl::StatusOr<ModelConfig> FindModel(const std::string& model);
+  // OK once the coordinator's channel is connected; UNAVAILABLE naming the
+  // address when it is not within `timeout` (nothing listening there, or
+  // a TLS cluster asked without --tls-ca). The calls above wait for the
+  // channel on their own; this lets a command fail fast.
+  absl::Status WaitUntilReachable(std::chrono::milliseconds timeout);
 
  private:
+  std::string address_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // to the coordinator and the workers
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 

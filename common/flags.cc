@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -9,38 +10,74 @@
 
 namespace lact {
 
+namespace {
+
+// CLI11 throws on a flag whose value is missing; its message starts with the
+// option's name ("--out: 1 required  missing").
+absl::Status MissingValue(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  const size_t colon = what.find(':');
+  if (colon == std::string::npos || !absl::StartsWith(what, "--")) {
+    return absl::InvalidArgumentError(what);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("flag ", what.substr(0, colon), " needs a value"));
+}
+
+absl::Status Unexpected(const std::string& arg, const std::set<std::string>& allowed,
+                        const std::set<std::string>& switches) {
+  if (!absl::StartsWith(arg, "-") || arg == "--") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", arg, "' (flags are --name VALUE)"));
+  }
+  std::set<std::string> names = allowed;
+  names.insert(switches.begin(), switches.end());
+  return absl::InvalidArgumentError(absl::StrCat("unknown flag ", arg.substr(0, arg.find('=')),
+                                                 " (allowed: --", absl::StrJoin(names, ", --"),
+                                                 ")"));
+}
+
+}  // namespace
+
 absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
                                    const std::set<std::string>& allowed,
                                    const std::set<std::string>& repeatable,
                                    const std::set<std::string>& switches) {
+  CLI::App app;
+  app.set_help_flag();     // --help is each command's own (AnswerHelpOrVersion, the lact CLI)
+  app.allow_extras(true);  // reported below, with the allowed names
+  std::map<std::string, CLI::Option*> options;
+  for (const std::string& name : allowed) {
+    if (switches.count(name)) continue;
+    options[name] = app.add_option("--" + name)
+                        ->type_size(1)
+                        ->expected(1)
+                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  }
+  std::map<std::string, CLI::Option*> flags_only;
+  for (const std::string& name : switches) flags_only[name] = app.add_flag("--" + name);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's order
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ArgumentMismatch& e) {
+    return MissingValue(e);
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (!app.remaining().empty()) return Unexpected(app.remaining().front(), allowed, switches);
   Flags flags;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    if (!absl::StartsWith(arg, "--")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument '", arg, "' (flags are --name VALUE)"));
-    }
-    std::string name = arg.substr(2), value;
-    if (switches.count(name)) {
-      value = "true";
-    } else if (const size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-    }
-    if (!allowed.count(name) && !switches.count(name)) {
-      std::vector<std::string> names(allowed.begin(), allowed.end());
-      names.insert(names.end(), switches.begin(), switches.end());
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (allowed: --",
-                                                     absl::StrJoin(names, ", --"), ")"));
-    }
-    if (flags.values_.count(name) && !repeatable.count(name)) {
+  for (const auto& [name, option] : options) {
+    if (option->count() == 0) continue;
+    if (option->count() > 1 && !repeatable.count(name)) {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given more than once"));
     }
-    flags.values_[name].push_back(value);
+    flags.values_[name] = option->results();
+  }
+  for (const auto& [name, option] : flags_only) {
+    if (option->count() == 0) continue;
+    if (option->count() > 1 && !repeatable.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given more than once"));
+    }
+    if (option->as<bool>()) flags.values_[name] = {"true"};
   }
   return flags;
 }

@@ -1,7 +1,9 @@
-// Minimal "--name value" command-line parsing for the lact subcommands:
-// every flag takes one value except the named switches, which take none;
-// unknown flags, missing values and repeats of a non-repeatable flag are
-// INVALID_ARGUMENT naming the flag.
+// "--name VALUE" / "--name=VALUE" command lines for the lact subcommands and
+// servers, parsed by CLI11: every flag takes one value except the named
+// switches, which take none (a switch given "=false" counts as absent).
+// Unknown flags (the message lists the allowed ones), stray arguments,
+// missing values and repeats of a non-repeatable flag are INVALID_ARGUMENT
+// naming the flag.
 #ifndef LACT_COMMON_FLAGS_H_
 #define LACT_COMMON_FLAGS_H_
 

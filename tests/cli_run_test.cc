@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/model_config.h"
 #include "common/safetensors.h"
+#include "nlohmann/json.hpp"
 #include "tests/golden_case.h"
 
 namespace lact::testing {
@@ -36,6 +37,76 @@ CommandResult RunLact(const std::string& args) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// `lact ARGS --json`: its stdout parsed (progress and notes on stderr are
+// dropped); a failure when it exits non-zero or prints anything but one
+// JSON object.
+nlohmann::json RunLactJson(const std::string& args) {
+  CommandResult r = RunLact(absl::StrCat(args, " --json 2>/dev/null; true"));
+  nlohmann::json j = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.is_object()) << args << " printed: " << r.output;
+  return j;
+}
+
+// What `lact submit --json` and the other commands' --json print for a
+// job of `name` (golden model, context without queries) on 2 of 3 workers.
+void ExpectJsonSummaries(const std::string& server, const std::string& name,
+                         const std::string& scratch) {
+  const std::string dir = GoldenDir() + "/" + name;
+  absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  const int64_t L = golden->context.dim(0);
+  const nlohmann::json submit =
+      RunLactJson(absl::StrCat("submit --server ", server, " --model ", name, " --context ", dir,
+                               "/context.npy --workers 2 --out ", scratch, "/json.safetensors"));
+  ASSERT_TRUE(submit.contains("job_id")) << submit;
+  const std::string job = submit["job_id"];
+  EXPECT_EQ(job.rfind("job-", 0), 0u) << job;
+  EXPECT_EQ(submit["status"], "SUCCEEDED");
+  EXPECT_EQ(submit["model"], name);
+  EXPECT_EQ(submit["workers"], 2);
+  EXPECT_EQ(submit["context_tokens"], L);
+  EXPECT_EQ(submit["out"], scratch + "/json.safetensors");
+  EXPECT_GT(submit["stats"]["seconds"].get<double>(), 0);
+  EXPECT_EQ(submit["stats"]["coordinator_payload_bytes"], "0");  // int64: a string
+
+  const nlohmann::json status =
+      RunLactJson(absl::StrCat("status --server ", server, " --job ", job));
+  ASSERT_EQ(status["jobs"].size(), 1u) << status;
+  EXPECT_EQ(status["jobs"][0]["job_id"], job);
+  EXPECT_EQ(status["jobs"][0]["status"], "SUCCEEDED");
+  EXPECT_EQ(status["jobs"][0]["context_tokens"], std::to_string(L));
+  EXPECT_EQ(RunLactJson(absl::StrCat("watch --server ", server, " --job ", job))["status"],
+            "SUCCEEDED");
+
+  const nlohmann::json workers = RunLactJson(absl::StrCat("workers --server ", server));
+  ASSERT_EQ(workers["workers"].size(), 3u) << workers;
+  for (const nlohmann::json& w : workers["workers"]) {
+    EXPECT_EQ(w["healthy"], true) << w;
+    EXPECT_EQ(w["backend"], "cpu") << w;
+  }
+  const nlohmann::json models = RunLactJson(absl::StrCat("models --server ", server));
+  bool listed = false;
+  for (const nlohmann::json& m : models["models"]) listed |= m["name"] == name;
+  EXPECT_TRUE(listed) << models;
+
+  const nlohmann::json fetch = RunLactJson(absl::StrCat(
+      "fetch --server ", server, " --job ", job, " --out ", scratch, "/json.fetched.safetensors"));
+  EXPECT_EQ(fetch["job_id"], job);
+  EXPECT_EQ(fetch["outputs"], true);
+  EXPECT_EQ(fetch["query_sets"], 0);
+  EXPECT_EQ(fetch["workers"], 2);
+  const nlohmann::json deleted =
+      RunLactJson(absl::StrCat("delete --server ", server, " --job ", job));
+  EXPECT_EQ(deleted["deleted"], true);
+  EXPECT_EQ(RunLact(absl::StrCat("status --json --server ", server, " --job ", job)).exit_code, 2)
+      << "deleted";
+
+  const nlohmann::json run = RunLactJson(absl::StrCat(
+      "run --model preset:small --context random:8 --out ", scratch, "/run.safetensors"));
+  EXPECT_EQ(run["context_tokens"], 8);
+  EXPECT_GT(run["tokens_per_second"].get<double>(), 0);
 }
 
 class CliGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -77,7 +148,8 @@ INSTANTIATE_TEST_SUITE_P(Golden, CliGoldenTest,
                                             ::testing::Values(1, 2)));
 
 // The acceptance path: `lact local --workers 3`, then `lact submit`
-// of every golden case (the CLI's output file read back).
+// of every golden case (the CLI's output file read back), then each
+// command's --json summary.
 TEST(CliService, SubmitGoldenCasesToLocalCluster) {
   const std::string models = absl::StrCat(::testing::TempDir(), "/lact_cli_models_", getpid());
   std::filesystem::create_directories(models);
@@ -141,6 +213,7 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
     ASSERT_EQ(fetched_file->metadata().count("lact.config"), 1u) << name;
     EXPECT_EQ(fetched_file->metadata().at("lact.config"), want_config) << name;
   }
+  ExpectJsonSummaries(server, GoldenCaseNames().front(), models);
   kill(static_cast<pid_t>(pid), SIGTERM);
   for (int i = 0; i < 100 && kill(static_cast<pid_t>(pid), 0) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -186,6 +259,12 @@ TEST(CliErrors, NameTheProblem) {
     EXPECT_THAT(r.output, ::testing::HasSubstr(c.message)) << c.args;
     EXPECT_THAT(r.output, ::testing::Not(::testing::HasSubstr("layer 1/"))) << "before any compute";
   }
+  // Nothing listens there: the command says where it looked, within seconds.
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult r = RunLact("status --server 127.0.0.1:1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, ::testing::HasSubstr("no coordinator answers at 127.0.0.1:1 within 5 s"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
 }  // namespace

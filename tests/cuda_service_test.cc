@@ -3,13 +3,15 @@
 // 127.0.0.1, every golden case through one CUDA worker and through two CUDA
 // workers sharing device 0 (Gloo between them, the gradient all-reduce
 // staged through the host), in fp32 (within 1e-4 of the golden values).
-// Then the same two-worker run in bf16 finishes with finite outputs.
+// Then the same two-worker run in bf16 finishes with finite outputs, and
+// each worker's metrics show its GPU's memory in use.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device.h"
+#include "tests/metrics_scrape.h"
 #include "tests/service_support.h"
 
 namespace lact::testing {
@@ -53,6 +55,18 @@ TEST(CudaService, Bf16WorkersFinish) {
   for (float v : got->output.data) ASSERT_TRUE(std::isfinite(v));
   // bf16 GEMM operands: far from fp32's 1e-4, far closer than noise.
   EXPECT_LE(RelativeError(got->output, golden->expected.at("output")), 5e-2);
+
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+      LactClient(cluster->address()).ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->size(), 2u);
+  for (const v1::WorkerInfo& w : *workers) {
+    const std::string scrape = Scrape(w.metrics_address());
+    const double used = Sample(scrape, "lact_worker_gpu_memory_used_bytes");
+    const double total = Sample(scrape, "lact_worker_gpu_memory_total_bytes");
+    EXPECT_GT(used, 0) << scrape;  // both workers' weights are on it
+    EXPECT_LE(used, total);
+  }
 }
 
 }  // namespace

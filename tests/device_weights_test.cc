@@ -3,7 +3,8 @@
 // and precision and frees it after the model is gone; runners made from
 // the cache compute exactly what a runner with its own upload does; a bf16
 // GEMM that reads a weight's bf16 rounding made ahead gives the same bits
-// as one that rounds the weight itself.
+// as one that rounds the weight itself. The device's memory reads what is
+// allocated on it.
 #include "worker/cuda/device_weights.h"
 
 #include <gtest/gtest.h>
@@ -37,6 +38,23 @@ ModelConfig SmallConfig() {
 
 bool SameBits(const Tensor& a, const Tensor& b) {
   return a.shape == b.shape && std::memcmp(a.ptr(), b.ptr(), a.size() * sizeof(float)) == 0;
+}
+
+// What a CUDA worker's metrics report (lact_worker_gpu_memory_*_bytes).
+TEST(DeviceMemory, CountsWhatIsAllocated) {
+  LACT_SKIP_WITHOUT_GPU();
+  absl::StatusOr<cuda::DeviceMemory> before = cuda::QueryDeviceMemory(0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_GT(before->total_bytes, 0);
+  EXPECT_LE(before->used_bytes, before->total_bytes);
+  const size_t floats = size_t{16} << 20;  // 64 MiB
+  absl::StatusOr<cuda::DeviceBuffer> buffer = cuda::DeviceBuffer::Allocate(floats);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  absl::StatusOr<cuda::DeviceMemory> after = cuda::QueryDeviceMemory(0);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_GE(after->used_bytes - before->used_bytes, static_cast<int64_t>(floats * sizeof(float)));
+  EXPECT_EQ(after->total_bytes, before->total_bytes);
+  EXPECT_FALSE(cuda::QueryDeviceMemory(cuda::DeviceCount()).ok());
 }
 
 TEST(DeviceWeightsCache, OneUploadPerModelDeviceAndPrecision) {

@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -24,6 +23,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tests/metrics_scrape.h"
 #include "tests/random_model.h"
 #include "tests/service_support.h"
 
@@ -97,39 +97,6 @@ std::vector<std::string> WorkerAddresses(const LocalCluster& cluster) {
     for (const v1::WorkerInfo& w : *workers) addresses.push_back(w.address());
   }
   return addresses;
-}
-
-// A GET of http://ADDRESS/metrics: the body, or "" (and a failure).
-std::string Scrape(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  httplib::Client http(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
-  httplib::Result response = http.Get("/metrics");
-  EXPECT_TRUE(response) << "no answer from " << address;
-  if (!response) return "";
-  EXPECT_EQ(response->status, 200) << address;
-  EXPECT_THAT(response->get_header_value("Content-Type"), HasSubstr("text/plain; version=0.0.4"));
-  return response->body;
-}
-
-// The HTTP status of GET http://ADDRESS/PATH; -1 with no answer.
-int HttpStatus(const std::string& address, const std::string& path) {
-  const size_t colon = address.rfind(':');
-  httplib::Client http(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
-  httplib::Result response = http.Get(path);
-  return response ? response->status : -1;
-}
-
-// The value of the sample `series` (name and labels exactly as written,
-// e.g. lact_jobs{status="running"}) in a scrape; -1 when it is missing.
-double Sample(const std::string& scrape, const std::string& series) {
-  const std::string line_start = series + " ";
-  for (size_t at = 0; at < scrape.size();) {
-    const size_t end = std::min(scrape.find('\n', at), scrape.size());
-    if (scrape.compare(at, line_start.size(), line_start) == 0)
-      return std::stod(scrape.substr(at + line_start.size(), end - at - line_start.size()));
-    at = end + 1;
-  }
-  return -1;
 }
 
 class OperabilityTest : public ::testing::Test {
@@ -244,6 +211,7 @@ TEST_F(OperabilityTest, MetricsScrapesCountJobsCallsAndBytes) {
     EXPECT_GT(Sample(scrape, "lact_worker_compute_seconds_total"), 0);
     EXPECT_GT(Sample(scrape, "lact_worker_peak_rss_bytes"), 0);
     EXPECT_GE(Sample(scrape, "lact_worker_retained_bytes"), 0);
+    EXPECT_EQ(scrape.find("lact_worker_gpu_memory"), std::string::npos) << "a CPU worker";
     bytes_in += Sample(scrape, "lact_worker_bytes_total{direction=\"in\"}");
     bytes_out += Sample(scrape, "lact_worker_bytes_total{direction=\"out\"}");
   }

@@ -101,9 +101,10 @@ ParityCase RandomCase(uint64_t seed) {
 
 }  // namespace
 
-std::vector<ParityCase> RandomParityCases() {
+std::vector<ParityCase> RandomParityCases(int count) {
   std::vector<ParityCase> cases;
-  for (uint64_t seed = 0; seed < 60; ++seed) cases.push_back(RandomCase(seed));
+  for (uint64_t seed = 0; seed < static_cast<uint64_t>(count); ++seed)
+    cases.push_back(RandomCase(seed));
   return cases;
 }
 

@@ -27,7 +27,7 @@ struct ParityCase {
 void PrintTo(const ParityCase& c, std::ostream* os);
 
 std::vector<ParityCase> FixedParityCases();
-std::vector<ParityCase> RandomParityCases();
+std::vector<ParityCase> RandomParityCases(int count = 60);
 
 }  // namespace lact::testing
 

@@ -5,6 +5,7 @@
 #include "worker/collective/group.h"
 #include "worker/cpu/cpu_runner.h"
 #ifdef LACT_HAVE_CUDA
+#include "kernels/cuda/device.h"
 #include "worker/cuda/cuda_shard_runner.h"
 #endif
 
@@ -56,6 +57,16 @@ absl::Status ValidateBackend(const BackendOptions& options) {
   return absl::FailedPreconditionError(
       "this build has no CUDA backend (no CUDA toolkit was found at build time)");
 #endif
+}
+
+std::optional<DeviceMemoryBytes> ReadDeviceMemory(const BackendOptions& options) {
+#ifdef LACT_HAVE_CUDA
+  if (options.backend == "cuda") {
+    absl::StatusOr<cuda::DeviceMemory> memory = cuda::QueryDeviceMemory(options.device);
+    if (memory.ok()) return DeviceMemoryBytes{memory->used_bytes, memory->total_bytes};
+  }
+#endif
+  return std::nullopt;
 }
 
 absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,14 @@ namespace lact {
 // FAILED_PRECONDITION when the backend cannot run here (no CUDA in this
 // build, no such device, no NCCL).
 absl::Status ValidateBackend(const BackendOptions& options);
+
+// The memory of a CUDA backend's device, in use (by every process on it)
+// and in all; nullopt for the CPU backend, or when it cannot be read.
+struct DeviceMemoryBytes {
+  int64_t used = 0;
+  int64_t total = 0;
+};
+std::optional<DeviceMemoryBytes> ReadDeviceMemory(const BackendOptions& options);
 
 class ShardRunner {
  public:

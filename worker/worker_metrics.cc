@@ -6,7 +6,8 @@
 #include "worker/retained_results.h"
 
 namespace lact {
-WorkerMetrics::WorkerMetrics(RetainedResults* results)
+WorkerMetrics::WorkerMetrics(RetainedResults* results,
+                             std::function<std::optional<DeviceMemoryBytes>()> device_memory)
     : results_(results),
       shards_(CounterFamily(*registry_, "lact_worker_shards_total",
                             "Shards this worker ran, by the status code it ended with")),
@@ -29,7 +30,14 @@ WorkerMetrics::WorkerMetrics(RetainedResults* results)
       retained_bytes_(OneGauge(*registry_, "lact_worker_retained_bytes",
                                "Results and fused states kept for FetchResult and Query")),
       peak_rss_bytes_(OneGauge(*registry_, "lact_worker_peak_rss_bytes",
-                               "Peak resident memory of this process")) {
+                               "Peak resident memory of this process")),
+      device_memory_(std::move(device_memory)) {
+  if (device_memory_) {
+    gpu_used_bytes_ = &OneGauge(*registry_, "lact_worker_gpu_memory_used_bytes",
+                                "Memory in use on this worker's GPU, by every process on it");
+    gpu_total_bytes_ =
+        &OneGauge(*registry_, "lact_worker_gpu_memory_total_bytes", "This worker's GPU's memory");
+  }
   for (const char* stage : {"upload", "compute", "download"})
     stage_seconds_.Add({{"stage", stage}}, SecondsBuckets());
   for (const char* direction : {"in", "out"}) bytes_.Add({{"direction", direction}});
@@ -55,6 +63,11 @@ void WorkerMetrics::QueryEnded(grpc::StatusCode code) {
 void WorkerMetrics::Refresh() {
   if (results_ != nullptr) retained_bytes_.Set(static_cast<double>(results_->bytes()));
   peak_rss_bytes_.Set(static_cast<double>(PeakRssBytes()));
+  if (!device_memory_) return;
+  if (std::optional<DeviceMemoryBytes> memory = device_memory_()) {
+    gpu_used_bytes_->Set(static_cast<double>(memory->used));
+    gpu_total_bytes_->Set(static_cast<double>(memory->total));
+  }
 }
 
 }  // namespace lact

@@ -2,7 +2,8 @@
 // shards and query runs by result, their stage times, the bytes it took
 // in and gave out, its all-reduce time and how much of it compute hid,
 // and, read at each scrape, the shards running and the bytes it retains
-// for FetchResult and Query. Names start with `lact_worker_`. Thread-safe.
+// for FetchResult and Query, and a CUDA worker's device memory. Names start
+// with `lact_worker_`. Thread-safe.
 #ifndef LACT_WORKER_WORKER_METRICS_H_
 #define LACT_WORKER_WORKER_METRICS_H_
 
@@ -13,9 +14,12 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 
 #include "lact/v1/worker.pb.h"
+#include "worker/shard_runner.h"
 
 namespace lact {
 
@@ -23,7 +27,10 @@ class RetainedResults;
 
 class WorkerMetrics {
  public:
-  explicit WorkerMetrics(RetainedResults* results);
+  // `device_memory`: a CUDA worker's (lact_worker_gpu_memory_{used,total}_bytes);
+  // null for a CPU worker, which exports no GPU gauges.
+  explicit WorkerMetrics(RetainedResults* results,
+                         std::function<std::optional<DeviceMemoryBytes>()> device_memory = nullptr);
 
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
@@ -47,6 +54,9 @@ class WorkerMetrics {
   prometheus::Gauge& running_;
   prometheus::Gauge& retained_bytes_;
   prometheus::Gauge& peak_rss_bytes_;
+  const std::function<std::optional<DeviceMemoryBytes>()> device_memory_;
+  prometheus::Gauge* gpu_used_bytes_ = nullptr;   // with device_memory_
+  prometheus::Gauge* gpu_total_bytes_ = nullptr;  // with device_memory_
 };
 
 }  // namespace lact

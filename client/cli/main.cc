@@ -84,11 +84,16 @@ constexpr char kServerFlags[] =
     "a cluster started with --auth-tokens; or $LACT_TOKEN_FILE) and --tls-ca FILE (the\n"
     "CA that signs the cluster's certificates: TLS; or $LACT_TLS_CA).\n";
 
+constexpr char kJsonFlag[] =
+    "Every command but local also takes --json: its summary as one JSON object on stdout\n"
+    "(records in proto3's JSON mapping, .proto field names; progress stays on stderr).\n";
+
 void PrintUsage(FILE* out) {
   std::fputs("usage: lact <command> [flags]   (lact <command> --help; lact --version)\n", out);
   std::fputs("commands:\n", out);
   for (const Subcommand& c : kCommands) std::fputs(c.usage, out);
   std::fputs(kServerFlags, out);
+  std::fputs(kJsonFlag, out);
 }
 
 // Exit 2: what the caller gave was wrong (a flag, a file, a model or job
@@ -135,6 +140,7 @@ int main(int argc, char** argv) {
     if (IsHelp(arg) && arg != "help") {
       std::printf("usage:\n%s", found->usage);
       if (std::strstr(found->usage, "--server") != nullptr) std::fputs(kServerFlags, stdout);
+      if (std::strcmp(found->name, "local") != 0) std::fputs(kJsonFlag, stdout);
       return 0;
     }
   }

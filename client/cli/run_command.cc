@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/cli/json_output.h"
 #include "client/cli/output_file.h"
 #include "client/cli/tokens_source.h"
 #include "common/flags.h"
@@ -37,7 +38,7 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
                                                   {"model", "context", "query", "muon-steps",
                                                    "chunk-tokens", "threads", "tile-tokens", "out",
                                                    "backend", "device", "precision", "scan-math"},
-                                                  {"query"}));
+                                                  {"query"}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string model_spec, flags.Required("model"));
   LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
@@ -104,6 +105,17 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   for (const auto& [name, t] : FusedStateTensors(state)) writer.Add(name, *t);
   writer.SetMetadata("lact.config", ModelConfigToJson(config));
   LACT_RETURN_IF_ERROR(writer.Write(out_path));
+  if (flags.Has("json")) {
+    PrintJson({{"model", model_spec},
+               {"context_tokens", context_tokens},
+               {"query_sets", query_outputs.size()},
+               {"tokens", total_tokens},
+               {"seconds", seconds},
+               {"tokens_per_second", static_cast<double>(total_tokens) / seconds},
+               {"peak_rss_bytes", PeakRssBytes()},
+               {"out", out_path}});
+    return absl::OkStatus();
+  }
   std::fprintf(stderr,
                "lact run: %lld tokens in %.2f s = %.0f tokens/s; peak RSS %.0f MiB; wrote %s\n",
                static_cast<long long>(total_tokens), seconds,

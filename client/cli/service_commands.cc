@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/json_output.h"
 #include "client/cli/output_file.h"
 #include "client/cli/tokens_source.h"
 #include "client/lact_client.h"
@@ -35,9 +36,14 @@ std::optional<std::string> FlagOrEnv(const Flags& flags, const char* flag, const
   return std::nullopt;
 }
 
+// How long a command waits for the coordinator's channel before it gives
+// up naming the address.
+constexpr std::chrono::seconds kReachTimeout(5);
+
 // A client of `server` presenting the token of --token-file (or
 // $LACT_TOKEN_FILE) and trusting the CA of --tls-ca (or $LACT_TLS_CA):
-// TLS then, plaintext without.
+// TLS then, plaintext without. UNAVAILABLE naming `server` when nothing
+// answers there within kReachTimeout.
 absl::StatusOr<LactClient> Connect(const Flags& flags, const std::string& server) {
   ClientSecurity security;
   if (std::optional<std::string> path = FlagOrEnv(flags, "token-file", "LACT_TOKEN_FILE")) {
@@ -46,7 +52,9 @@ absl::StatusOr<LactClient> Connect(const Flags& flags, const std::string& server
   if (std::optional<std::string> path = FlagOrEnv(flags, "tls-ca", "LACT_TLS_CA")) {
     LACT_ASSIGN_OR_RETURN(security.tls_roots, ReadPem(*path, "--tls-ca"));
   }
-  return LactClient(server, security);
+  LactClient client(server, security);
+  LACT_RETURN_IF_ERROR(client.WaitUntilReachable(kReachTimeout));
+  return client;
 }
 
 absl::StatusOr<WireType> ParseDType(const std::string& s) {
@@ -143,6 +151,18 @@ void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
                static_cast<long long>(PeakRssBytes() >> 20));
 }
 
+// --json of a listing: {"<key>": [message, ...]}.
+template <typename Message>
+absl::Status PrintMessages(const char* key, const std::vector<Message>& messages) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Message& m : messages) {
+    LACT_ASSIGN_OR_RETURN(nlohmann::json one, ProtoToJson(m));
+    list.push_back(std::move(one));
+  }
+  PrintJson({{key, list}});
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status SubmitCommand(const std::vector<std::string>& args) {
@@ -151,7 +171,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
                                 {"server", "token-file", "tls-ca", "model", "context", "query",
                                  "workers", "muon-steps", "chunk-tokens", "dtype", "timeout", "out",
                                  "shards", "context-ref", "context-tensor", "out-ref", "tenant"},
-                                {"query", "shards"}, {"detach", "cancel-on-disconnect"}));
+                                {"query", "shards"}, {"detach", "cancel-on-disconnect", "json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
   LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
@@ -210,8 +230,13 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
       });
   line.Finish();
   LACT_RETURN_IF_ERROR(result.status());
+  const bool json = flags.Has("json");
   if (options.detach) {
-    std::printf("%s\n", result->job_id.c_str());
+    if (json) {
+      PrintJson({{"job_id", result->job_id}, {"detached", true}});
+    } else {
+      std::printf("%s\n", result->job_id.c_str());
+    }
     std::fprintf(stderr,
                  "lact submit: job %s runs on; follow it with lact watch --server %s --job %s\n",
                  result->job_id.c_str(), server.c_str(), result->job_id.c_str());
@@ -223,14 +248,29 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
     LACT_RETURN_IF_ERROR(
         WriteResult(out_path, config, &result->output, result->queries, result->state));
   }
+  int64_t tokens = 0;
+  for (const v1::ShardRange& r : result->shards) tokens += r.tokens();
+  if (json) {
+    LACT_ASSIGN_OR_RETURN(nlohmann::json stats, ProtoToJson(result->stats));
+    PrintJson({{"job_id", result->job_id},
+               {"status", "SUCCEEDED"},
+               {"model", options.model},
+               {"workers", result->shards.size()},
+               {"context_tokens", tokens},
+               {"query_sets", result->queries.size()},
+               {"state_tensors", result->state.size()},
+               {"out", out_path},
+               {"out_ref", options.output_ref},
+               {"stats", stats},
+               {"client_peak_rss_bytes", PeakRssBytes()}});
+    return absl::OkStatus();
+  }
   std::printf("%s\n", result->job_id.c_str());
   std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n",
                result->job_id.c_str(), result->shards.size(),
                out_path.empty()             ? options.output_ref.c_str()
                : options.output_ref.empty() ? out_path.c_str()
                                             : (out_path + " and " + options.output_ref).c_str());
-  int64_t tokens = 0;
-  for (const v1::ShardRange& r : result->shards) tokens += r.tokens();
   PrintStats(result->stats, tokens);
   return absl::OkStatus();
 }
@@ -239,7 +279,7 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args,
                                                   {"server", "token-file", "tls-ca", "job", "query",
                                                    "dtype", "timeout", "out"},
-                                                  {"query"}));
+                                                  {"query"}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
@@ -261,13 +301,18 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string config_json,
                         JobConfigJson(client, info.model(), FromProto(info.options())));
   LACT_RETURN_IF_ERROR(WriteResult(out_path, config_json, nullptr, outputs, {}));
+  if (flags.Has("json")) {
+    PrintJson({{"job_id", job}, {"query_sets", outputs.size()}, {"out", out_path}});
+    return absl::OkStatus();
+  }
   std::fprintf(stderr, "lact query: %zu query sets against %s; wrote %s\n", outputs.size(),
                job.c_str(), out_path.c_str());
   return absl::OkStatus();
 }
 
 absl::Status StatusCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}, {}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   std::vector<v1::JobInfo> jobs;
@@ -277,6 +322,7 @@ absl::Status StatusCommand(const std::vector<std::string>& args) {
   } else {
     LACT_ASSIGN_OR_RETURN(jobs, client.ListJobs());
   }
+  if (flags.Has("json")) return PrintMessages("jobs", jobs);
   for (const v1::JobInfo& j : jobs) {
     std::printf("%s  %-9s  %-20s  %lld tokens on %d workers  %.1f s  %s%s%s\n", j.job_id().c_str(),
                 v1::JobInfo::Status_Name(j.status()).c_str(), j.model().c_str(),
@@ -290,7 +336,8 @@ absl::Status StatusCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status WatchCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}, {}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
@@ -302,11 +349,17 @@ absl::Status WatchCommand(const std::vector<std::string>& args) {
     }
   }));
   line.Finish();
-  std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
+  if (flags.Has("json")) {
+    LACT_ASSIGN_OR_RETURN(nlohmann::json record, ProtoToJson(info));
+    PrintJson(record);
+  } else {
+    std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
+  }
   if (info.status() != v1::JobInfo::SUCCEEDED) {
     return absl::AbortedError(absl::StrCat(
         "job ", job, " ended ", v1::JobInfo::Status_Name(info.status()), ": ", info.error()));
   }
+  if (flags.Has("json")) return absl::OkStatus();
   PrintStats(info.stats(), info.context_tokens());
   if (info.results_retained()) {
     std::fprintf(stderr,
@@ -317,8 +370,9 @@ absl::Status WatchCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status FetchCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags,
-                        Flags::Parse(args, {"server", "token-file", "tls-ca", "job", "out"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags,
+      Flags::Parse(args, {"server", "token-file", "tls-ca", "job", "out"}, {}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
@@ -329,6 +383,15 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string config,
                         JobConfigJson(client, info.model(), FromProto(info.options())));
   LACT_RETURN_IF_ERROR(WriteResult(out_path, config, &result.output, result.queries, result.state));
+  if (flags.Has("json")) {
+    PrintJson({{"job_id", job},
+               {"outputs", result.output.size() > 0},
+               {"query_sets", result.queries.size()},
+               {"state_tensors", result.state.size()},
+               {"workers", result.shards.size()},
+               {"out", out_path}});
+    return absl::OkStatus();
+  }
   std::fprintf(
       stderr,
       "lact fetch: job %s: %s%zu query sets, %zu state tensors from %zu workers; wrote %s\n",
@@ -338,30 +401,43 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status DeleteCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}, {}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_RETURN_IF_ERROR(client.DeleteJob(job));
+  if (flags.Has("json")) {
+    PrintJson({{"job_id", job}, {"deleted", true}});
+    return absl::OkStatus();
+  }
   std::fprintf(stderr, "lact delete: job %s and its retained results deleted\n", job.c_str());
   return absl::OkStatus();
 }
 
 absl::Status CancelCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}));
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca", "job"}, {}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.CancelJob(job));
+  if (flags.Has("json")) {
+    LACT_ASSIGN_OR_RETURN(nlohmann::json record, ProtoToJson(info));
+    PrintJson(record);
+    return absl::OkStatus();
+  }
   std::printf("%s %s\n", info.job_id().c_str(), v1::JobInfo::Status_Name(info.status()).c_str());
   return absl::OkStatus();
 }
 
 absl::Status ModelsCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags,
+                        Flags::Parse(args, {"server", "token-file", "tls-ca"}, {}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, client.ListModels());
+  if (flags.Has("json")) return PrintMessages("models", models);
   for (const v1::ModelInfo& m : models) {
     std::printf("%-20s %d workers  %s\n", m.name().c_str(), m.workers(), m.config_json().c_str());
   }
@@ -369,10 +445,12 @@ absl::Status ModelsCommand(const std::vector<std::string>& args) {
 }
 
 absl::Status WorkersCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(Flags flags, Flags::Parse(args, {"server", "token-file", "tls-ca"}));
+  LACT_ASSIGN_OR_RETURN(Flags flags,
+                        Flags::Parse(args, {"server", "token-file", "tls-ca"}, {}, {"json"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(std::vector<v1::WorkerInfo> workers, client.ListWorkers());
+  if (flags.Has("json")) return PrintMessages("workers", workers);
   std::printf("%-22s %-7s %-9s %-6s %-9s  %-22s %s\n", "ADDRESS", "BACKEND", "HEALTH", "LEASED",
               "HEARTBEAT", "METRICS", "MODELS");
   for (const v1::WorkerInfo& w : workers) {

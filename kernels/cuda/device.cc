@@ -23,6 +23,18 @@ int DeviceCount() {
   return n;
 }
 
+absl::StatusOr<DeviceMemory> QueryDeviceMemory(int device) {
+  if (const cudaError_t err = cudaSetDevice(device); err != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it, or a later launch's check reads it
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device ", device, ": ", cudaGetErrorString(err)));
+  }
+  size_t free = 0, total = 0;
+  LACT_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+  return DeviceMemory{.used_bytes = static_cast<int64_t>(total - free),
+                      .total_bytes = static_cast<int64_t>(total)};
+}
+
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t floats) {
   DeviceBuffer b;
   if (floats == 0) return b;

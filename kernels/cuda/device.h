@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,14 @@ inline const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "
 
 // Number of CUDA devices visible (0 when there is no driver or device).
 int DeviceCount();
+
+// Device `device`'s memory in use (by every process on it) and in all;
+// makes it this thread's current device.
+struct DeviceMemory {
+  int64_t used_bytes = 0;
+  int64_t total_bytes = 0;
+};
+absl::StatusOr<DeviceMemory> QueryDeviceMemory(int device);
 
 class DeviceBuffer {
  public:
