@@ -17,30 +17,31 @@ ContextSpool::~ContextSpool() {
   thread_.join();
 }
 
-void ContextSpool::Add(int64_t offset, const std::vector<absl::string_view>& pieces) {
-  std::string buffer;
+void ContextSpool::Add(int64_t offset, const std::vector<absl::string_view>& pieces,
+                       std::shared_ptr<const void> owner) {
+  Chunk chunk{.row = offset};
   {
     absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](ContextSpool* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+          return s->queued_.size() + (s->writing_ ? 1 : 0) < kMaxQueued || s->failed_ || s->stop_;
+        },
+        this));
     if (failed_ || stop_) return;
-    if (free_.empty() && buffers_ >= kMaxQueued) {
-      mu_.Await(absl::Condition(
-          +[](ContextSpool* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return !s->free_.empty() || s->failed_ || s->stop_;
-          },
-          this));
-      if (failed_ || stop_) return;
-    }
-    if (!free_.empty()) {
-      buffer = std::move(free_.back());
+    if (owner == nullptr && !free_.empty()) {
+      chunk.bytes = std::move(free_.back());
       free_.pop_back();
-    } else {
-      ++buffers_;
     }
   }
-  buffer.clear();
-  for (absl::string_view piece : pieces) buffer.append(piece.data(), piece.size());
+  if (owner != nullptr) {
+    chunk.pieces = pieces;
+    chunk.owner = std::move(owner);
+  } else {
+    chunk.bytes.clear();
+    for (absl::string_view piece : pieces) chunk.bytes.append(piece.data(), piece.size());
+  }
   absl::MutexLock lock(&mu_);
-  queued_.push_back({offset, std::move(buffer)});
+  queued_.push_back(std::move(chunk));
 }
 
 void ContextSpool::UploadEnded() {
@@ -67,17 +68,21 @@ void ContextSpool::Run() {
       queued_.pop_front();
       writing_ = true;
     }
-    const absl::Status written =
-        file_.Write(context_begin_ + chunk.row, {absl::string_view(chunk.bytes)});
+    // A copied chunk's view is taken here: moving a short string moves its bytes.
+    const absl::Status written = file_.Write(
+        context_begin_ + chunk.row,
+        chunk.owner != nullptr ? chunk.pieces : std::vector<absl::string_view>{chunk.bytes});
     if (!written.ok()) {
       Log(LogLevel::kWarn, "spool_write_failed",
           {{"error", written.message()},
            {"consequence", "the job cannot run again from its spool"}});
     }
+    chunk.owner.reset();  // the slices go back before the chunk counts as written
     absl::MutexLock lock(&mu_);
     writing_ = false;
     failed_ = failed_ || !written.ok();
-    free_.push_back(std::move(chunk.bytes));
+    if (chunk.owner == nullptr && free_.size() < kMaxQueued)
+      free_.push_back(std::move(chunk.bytes));
     if (failed_) queued_.clear();
   }
 }

@@ -1,8 +1,10 @@
 // A shard's in-band context rows on their way into the coordinator's
 // spool file (ShardSpec.spool_path), written on a thread of their own so
-// the upload never waits for the disk: Add() copies a chunk into one of a
-// few reused buffers (it blocks only while kMaxQueued chunks wait) and the
-// thread writes them in order. A failed write costs the spool, not the
+// the upload does not wait for the disk: Add() queues a chunk (it blocks
+// only while kMaxQueued chunks wait) and the thread writes them in order.
+// A chunk that comes with its owner (the gRPC slices it was received in)
+// is written from where it lies; one without is copied into one of a few
+// reused buffers first. A failed write costs the spool, not the
 // job (the job then cannot run again from it). Complete() says, without
 // waiting, whether the upload ended and every row reached the file.
 // Add and UploadEnded come from one thread (the Transfer's); Complete from
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,8 +36,10 @@ class ContextSpool {
   ContextSpool(const ContextSpool&) = delete;
   ContextSpool& operator=(const ContextSpool&) = delete;
 
-  // A chunk of whole rows, the first `offset` rows into the shard.
-  void Add(int64_t offset, const std::vector<absl::string_view>& pieces);
+  // A chunk of whole rows, the first `offset` rows into the shard;
+  // `owner`, when given, keeps `pieces` alive until they are written.
+  void Add(int64_t offset, const std::vector<absl::string_view>& pieces,
+           std::shared_ptr<const void> owner = nullptr);
   // No more rows come.
   void UploadEnded();
   bool Complete() const;
@@ -42,6 +47,8 @@ class ContextSpool {
  private:
   struct Chunk {
     int64_t row;
+    std::vector<absl::string_view> pieces;
+    std::shared_ptr<const void> owner;  // of `pieces`; null: the rows are in `bytes`
     std::string bytes;
   };
   void Run();
@@ -50,8 +57,7 @@ class ContextSpool {
   const int64_t context_begin_;
   mutable absl::Mutex mu_;
   std::deque<Chunk> queued_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);  // buffers to reuse
-  int buffers_ ABSL_GUARDED_BY(mu_) = 0;                // in the queue, free, or being written
+  std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);  // copy buffers to reuse
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;

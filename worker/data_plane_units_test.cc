@@ -444,6 +444,37 @@ TEST_F(DataRoot, ASpoolTakesMoreChunksThanItsBuffersInOrder) {
   EXPECT_EQ(got, want);
 }
 
+TEST_F(DataRoot, ASpoolWritesOwnedChunksFromWhereTheyLieAndThenLetsThemGo) {
+  // As the Transfer stream hands them over: each chunk in a buffer of its
+  // own (gRPC's slices), kept alive only by the owner given with it.
+  const int64_t rows = 64;
+  const std::string path = root_ + "/owned.spool.npy";
+  ASSERT_TRUE(CreateTokenFile(path, rows, 4, WireType::kF32).ok());
+  absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, rows, 4, WireType::kF32);
+  ASSERT_TRUE(writer.ok());
+  const Tensor t = Rows(rows, 4, 0.5f);
+  std::vector<std::weak_ptr<const std::string>> owners;
+  {
+    ContextSpool spool(*std::move(writer), 0);
+    for (int64_t r = 0; r < rows; r += 16) {
+      auto chunk = std::make_shared<const std::string>(
+          reinterpret_cast<const char*>(t.ptr() + r * 4), 16 * 4 * sizeof(float));
+      owners.push_back(chunk);
+      const absl::string_view bytes(*chunk);
+      spool.Add(r, {bytes.substr(0, 100), bytes.substr(100)}, std::move(chunk));
+    }
+    spool.UploadEnded();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!spool.Complete() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(spool.Complete());
+    for (const auto& owner : owners) EXPECT_TRUE(owner.expired()) << "held after it was written";
+  }
+  absl::StatusOr<Tensor> back = ReadNpy(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->data, t.data);
+}
+
 TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
   auto transfer =
       std::make_shared<ShardTransfer>("secret", TokenReceiver({2}, 1, WireType::kF32, 0));

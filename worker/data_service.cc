@@ -69,9 +69,12 @@ grpc::Status Serve(ShardTransfer& transfer, TransferCall& call) {
       transfer.Fail(bad);
       return ToGrpcStatus(bad);
     }
-    absl::Status s = transfer.Accept(head.set(), head.offset(), request.data, request.data_size);
+    // The spool, if any, keeps the chunk's slices until it has written them.
+    absl::Status s = transfer.Accept(
+        head.set(), head.offset(), request.data, request.data_size,
+        std::make_shared<const std::vector<grpc::Slice>>(std::move(request.slices)));
     if (!s.ok()) return ToGrpcStatus(s);
-    request = TransferRequestIn();  // drops the slices of the chunk just decoded
+    request = TransferRequestIn();  // drops this stream's hold on the chunk just decoded
   }
   if (call.EndedAfterReads(!transfer.receiver().CheckComplete().ok())) {
     absl::Status failure = transfer.failure();

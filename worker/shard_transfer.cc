@@ -21,7 +21,8 @@ absl::Status ShardTransfer::Attach(std::function<void()> cancel_stream) {
 }
 
 absl::Status ShardTransfer::Accept(int set, int64_t offset,
-                                   const std::vector<absl::string_view>& data, int64_t bytes) {
+                                   const std::vector<absl::string_view>& data, int64_t bytes,
+                                   std::shared_ptr<const void> owner) {
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
@@ -32,7 +33,7 @@ absl::Status ShardTransfer::Accept(int set, int64_t offset,
     Fail(s);
     return s;
   }
-  if (set == 0 && spool_ != nullptr) spool_->Add(offset, data);
+  if (set == 0 && spool_ != nullptr) spool_->Add(offset, data, std::move(owner));
   return s;
 }
 

@@ -52,9 +52,10 @@ class ShardTransfer {
   // reads when the transfer fails; Detach() drops it before the stream ends.
   absl::Status Attach(std::function<void()> cancel_stream);
   void Detach();
-  // Decodes a chunk; a bad chunk fails the transfer.
+  // Decodes a chunk; a bad chunk fails the transfer. `owner`, when given,
+  // keeps `data` alive, so the spool writes it from where it lies.
   absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
-                      int64_t bytes);
+                      int64_t bytes, std::shared_ptr<const void> owner = nullptr);
   absl::Status Accept(const v1::TokenChunk& chunk) {
     return Accept(chunk.set(), chunk.offset(), {absl::string_view(chunk.data())},
                   static_cast<int64_t>(chunk.data().size()));
