@@ -248,6 +248,13 @@ TEST(CliErrors, NameTheProblem) {
        "--out /nonexistent/dir/x.safetensors cannot be created: No such file or directory"},
       {"run --model preset:small --context /nonexistent.npy --out /tmp/x.safetensors",
        "cannot open '/nonexistent.npy'"},
+      // The CPU backend refuses what it would otherwise ignore.
+      {"run --model preset:small --context random:4 --precision bf16 --out /tmp/x.safetensors",
+       "--precision bf16: the CPU backend computes in fp32 only"},
+      {"run --model preset:small --context random:4 --precision fp16 --out /tmp/x.safetensors",
+       "unknown precision 'fp16' (allowed: fp32, bf16)"},
+      {"run --model preset:small --context random:4 --scan-math tf32x3 --out /tmp/x.safetensors",
+       "the CPU backend's SSD scan is fp32"},
       {"submit --server 127.0.0.1:1 --model preset:small --context random:4 --out /tmp/y.npy",
        "lact writes safetensors files"},
       {"fetch --server 127.0.0.1:1 --job j --out /nonexistent/dir/x.safetensors",
