@@ -19,6 +19,7 @@
 #include "common/model.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
+#include "common/status_macros.h"
 #include "worker/context_spool.h"
 #include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
@@ -416,24 +417,35 @@ TEST_F(DataRoot, ATransferWithASpoolWritesItsContextRowsThere) {
   EXPECT_EQ(back->data, (std::vector<float>{0, 0, 0, 1.5f, -2.5f}));
 }
 
+// A new token file of `rows` x `width`, open for writing.
+absl::StatusOr<TokenFileWriter> NewTokenFile(const std::string& path, int64_t rows, int64_t width,
+                                             WireType dtype) {
+  LACT_RETURN_IF_ERROR(CreateTokenFile(path, rows, width, dtype));
+  return TokenFileWriter::Open(path, rows, width, dtype);
+}
+
+// Ends the spool's upload and waits (up to 10 s) for every row to be written.
+bool EndAndWait(ContextSpool& spool) {
+  spool.UploadEnded();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!spool.Complete() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return spool.Complete();
+}
+
 TEST_F(DataRoot, ASpoolTakesMoreChunksThanItsBuffersInOrder) {
   // 100 chunks of 3 rows through 8 buffers: every row lands where it belongs.
   const int64_t rows = 300;
   const std::string path = root_ + "/many.spool.npy";
-  ASSERT_TRUE(CreateTokenFile(path, rows, 2, WireType::kBF16).ok());
-  absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, rows, 2, WireType::kBF16);
-  ASSERT_TRUE(writer.ok());
+  absl::StatusOr<TokenFileWriter> writer = NewTokenFile(path, rows, 2, WireType::kBF16);
+  ASSERT_TRUE(writer.ok()) << writer.status();
   const Tensor t = Rows(rows, 2, 0.125f);
   const std::string wire = EncodeFloats(t.ptr(), t.size(), WireType::kBF16);
   {
     ContextSpool spool(*std::move(writer), 0);
     for (int64_t r = 0; r < rows; r += 3) spool.Add(r, {absl::string_view(wire).substr(r * 4, 12)});
     EXPECT_FALSE(spool.Complete()) << "the upload has not ended";
-    spool.UploadEnded();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!spool.Complete() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ASSERT_TRUE(spool.Complete());
+    ASSERT_TRUE(EndAndWait(spool));
   }
   absl::StatusOr<TokenFileLayout> file = OpenTokenFile(path, "");
   ASSERT_TRUE(file.ok());
@@ -449,9 +461,8 @@ TEST_F(DataRoot, ASpoolWritesOwnedChunksFromWhereTheyLieAndThenLetsThemGo) {
   // own (gRPC's slices), kept alive only by the owner given with it.
   const int64_t rows = 64;
   const std::string path = root_ + "/owned.spool.npy";
-  ASSERT_TRUE(CreateTokenFile(path, rows, 4, WireType::kF32).ok());
-  absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, rows, 4, WireType::kF32);
-  ASSERT_TRUE(writer.ok());
+  absl::StatusOr<TokenFileWriter> writer = NewTokenFile(path, rows, 4, WireType::kF32);
+  ASSERT_TRUE(writer.ok()) << writer.status();
   const Tensor t = Rows(rows, 4, 0.5f);
   std::vector<std::weak_ptr<const std::string>> owners;
   {
@@ -463,11 +474,7 @@ TEST_F(DataRoot, ASpoolWritesOwnedChunksFromWhereTheyLieAndThenLetsThemGo) {
       const absl::string_view bytes(*chunk);
       spool.Add(r, {bytes.substr(0, 100), bytes.substr(100)}, std::move(chunk));
     }
-    spool.UploadEnded();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!spool.Complete() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ASSERT_TRUE(spool.Complete());
+    ASSERT_TRUE(EndAndWait(spool));
     for (const auto& owner : owners) EXPECT_TRUE(owner.expired()) << "held after it was written";
   }
   absl::StatusOr<Tensor> back = ReadNpy(path);

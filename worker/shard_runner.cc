@@ -60,8 +60,8 @@ absl::Status ValidateCpuBackend(const BackendOptions& options) {
   }
   if (options.scan_math != "fp32") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--scan-math '", options.scan_math, "': the CPU backend's SSD scan is fp32 (allowed: fp32; ",
-        "tf32x3 is for --backend cuda)"));
+        "--scan-math '", options.scan_math,
+        "': the CPU backend's SSD scan is fp32 (allowed: fp32; ", "tf32x3 is for --backend cuda)"));
   }
   if (options.collective != "gloo") {
     return absl::InvalidArgumentError(absl::StrCat("--collective '", options.collective,
