@@ -94,15 +94,14 @@ void CoordinatorMetrics::JobEnded(v1::JobInfo::Status status, const v1::JobStats
 }
 
 void CoordinatorMetrics::Refresh() {
-  std::map<std::string, int> by_status = {
-      {"queued", 0}, {"running", 0}, {"succeeded", 0}, {"failed", 0}, {"cancelled", 0}};
-  int retained = 0;
-  for (const v1::JobInfo& info : jobs_->List()) {
-    ++by_status[StatusName(info.status())];
-    retained += info.state_retained() ? 1 : 0;
+  const JobStore::Counts counts = jobs_->Count();
+  for (v1::JobInfo::Status s : {v1::JobInfo::QUEUED, v1::JobInfo::RUNNING, v1::JobInfo::SUCCEEDED,
+                                v1::JobInfo::FAILED, v1::JobInfo::CANCELLED}) {
+    const auto it = counts.by_status.find(s);
+    jobs_by_status_.Add({{"status", StatusName(s)}})
+        .Set(it == counts.by_status.end() ? 0 : it->second);
   }
-  for (const auto& [status, n] : by_status) jobs_by_status_.Add({{"status", status}}).Set(n);
-  retained_states_.Set(retained);
+  retained_states_.Set(counts.retained_states);
   int healthy = 0, unhealthy = 0, draining = 0, leased = 0;
   for (const WorkerRegistry::Listed& w : workers_->Workers()) {
     draining += w.entry.leaving ? 1 : 0;

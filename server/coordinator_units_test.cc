@@ -485,6 +485,11 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
 
   // Deleting a queued job cancels it.
   const std::string queued = *jobs.Create(spec);
+  const JobStore::Counts counts = jobs.Count();
+  EXPECT_EQ(counts.by_status.at(v1::JobInfo::QUEUED), 2) << "`ended` and `queued`";
+  EXPECT_EQ(counts.by_status.at(v1::JobInfo::CANCELLED), 1);
+  EXPECT_EQ(counts.by_status.count(v1::JobInfo::SUCCEEDED), 0u) << "`done` was deleted";
+  EXPECT_EQ(counts.retained_states, 0);
   JobMachine waiting(queued);
   jobs.SetCanceller(queued, [&](CancelCause cause) { return waiting.Cancel(cause); });
   ASSERT_TRUE(jobs.Delete(queued).ok());

@@ -177,6 +177,16 @@ std::vector<v1::JobInfo> JobStore::List(const Caller& caller) const {
   return out;
 }
 
+JobStore::Counts JobStore::Count() const {
+  absl::MutexLock lock(&mu_);
+  Counts counts;
+  for (const auto& [id, r] : jobs_) {
+    ++counts.by_status[r.info.status()];
+    counts.retained_states += r.info.state_retained() ? 1 : 0;
+  }
+  return counts;
+}
+
 absl::Status JobStore::CheckOwner(const std::string& id, const Caller& caller) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);

@@ -71,6 +71,13 @@ class JobStore {
   void Wake() { absl::MutexLock lock(&mu_); }
   // The jobs `caller` owns, oldest first.
   std::vector<v1::JobInfo> List(const Caller& caller = Caller{"", true}) const;
+  // Every tenant's jobs by status, and how many keep a fused state (what a
+  // metrics scrape reads; no record is copied).
+  struct Counts {
+    std::map<v1::JobInfo::Status, int> by_status;
+    int retained_states = 0;
+  };
+  Counts Count() const;
   // NOT_FOUND, the same as for an unknown job, unless `caller` owns job `id`.
   absl::Status CheckOwner(const std::string& id, const Caller& caller) const;
   // NOT_FOUND, or FAILED_PRECONDITION if the job has ended.

@@ -408,6 +408,18 @@ class ClusterTest(unittest.TestCase):
             self.client.status("job-none")
         self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
 
+    def test_unreachable_server_is_named(self):
+        client_module = importlib.import_module("lact.client")
+        saved = client_module.UNARY_TIMEOUT
+        client_module.UNARY_TIMEOUT = 1.0
+        try:
+            with self.assertRaises(lact.LactError) as raised:
+                lact.Client("127.0.0.1:1").status("job-none")
+        finally:
+            client_module.UNARY_TIMEOUT = saved
+        self.assertEqual(raised.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertIn("no answer from 127.0.0.1:1 within 1 s", raised.exception.message)
+
     def test_client_side_errors(self):
         case = self.cases[0]
         cases = [

@@ -127,6 +127,7 @@ class Client:
                 raise invalid(f"tls_ca '{tls_ca}' is not a PEM certificate file")
             self._credentials = grpc.ssl_channel_credentials(root_certificates=pem.encode())
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._address = address
         self._lock = threading.Lock()
         self._channels: Dict[str, grpc.Channel] = {}
         self._coordinator = coordinator_pb2_grpc.CoordinatorStub(self._channel_for(address))
@@ -273,9 +274,9 @@ class Client:
         except grpc.RpcError as e:
             error = from_rpc_error(e)
             if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                error = LactError(error.code, f"{error.message}: no answer within "
-                                  f"{UNARY_TIMEOUT:.0f} s (is a coordinator running at that "
-                                  "address? a cluster with TLS needs tls_ca)")
+                error = LactError(error.code, f"{error.message}: no answer from "
+                                  f"{self._address} within {UNARY_TIMEOUT:.0f} s (is a "
+                                  "coordinator running there? a cluster with TLS needs tls_ca)")
             raise error from None
 
     def status(self, job_id: str) -> JobStatus:
