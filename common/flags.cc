@@ -12,17 +12,6 @@ namespace lact {
 
 namespace {
 
-// CLI11 throws on a flag whose value is missing; its message starts with the
-// option's name ("--out: 1 required  missing").
-absl::Status MissingValue(const CLI::ParseError& e) {
-  const std::string what = e.what();
-  const size_t colon = what.find(':');
-  if (colon == std::string::npos || !absl::StartsWith(what, "--")) {
-    return absl::InvalidArgumentError(what);
-  }
-  return absl::InvalidArgumentError(absl::StrCat("flag ", what.substr(0, colon), " needs a value"));
-}
-
 absl::Status Unexpected(const std::string& arg, const std::set<std::string>& allowed,
                         const std::set<std::string>& switches) {
   if (!absl::StartsWith(arg, "-") || arg == "--") {
@@ -42,10 +31,18 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
                                    const std::set<std::string>& allowed,
                                    const std::set<std::string>& repeatable,
                                    const std::set<std::string>& switches) {
+  // A value-taking flag takes the next argument whatever it is, so only
+  // the last argument can lack its value.
+  if (!args.empty() && absl::StartsWith(args.back(), "--")) {
+    const std::string last = args.back().substr(2);
+    if (allowed.count(last) && !switches.count(last)) {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", last, " needs a value"));
+    }
+  }
   CLI::App app;
   app.set_help_flag();     // --help is each command's own (AnswerHelpOrVersion, the lact CLI)
   app.allow_extras(true);  // reported below, with the allowed names
-  std::map<std::string, CLI::Option*> options;
+  std::map<std::string, CLI::Option*> options;  // value-taking flags and switches
   for (const std::string& name : allowed) {
     if (switches.count(name)) continue;
     options[name] = app.add_option("--" + name)
@@ -53,13 +50,10 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
                         ->expected(1)
                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   }
-  std::map<std::string, CLI::Option*> flags_only;
-  for (const std::string& name : switches) flags_only[name] = app.add_flag("--" + name);
+  for (const std::string& name : switches) options[name] = app.add_flag("--" + name);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11's order
   try {
     app.parse(reversed);
-  } catch (const CLI::ArgumentMismatch& e) {
-    return MissingValue(e);
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
   }
@@ -70,14 +64,11 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
     if (option->count() > 1 && !repeatable.count(name)) {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given more than once"));
     }
-    flags.values_[name] = option->results();
-  }
-  for (const auto& [name, option] : flags_only) {
-    if (option->count() == 0) continue;
-    if (option->count() > 1 && !repeatable.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " given more than once"));
+    if (!switches.count(name)) {
+      flags.values_[name] = option->results();
+    } else if (option->as<bool>()) {
+      flags.values_[name] = {"true"};
     }
-    if (option->as<bool>()) flags.values_[name] = {"true"};
   }
   return flags;
 }

@@ -69,9 +69,10 @@ void ContextSpool::Run() {
       writing_ = true;
     }
     // A copied chunk's view is taken here: moving a short string moves its bytes.
-    const absl::Status written = file_.Write(
-        context_begin_ + chunk.row,
-        chunk.owner != nullptr ? chunk.pieces : std::vector<absl::string_view>{chunk.bytes});
+    const bool copied = chunk.owner == nullptr;
+    const absl::Status written =
+        file_.Write(context_begin_ + chunk.row,
+                    copied ? std::vector<absl::string_view>{chunk.bytes} : chunk.pieces);
     if (!written.ok()) {
       Log(LogLevel::kWarn, "spool_write_failed",
           {{"error", written.message()},
@@ -81,8 +82,7 @@ void ContextSpool::Run() {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     failed_ = failed_ || !written.ok();
-    if (chunk.owner == nullptr && free_.size() < kMaxQueued)
-      free_.push_back(std::move(chunk.bytes));
+    if (copied && free_.size() < kMaxQueued) free_.push_back(std::move(chunk.bytes));
     if (failed_) queued_.clear();
   }
 }

@@ -205,10 +205,9 @@ int Main(int argc, char** argv) {
 
   TransferBoard transfers;
   RetainedResults results(*retain_bytes);
-  WorkerMetrics metrics(&results, backend.backend == "cuda"
-                                      ? std::function<std::optional<DeviceMemoryBytes>()>(
-                                            [backend] { return ReadDeviceMemory(backend); })
-                                      : nullptr);
+  std::function<std::optional<DeviceMemoryBytes>()> device_memory;  // a CUDA worker's GPU
+  if (backend.backend == "cuda") device_memory = [backend] { return ReadDeviceMemory(backend); };
+  WorkerMetrics metrics(&results, std::move(device_memory));
   std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Worker's health
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
       *flags, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
