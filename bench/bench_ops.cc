@@ -26,6 +26,7 @@
 #include "kernels/cpu/threading.h"
 #include "nlohmann/json.hpp"
 #include "worker/cpu/cpu_ops.h"
+#include "worker/cpu/cpu_runner.h"
 #include "worker/schedule/bimamba_schedule.h"
 #include "worker/schedule/block_schedule.h"
 
@@ -201,6 +202,18 @@ int Main(int argc, char** argv) {
     (void)RunBlock(c, w, shard, ops, nullptr, &st);
   });
 
+  // The same layer in the bf16 mode: rounded weights, operands rounded as
+  // they are made, float32 sgemm (an emulation; see cpu_runner.h).
+  const Model bf16_model = *RoundGemmWeightsToBf16(model);
+  CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
+  Tensor xb({T, D});
+  xb.data = Normal(T * D, 6);
+  (void)bf16_ops.LoadTokens(std::move(xb));
+  const double layer_bf16 = BestSeconds([&] {
+    LayerState st = fs.layers[0];
+    (void)RunBlock(c, bf16_model.layer(0), shard, bf16_ops, nullptr, &st);
+  });
+
   // The layer's BiMamba half on its own, to see what the op rows leave out.
   (void)ops.BeginBlock(w);
   const double bimamba = BestSeconds([&] {
@@ -243,6 +256,15 @@ int Main(int argc, char** argv) {
                    {"gflops", layer_rate / 1e9},
                    {"of_sgemm", layer_rate / yardstick},
                    {"tokens_per_s", T / layer}};
+  const double bf16_rate = f.total() * T / layer_bf16;
+  std::printf("%-22s %10.2f %14.1f %11.1f%%   (%.2fx the fp32 layer's time; %s)\n",
+              "whole layer, bf16", 1e3 * layer_bf16, bf16_rate / 1e9, 100 * bf16_rate / yardstick,
+              layer_bf16 / layer, CpuBf16Mode().c_str());
+  json["layer_bf16"] = {{"ms", 1e3 * layer_bf16},
+                        {"gflops", bf16_rate / 1e9},
+                        {"of_sgemm", bf16_rate / yardstick},
+                        {"vs_fp32_layer_time", layer_bf16 / layer},
+                        {"mode", CpuBf16Mode()}};
   std::printf(
       "scan, both directions: SSD chunked %.2f ms vs per-token recurrence %.2f ms (%.1fx)\n",
       1e3 * ssd, 1e3 * naive, naive / ssd);

@@ -1,10 +1,22 @@
 // Randomized parity: the float32 CPU runner beside the float64 reference
 // over many model shapes and job options (odd sizes, L = 1, L < W, chunks
 // that do and do not divide L, Muon on and off, query sets of one token,
-// tiles shorter than the conv width), every tensor within 1e-4.
+// tiles shorter than the conv width), every tensor within 1e-4; and the
+// CPU's bf16 mode over the same shapes, within twice the error of the
+// float64 reference run on bf16-rounded GEMM operands.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/reference/reference_model.h"
 #include "tests/golden_case.h"
 #include "tests/parity_cases.h"
@@ -15,6 +27,65 @@ namespace lact::testing {
 namespace {
 
 class CpuParityTest : public ::testing::TestWithParam<ParityCase> {};
+
+struct Job {
+  Model model;
+  Tensor context;
+  std::vector<Tensor> queries;
+};
+
+Job MakeJob(const ParityCase& pc) {
+  Job job{RandomTestModel(pc.config, 7),
+          RandomTokens(pc.context_tokens, pc.config.input_width(), 1),
+          {}};
+  for (size_t k = 0; k < pc.query_tokens.size(); ++k) {
+    job.queries.push_back(RandomTokens(pc.query_tokens[k], pc.config.input_width(), 100 + k));
+  }
+  return job;
+}
+
+// A job's outputs from the CPU runner, as reference::JobOutputs in float32.
+struct Outputs {
+  Tensor output;
+  std::vector<Tensor> queries;
+  std::map<std::string, Tensor> state;
+};
+
+absl::StatusOr<Outputs> RunOnCpu(const Job& job, const ParityCase& pc,
+                                 const std::string& precision) {
+  CpuRunner runner(job.model, pc.config,
+                   {.threads = pc.threads, .tile_tokens = pc.tile, .precision = precision});
+  FusedState state;
+  Outputs got;
+  LACT_ASSIGN_OR_RETURN(got.output, runner.RunContext(job.context, &state));
+  for (const Tensor& query : job.queries) {
+    LACT_ASSIGN_OR_RETURN(Tensor q, runner.RunQuery(query, state));
+    got.queries.push_back(std::move(q));
+  }
+  for (const auto& [name, t] : FusedStateTensors(state)) got.state[name] = *t;
+  return got;
+}
+
+// The largest relative error over a job's tensors (output, queries, state).
+template <typename Got>
+double JobError(const Got& got, const reference::JobOutputs& want) {
+  double worst = RelativeError(got.output, want.output);
+  for (size_t k = 0; k < got.queries.size(); ++k)
+    worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
+  for (const auto& [name, t] : got.state)
+    worst = std::max(worst, RelativeError(t, want.state.at(name)));
+  return worst;
+}
+
+TEST(RoundToBf16, RoundsToNearestTiesToEven) {
+  const auto bits = [](uint32_t b) { return std::bit_cast<float>(b); };
+  EXPECT_EQ(cpu::RoundToBf16(1.0f), 1.0f);
+  EXPECT_EQ(cpu::RoundToBf16(bits(0x3f808000u)), bits(0x3f800000u));  // tie: to the even 0x3f80
+  EXPECT_EQ(cpu::RoundToBf16(bits(0x3f818000u)), bits(0x3f820000u));  // tie: to the even 0x3f82
+  EXPECT_EQ(cpu::RoundToBf16(bits(0x3f808001u)), bits(0x3f810000u));  // above the tie: up
+  EXPECT_EQ(cpu::RoundToBf16(bits(0xbf807fffu)), bits(0xbf800000u));  // below the tie: down
+  EXPECT_EQ(cpu::RoundToBf16(bits(0x7f7fffffu)), bits(0x7f800000u));  // FLT_MAX rounds to inf
+}
 
 TEST_P(CpuParityTest, MatchesFloat64Reference) {
   const ParityCase& pc = GetParam();
@@ -40,6 +111,28 @@ TEST_P(CpuParityTest, MatchesFloat64Reference) {
     ASSERT_TRUE(want.state.count(name)) << name;
     EXPECT_LE(RelativeError(*t, want.state.at(name)), 1e-4) << name;
   }
+}
+
+// The bf16 mode (GEMM operands rounded to bf16, float32 accumulation):
+// its error against the exact float64 reference is at most twice that of
+// the float64 reference run with every GEMM operand rounded to bf16, and it
+// is nearer to that rounded run than to the exact one (it rounds; a mode
+// that computed in float32 would be nearer the exact run).
+TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
+  const ParityCase& pc = GetParam();
+  const Job job = MakeJob(pc);
+  const reference::JobOutputs want =
+      reference::RunJob(job.model, pc.config, job.context, job.queries);
+  const reference::JobOutputs rounded =
+      reference::RunJob(job.model, pc.config, job.context, job.queries, {.bf16_operands = true});
+  absl::StatusOr<Outputs> got = RunOnCpu(job, pc, "bf16");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const double baseline = JobError(rounded, want), error = JobError(*got, want);
+  const double to_rounded = JobError(*got, rounded);
+  std::printf("bf16 %s: error %.3g, bf16-operand reference %.3g (ratio %.2f), to it %.3g\n",
+              pc.name.c_str(), error, baseline, error / baseline, to_rounded);
+  EXPECT_LE(error, 2 * baseline);
+  EXPECT_LT(to_rounded, 0.25 * error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuParityTest, ::testing::ValuesIn(FixedParityCases()),

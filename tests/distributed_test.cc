@@ -6,7 +6,9 @@
 // for P = 1..4; every rank ends with the same fused state.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -34,7 +36,8 @@ Tensor Rows(const Tensor& t, int64_t begin, int64_t count) {
 }
 
 DistributedResult RunDistributed(const Model& model, const ModelConfig& config,
-                                 const Tensor& context, const std::vector<int64_t>& lengths) {
+                                 const Tensor& context, const std::vector<int64_t>& lengths,
+                                 const std::string& precision = "fp32") {
   const int ranks = static_cast<int>(lengths.size());
   const int64_t total = context.dim(0);
   std::vector<int64_t> begins(ranks, 0);
@@ -43,7 +46,7 @@ DistributedResult RunDistributed(const Model& model, const ModelConfig& config,
   std::vector<FusedState> states(ranks);
   const std::vector<absl::Status> statuses =
       RunGlooRanks(ranks, [&](int r, Collective* sync, Collective* grads) {
-        CpuRunner runner(model, config, {.threads = 1, .tile_tokens = 5});
+        CpuRunner runner(model, config, {.threads = 1, .tile_tokens = 5, .precision = precision});
         auto out = runner.RunContextShard(Rows(context, begins[r], lengths[r]), begins[r], total,
                                           sync, grads, &states[r]);
         if (out.ok()) outputs[r] = *std::move(out);
@@ -127,14 +130,19 @@ std::vector<int64_t> RandomSplit(Random& r, int64_t total, int ranks) {
   return lengths;
 }
 
-TEST_P(DistributedRandomTest, IndependentOfRankCount) {
-  Random r(GetParam() + 31);
+ModelConfig RandomConfig(Random& r) {
   ModelConfig c;
   c.d_model = 16;
   c.n_layers = 2;
   c.ssm = {2, 8, 6, 2 + static_cast<int>(r.NextU64() % 4)};
   c.ttt = {8, 2, 0.2, static_cast<int>(r.NextU64() % 2), 0};
   c.mlp_hidden = 24;
+  return c;
+}
+
+TEST_P(DistributedRandomTest, IndependentOfRankCount) {
+  Random r(GetParam() + 31);
+  ModelConfig c = RandomConfig(r);
   const int64_t total = 4 + r.NextU64() % 40;
   if (r.NextU64() % 2) c.ttt.chunk_tokens = 3 + static_cast<int>(r.NextU64() % 12);
   if (c.ttt.muon_steps > 0)
@@ -152,6 +160,33 @@ TEST_P(DistributedRandomTest, IndependentOfRankCount) {
     for (const auto& [name, t] : FusedStateTensors(got.states[0])) {
       EXPECT_LE(RelativeError(*t, want.state.at(name)), 1e-4) << name;
     }
+  }
+}
+
+// The bf16 mode over 1-4 ranks: within twice the error of the float64
+// reference run on bf16-rounded operands, the same state on every rank.
+TEST_P(DistributedRandomTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperandsOnAnyRankCount) {
+  Random r(GetParam() + 77);
+  ModelConfig c = RandomConfig(r);
+  const int64_t total = 4 + r.NextU64() % 40;
+  if (c.ttt.muon_steps == 0) c.ttt.chunk_tokens = 3 + static_cast<int>(r.NextU64() % 12);
+  Model model = RandomTestModel(c, GetParam());
+  Tensor context = RandomTokens(total, c.d_model, GetParam() + 5);
+  const reference::JobOutputs want = reference::RunJob(model, c, context, {});
+  const reference::JobOutputs rounded =
+      reference::RunJob(model, c, context, {}, {.bf16_operands = true});
+  double baseline = RelativeError(rounded.output, want.output);
+  for (const auto& [name, t] : rounded.state)
+    baseline = std::max(baseline, RelativeError(t, want.state.at(name)));
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    std::vector<int64_t> lengths = RandomSplit(r, total, ranks);
+    SCOPED_TRACE(absl::StrCat("ranks ", ranks, " split [", absl::StrJoin(lengths, ","), "]"));
+    DistributedResult got = RunDistributed(model, c, context, lengths, "bf16");
+    double error = RelativeError(got.output, want.output);
+    for (const auto& [name, t] : FusedStateTensors(got.states[0]))
+      error = std::max(error, RelativeError(*t, want.state.at(name)));
+    EXPECT_LE(error, 2 * baseline) << "bf16-operand reference's error " << baseline;
+    ExpectSameStateOnEveryRank(got.states);
   }
 }
 

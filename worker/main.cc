@@ -28,8 +28,10 @@
 #include "proto/health.h"
 #include "proto/keepalive.h"
 #include "proto/tls.h"
+#include "worker/cpu/cpu_runner.h"
 #include "worker/data_service.h"
 #include "worker/model_cache.h"
+#include "worker/shard_runner.h"
 #include "worker/worker_service.h"
 
 namespace lact {
@@ -259,6 +261,9 @@ int Main(int argc, char** argv) {
        {"worker", *id},
        {"address", address},
        {"backend", backend.backend},
+       {"precision", backend.backend == "cpu" && backend.precision == "bf16"
+                         ? absl::StrCat("bf16, ", CpuBf16Mode())
+                         : backend.precision},
        {"metrics", metrics_address},
        {"models", (*models)->Catalog().size()}});
   std::printf("lact-worker %s listening on %s\n", id->c_str(), address.c_str());

@@ -43,18 +43,11 @@ class CpuShardRunner final : public ShardRunner {
   GlooGroup group_;
 };
 
-// The CPU backend computes in fp32 and meets its peers over Gloo: a bf16
-// mode (oneDNN on AVX512_BF16, issue 15) is not built yet, and tf32x3 is
-// the CUDA SSD scan's. Refused rather than ignored.
+// The CPU backend computes in fp32, or in bf16 emulated (CpuBf16Mode), and
+// meets its peers over Gloo; tf32x3 is the CUDA SSD scan's. What it cannot
+// do is refused rather than ignored.
 absl::Status ValidateCpuBackend(const BackendOptions& options) {
-  if (options.precision == "bf16") {
-    __builtin_cpu_init();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--precision bf16: the CPU backend computes in fp32 only (its bf16 mode is not built yet",
-        __builtin_cpu_supports("avx512bf16") ? "" : ", and this CPU has no AVX512_BF16",
-        "); use --precision fp32 here, or --backend cuda"));
-  }
-  if (options.precision != "fp32") {
+  if (options.precision != "fp32" && options.precision != "bf16") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown precision '", options.precision, "' (allowed: fp32, bf16)"));
   }

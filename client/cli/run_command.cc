@@ -14,6 +14,7 @@
 #include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "worker/cpu/cpu_runner.h"
 #include "worker/shard_runner.h"
 
 namespace lact::cli {
@@ -78,6 +79,8 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  if (backend_options.backend == "cpu" && backend_options.precision == "bf16")
+    std::fprintf(stderr, "lact run: --precision bf16 on the CPU is %s\n", CpuBf16Mode().c_str());
   const RunHooks hooks{[&](int done, int all) {
     std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
   }};

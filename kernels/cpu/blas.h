@@ -7,6 +7,12 @@
 
 namespace lact::cpu {
 
+// What a model's GEMMs are fed: float32 operands (the default and the
+// parity mode), or operands rounded to bf16 with float32 accumulation (the
+// bf16 mode, the CUDA backend's contract; RoundToBf16 in elementwise.h).
+// The callers round; these wrappers multiply what they are given.
+enum class Operands { kFp32, kBf16 };
+
 // C[m, n] = alpha * op(A) @ op(B) + beta * C, op = transpose when the flag is set.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

@@ -59,4 +59,13 @@ void SiluRows(float* x, int64_t ldx, int64_t rows, int64_t cols) {
   }
 }
 
+void RoundRowsToBf16(float* x, int64_t ldx, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * ldx;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) v[c] = RoundToBf16(v[c]);
+  }
+}
+
 }  // namespace lact::cpu

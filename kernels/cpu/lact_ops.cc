@@ -29,7 +29,8 @@ void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int6
 }
 
 void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const float* lr, int64_t T,
-                               FastWeightsRef fast, FastGradsRef grads, LactWorkspace* ws) {
+                               FastWeightsRef fast, FastGradsRef grads, LactWorkspace* ws,
+                               Operands operands) {
   if (T == 0) return;
   const int64_t D = c.d_model, ht = c.ttt_heads(), dh = c.ttt.head_dim, dhh = c.fast_hidden();
   const int64_t mat = dh * dhh;
@@ -61,6 +62,11 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
         ut[i] = lr1 * silu * uv;
         dht[i] = lr2 * dhv * silu;
       }
+    }
+    if (operands == Operands::kBf16) {
+      RoundRowsToBf16(g, dhh, T, dhh);
+      RoundRowsToBf16(u, dhh, T, dhh);
+      RoundRowsToBf16(dH, dhh, T, dhh);
     }
     Gemm(true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat,
          dhh);  // V^T (LR1 Hd)
@@ -105,7 +111,7 @@ void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef 
 }
 
 void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeightsRef fast,
-                      float* o, LactWorkspace* ws) {
+                      float* o, LactWorkspace* ws, Operands operands) {
   if (T == 0) return;
   const int64_t D = c.d_model, dh = c.ttt.head_dim, dhh = c.fast_hidden(), mat = dh * dhh;
   ws->g.resize(T * dhh);
@@ -117,6 +123,7 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
     Gemm(false, true, T, dhh, dh, 1.0f, qh, D, fast.w2 + head * mat, dh, 0.0f, u, dhh);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < T * dhh; ++i) g[i] = Silu(g[i]) * u[i];
+    if (operands == Operands::kBf16) RoundRowsToBf16(g, dhh, T, dhh);
     Gemm(false, true, T, dh, dhh, 1.0f, g, dhh, fast.w1 + head * mat, dhh, 0.0f, o + head * dh, D);
   }
 }

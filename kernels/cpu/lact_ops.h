@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "kernels/cpu/blas.h"
 
 namespace lact::cpu {
 
@@ -44,9 +45,11 @@ void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int6
                float* q);
 
 // grads += the chunk-gradient sums over these tokens (kv, lr as produced above).
+// With Operands::kBf16 the hidden-side factors of the gradient GEMMs are
+// rounded to bf16 here; kv and `fast` must come rounded already.
 void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const float* lr,
                                int64_t tokens, FastWeightsRef fast, FastGradsRef grads,
-                               LactWorkspace* ws);
+                               LactWorkspace* ws, Operands operands = Operands::kFp32);
 
 // w += (muon_steps ? NS(dw) : dw), then each row rescaled to its initial norm.
 // Consumes `grads` (Muon rewrites them).
@@ -54,8 +57,10 @@ void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef 
                        float* w1, float* w2);
 
 // o[T, D] = f_w(q) per head (before o_norm), q[T, D] as produced by LactQuery.
+// With Operands::kBf16, silu(g) * u is rounded to bf16 here; q and `fast`
+// must come rounded already.
 void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t tokens, FastWeightsRef fast,
-                      float* o, LactWorkspace* ws);
+                      float* o, LactWorkspace* ws, Operands operands = Operands::kFp32);
 
 // In place: g [rows, cols] <- NS(g) with `steps` Newton-Schulz iterations.
 void NewtonSchulz(float* g, int64_t rows, int64_t cols, int steps);

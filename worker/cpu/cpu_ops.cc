@@ -21,12 +21,13 @@ void Grow(std::vector<float>* v, int64_t size) {
 }  // namespace
 
 CpuOps::CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t tile,
-               Collective* grads, OverlapStats* stats)
+               Collective* grads, OverlapStats* stats, cpu::Operands operands)
     : BackendOps(tokens, tile),
       model_(model),
       c_(c),
       grads_collective_(grads),
       stats_(stats),
+      operands_(operands),
       log_decay_(c.ssm_heads()),
       fast_(3 * FastSize()),
       grads_(3 * FastSize()) {}
@@ -40,8 +41,18 @@ int64_t CpuOps::FastSize() const {
 }
 
 cpu::FastWeightsRef CpuOps::Fast() const {
-  const float* w = fast_.data();
+  const float* w = operands_ == cpu::Operands::kBf16 ? fast_bf16_.data() : fast_.data();
   return {w, w + FastSize(), w + 2 * FastSize()};
+}
+
+void CpuOps::RoundFastWeights() {
+  if (operands_ != cpu::Operands::kBf16) return;
+  fast_bf16_ = fast_;
+  cpu::RoundRowsToBf16(fast_bf16_.data(), 0, 1, static_cast<int64_t>(fast_bf16_.size()));
+}
+
+void CpuOps::RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const {
+  if (operands_ == cpu::Operands::kBf16) cpu::RoundRowsToBf16(x, ld, n, cols);
 }
 
 cpu::FastGradsRef CpuOps::Grads() {
@@ -52,6 +63,7 @@ cpu::FastGradsRef CpuOps::Grads() {
 absl::Status CpuOps::LoadTokens(Tensor tokens) {
   const int64_t L = tokens.dim(0), D = c_.d_model;
   if (model_.embed() != nullptr) {
+    RoundOperand(tokens.ptr(), c_.d_input, L, c_.d_input);
     x_ = Tensor({L, D});
     cpu::Linear(tokens.ptr(), c_.d_input, L, c_.d_input, model_.embed(), D, x_.ptr(), D);
   } else {
@@ -69,6 +81,7 @@ absl::StatusOr<Tensor> CpuOps::Output() {
   cpu::RmsNormRows(x_.ptr(), D, L, D, model_.final_norm(), normed.ptr(), D);
   x_ = Tensor();
   if (model_.head() == nullptr) return normed;
+  RoundOperand(normed.ptr(), D, L, D);
   Tensor out({L, c_.d_output});
   cpu::Linear(normed.ptr(), D, L, D, model_.head(), c_.d_output, out.ptr(), c_.d_output);
   return out;
@@ -83,6 +96,7 @@ absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out
 absl::Status CpuOps::BeginBlock(const LayerWeights& w) {
   const int64_t L = tokens(), D = c_.d_model;
   cpu::RmsNormRows(x_.ptr(), D, L, D, w.norm1, h_.ptr(), D);
+  RoundOperand(h_.ptr(), D, L, D);  // h is read by GEMMs only
   std::fill(acc_.data.begin(), acc_.data.end(), 0.0f);
   return absl::OkStatus();
 }
@@ -122,6 +136,7 @@ absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fir
   Grow(&y_, tile() * di);
   cpu::MambaMixerSegment(c_, m, rows, n, state, &mixer_ws_, y_.data(),
                          summarize ? log_decay_.data() : nullptr);
+  RoundOperand(y_.data(), di, n, di);
   float* acc = acc_.ptr() + first * D;
   if (dir == kForward) {
     cpu::Linear(y_.data(), di, n, di, w.out_proj, D, acc, D, 1.0f);
@@ -146,6 +161,7 @@ absl::Status CpuOps::LoadFastWeights(const LayerWeights& w, const LayerState* re
     from[2] = retained->w2.ptr();
   }
   for (int m = 0; m < 3; ++m) std::copy_n(from[m], FastSize(), fast_.data() + m * FastSize());
+  RoundFastWeights();
   return absl::OkStatus();
 }
 
@@ -164,7 +180,9 @@ absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64
   Grow(&kv_, tile() * 2 * c_.d_model);
   Grow(&lr_, tile() * 3 * c_.ttt_heads());
   cpu::LactKeyValueLr(c_, w, h_.ptr() + first * c_.d_model, n, kv_.data(), lr_.data());
-  cpu::AccumulateFastWeightGrads(c_, kv_.data(), lr_.data(), n, Fast(), Grads(), &lact_ws_);
+  RoundOperand(kv_.data(), 2 * c_.d_model, n, 2 * c_.d_model);
+  cpu::AccumulateFastWeightGrads(c_, kv_.data(), lr_.data(), n, Fast(), Grads(), &lact_ws_,
+                                 operands_);
   return absl::OkStatus();
 }
 
@@ -191,6 +209,7 @@ absl::Status CpuOps::FinishGradAllReduce() {
 absl::Status CpuOps::UpdateFastWeights(const LayerWeights& w) {
   float* f = fast_.data();
   cpu::UpdateFastWeights(c_, Grads(), {w.w0, w.w1, w.w2}, f, f + FastSize(), f + 2 * FastSize());
+  RoundFastWeights();
   return absl::OkStatus();
 }
 
@@ -199,10 +218,12 @@ absl::Status CpuOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int6
   Grow(&q_, tile() * D);
   Grow(&o_, tile() * D);
   cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q_.data());
-  cpu::ApplyFastWeights(c_, q_.data(), n, Fast(), o_.data(), &lact_ws_);
+  RoundOperand(q_.data(), D, n, D);
+  cpu::ApplyFastWeights(c_, q_.data(), n, Fast(), o_.data(), &lact_ws_, operands_);
   for (int64_t head = 0; head < c_.ttt_heads(); ++head) {
     cpu::RmsNormRows(o_.data() + head * dh, D, n, dh, w.o_norm, o_.data() + head * dh, D);
   }
+  RoundOperand(o_.data(), D, n, D);
   cpu::Linear(o_.data(), D, n, D, w.o_proj, D, acc_.ptr() + first * D, D, 1.0f);
   return absl::OkStatus();
 }
@@ -217,12 +238,14 @@ absl::Status CpuOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t n
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n * D; ++i) x[i] += acc[i];
   cpu::RmsNormRows(x, D, n, D, w.norm2, normed_.data(), D);
+  RoundOperand(normed_.data(), D, n, D);
   cpu::Linear(normed_.data(), D, n, D, w.mlp_gate, F, gate_.data(), F);
   cpu::Linear(normed_.data(), D, n, D, w.mlp_up, F, up_.data(), F);
   float* gate = gate_.data();
   const float* up = up_.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
+  RoundOperand(gate_.data(), F, n, F);
   cpu::Linear(gate_.data(), F, n, F, w.mlp_down, D, x, D, 1.0f);
   return absl::OkStatus();
 }

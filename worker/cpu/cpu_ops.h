@@ -1,5 +1,12 @@
 // The CPU backend's BackendOps (backend_ops.h): float32 on OpenBLAS and
-// OpenMP, the kernels of kernels/cpu. The activations are host tensors; the
+// OpenMP, the kernels of kernels/cpu. With cpu::Operands::kBf16 every GEMM
+// operand is rounded to bf16 before the float32 GEMM (the reference's
+// bf16_operands): the model's weights must come rounded (RoundGemmWeights-
+// ToBf16 in cpu_runner.h); the ops round each activation that only GEMMs
+// read (h, the mixer's y, k|v, q, the hidden factors, o, the MLP's inputs)
+// once, in place, and keep a rounded copy of the fast weights beside their
+// float32 masters. The SSD scan, norms and states stay float32. The
+// activations are host tensors; the
 // tile scratch is allocated on first use and kept for the sequence. The
 // gradient all-reduce goes through `grads` (a Collective of the shard's
 // group) on a thread of its own, so that it overlaps the compute thread.
@@ -10,6 +17,7 @@
 #include <future>
 #include <vector>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/lact_ops.h"
 #include "kernels/cpu/mamba_mixer.h"
 #include "worker/collective/collective.h"
@@ -22,7 +30,7 @@ class CpuOps final : public BackendOps {
  public:
   // `grads` (may be null for a group of one) and `stats` outlive the ops.
   CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t tile, Collective* grads,
-         OverlapStats* stats);
+         OverlapStats* stats, cpu::Operands operands = cpu::Operands::kFp32);
   ~CpuOps() override;
 
   absl::Status LoadTokens(Tensor tokens) override;
@@ -50,13 +58,19 @@ class CpuOps final : public BackendOps {
  private:
   // Each of w0, w1, w2 (and their gradients) has this many floats.
   int64_t FastSize() const;
+  // The fast weights as the GEMMs take them (rounded in the bf16 mode).
   cpu::FastWeightsRef Fast() const;
+  // After fast_ changed: its rounded copy, in the bf16 mode.
+  void RoundFastWeights();
+  // In the bf16 mode: rows [0, n) of a GEMM operand, rounded in place.
+  void RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const;
   cpu::FastGradsRef Grads();
 
   const Model& model_;
   const ModelConfig& c_;
   Collective* grads_collective_;
   OverlapStats* stats_;
+  const cpu::Operands operands_;
   Tensor x_, h_, acc_;  // [L, D]
   // The scan state and its scratch.
   MambaState scan_;
@@ -64,6 +78,7 @@ class CpuOps final : public BackendOps {
   cpu::MixerWorkspace mixer_ws_;
   // The fast weights (w0 | w1 | w2), their gradients, the LaCT tile scratch.
   std::vector<float> fast_, grads_, kv_, lr_, q_, o_;
+  std::vector<float> fast_bf16_;  // fast_ rounded, in the bf16 mode
   cpu::LactWorkspace lact_ws_;
   std::future<absl::Status> reducing_;
   // The MLP's tile scratch.

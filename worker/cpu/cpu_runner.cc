@@ -1,8 +1,13 @@
 #include "worker/cpu/cpu_runner.h"
 
+#include <map>
+#include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
 #include "worker/cpu/cpu_ops.h"
 #include "worker/schedule/block_schedule.h"
@@ -10,10 +15,34 @@
 
 namespace lact {
 
+absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model) {
+  std::map<std::string, Tensor> tensors = model.tensors();
+  for (auto& [name, t] : tensors) {
+    bool gemm = false;
+    for (const char* suffix : {"in_proj.weight", "out_proj.weight", "qkv.weight", "lr.weight",
+                               "o_proj.weight", "gate.weight", "up.weight", "down.weight"}) {
+      gemm = gemm || absl::EndsWith(name, suffix);
+    }
+    gemm = gemm || name == "embed.weight" || name == "head.weight";
+    if (gemm) cpu::RoundRowsToBf16(t.ptr(), 0, 1, t.size());
+  }
+  return Model::FromTensors(model.config(), std::move(tensors));
+}
+
+std::string CpuBf16Mode() {
+  __builtin_cpu_init();
+  return absl::StrCat(
+      "emulated: GEMM operands rounded to bf16, products and sums in OpenBLAS float32 sgemm "
+      "(bf16 numerics, not bf16 speed: about 10% slower than fp32; this CPU ",
+      __builtin_cpu_supports("avx512bf16") ? "has AVX512_BF16, not used yet" : "has no AVX512_BF16",
+      ")");
+}
+
 CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const BackendOptions& options,
                      RunHooks hooks)
     : model_(model),
       config_(config),
+      operands_(options.precision == "bf16" ? cpu::Operands::kBf16 : cpu::Operands::kFp32),
       threads_(options.threads),
       tile_(options.tile_tokens > 0 ? options.tile_tokens : 4096),
       hooks_(std::move(hooks)) {}
@@ -46,8 +75,13 @@ absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state
 absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, const ShardContext& shard, Collective* grads,
                                       const FusedState* kept, FusedState* out) {
   cpu::SetNumThreads(threads_);
-  CpuOps ops(model_, config_, tokens.dim(0), tile_, grads, &overlap_);
-  return RunModel(model_, config_, shard, std::move(tokens), ops, kept, out, hooks_.on_layer_done);
+  if (operands_ == cpu::Operands::kBf16 && rounded_ == nullptr) {
+    LACT_ASSIGN_OR_RETURN(Model rounded, RoundGemmWeightsToBf16(model_));
+    rounded_ = std::make_unique<const Model>(std::move(rounded));
+  }
+  const Model& model = rounded_ != nullptr ? *rounded_ : model_;
+  CpuOps ops(model, config_, tokens.dim(0), tile_, grads, &overlap_, operands_);
+  return RunModel(model, config_, shard, std::move(tokens), ops, kept, out, hooks_.on_layer_done);
 }
 
 }  // namespace lact

@@ -1,6 +1,11 @@
 // Runs the model of SPEC.md on the CPU (float32, OpenBLAS + OpenMP): the
 // one schedule (block_schedule.h) over CpuOps, tiled over tokens so that
 // working memory beyond three [L, D] activations stays at a few tiles.
+// With BackendOptions::precision "bf16" its GEMMs take bf16-rounded
+// operands with float32 accumulation, the CUDA backend's bf16 contract,
+// emulated: rounded values, OpenBLAS's float32 sgemm (no bf16 GEMM units;
+// as fast as float32, or a little slower). The rounded weights are made
+// once per runner (RoundGemmWeightsToBf16).
 //
 // RunContext() runs a context and produces the fused state; RunQuery() runs
 // a query set against a fused state (SPEC section 3: the forward Mamba
@@ -13,21 +18,35 @@
 #define LACT_WORKER_CPU_CPU_RUNNER_H_
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/fused_state.h"
 #include "common/model.h"
 #include "common/tensor.h"
+#include "kernels/cpu/blas.h"
 #include "worker/collective/collective.h"
 #include "worker/schedule/shard.h"
 
 namespace lact {
 
+// A copy of `model` whose GEMM weights (the projections, the MLP, the
+// embedding and the head) are rounded to bf16; norms, biases, the conv and
+// SSM parameters and the initial fast weights are unchanged.
+absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model);
+
+// How the CPU backend runs --precision bf16 on this machine, for logs: an
+// emulation (bf16-rounded operands, float32 GEMMs), and whether the CPU has
+// bf16 GEMM units it leaves unused.
+std::string CpuBf16Mode();
+
 class CpuRunner {
  public:
   // `config` is the model's config with the job's overrides applied; only
   // ttt.muon_steps and ttt.chunk_tokens may differ from model.config().
-  // Of `options`, threads and tile_tokens are used.
+  // Of `options`, threads, tile_tokens and precision ("fp32" or "bf16";
+  // ValidateBackend checks it) are used.
   CpuRunner(const Model& model, const ModelConfig& config, const BackendOptions& options = {},
             RunHooks hooks = {});
 
@@ -50,6 +69,8 @@ class CpuRunner {
 
   const Model& model_;
   ModelConfig config_;
+  cpu::Operands operands_;
+  std::unique_ptr<const Model> rounded_;  // the bf16 mode's weights, made at first use
   int threads_;
   int64_t tile_;
   RunHooks hooks_;
