@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,39 @@ TEST_P(CpuParityTest, MatchesFloat64Reference) {
     ASSERT_TRUE(want.state.count(name)) << name;
     EXPECT_LE(RelativeError(*t, want.state.at(name)), 1e-4) << name;
   }
+}
+
+// The GEMM weights rounded, everything else as it was; one copy per live
+// shared model, a new one for a new model.
+TEST(SharedBf16Weights, RoundsGemmWeightsOncePerModel) {
+  const ModelConfig config = FixedParityCases()[2].config;
+  auto model = std::make_shared<const Model>(RandomTestModel(config, 7));
+  absl::StatusOr<std::shared_ptr<const Model>> first = SharedBf16Weights(model);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const Tensor& in_proj = model->tensors().at("layers.0.mamba.fwd.in_proj.weight");
+  const Tensor& rounded = (*first)->tensors().at("layers.0.mamba.fwd.in_proj.weight");
+  int changed = 0;
+  for (int64_t i = 0; i < in_proj.size(); ++i) {
+    EXPECT_EQ(rounded.data[i], cpu::RoundToBf16(in_proj.data[i])) << i;
+    changed += rounded.data[i] != in_proj.data[i];
+  }
+  EXPECT_GT(changed, in_proj.size() / 2) << "random weights are rarely bf16 already";
+  for (const char* kept : {"layers.0.norm1.weight", "layers.0.ttt.w0", "layers.0.mamba.fwd.A_log",
+                           "layers.0.mamba.fwd.conv1d.weight", "layers.0.ttt.lr.bias"}) {
+    EXPECT_EQ((*first)->tensors().at(kept).data, model->tensors().at(kept).data) << kept;
+  }
+  absl::StatusOr<std::shared_ptr<const Model>> again = SharedBf16Weights(model);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), first->get()) << "made once per model";
+
+  const std::shared_ptr<const Model> kept_copy = *first;
+  model.reset();
+  auto other = std::make_shared<const Model>(RandomTestModel(config, 8));
+  absl::StatusOr<std::shared_ptr<const Model>> second = SharedBf16Weights(other);
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->get(), kept_copy.get());
+  EXPECT_EQ((*second)->tensors().at("layers.0.mamba.fwd.in_proj.weight").data[0],
+            cpu::RoundToBf16(other->tensors().at("layers.0.mamba.fwd.in_proj.weight").data[0]));
 }
 
 // The bf16 mode (GEMM operands rounded to bf16, float32 accumulation):

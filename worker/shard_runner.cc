@@ -14,11 +14,13 @@ namespace {
 
 class CpuShardRunner final : public ShardRunner {
  public:
+  // `bf16_weights`: the model's bf16-rounded weights in the bf16 mode.
   CpuShardRunner(std::shared_ptr<const Model> model, const ModelConfig& config,
-                 const BackendOptions& options, RunHooks hooks)
+                 const BackendOptions& options, RunHooks hooks,
+                 std::shared_ptr<const Model> bf16_weights)
       : model_(std::move(model)),
         host_(options.collective_host),
-        runner_(*model_, config, options, std::move(hooks)) {}
+        runner_(*model_, config, options, std::move(hooks), std::move(bf16_weights)) {}
 
   absl::Status JoinGroup(const GroupSpec& group) override {
     LACT_ASSIGN_OR_RETURN(group_, JoinGlooGroup(group, host_));
@@ -98,8 +100,12 @@ absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOption
   if (options.backend == "cuda")
     return MakeCudaShardRunner(options, std::move(model), config, std::move(hooks));
 #endif
-  return std::unique_ptr<ShardRunner>(
-      new CpuShardRunner(std::move(model), config, options, std::move(hooks)));
+  std::shared_ptr<const Model> bf16_weights;  // made once per model (SharedBf16Weights)
+  if (options.precision == "bf16") {
+    LACT_ASSIGN_OR_RETURN(bf16_weights, SharedBf16Weights(model));
+  }
+  return std::unique_ptr<ShardRunner>(new CpuShardRunner(
+      std::move(model), config, options, std::move(hooks), std::move(bf16_weights)));
 }
 
 }  // namespace lact

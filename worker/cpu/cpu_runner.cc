@@ -1,11 +1,14 @@
 #include "worker/cpu/cpu_runner.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
@@ -29,6 +32,39 @@ absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model) {
   return Model::FromTensors(model.config(), std::move(tensors));
 }
 
+namespace {
+
+// SharedBf16Weights' copies, one per live shared model.
+class Bf16WeightsCache {
+ public:
+  absl::StatusOr<std::shared_ptr<const Model>> Get(const std::shared_ptr<const Model>& model) {
+    absl::MutexLock lock(&mu_);
+    std::erase_if(entries_, [](const Entry& e) { return e.source.expired(); });
+    for (const Entry& e : entries_) {
+      if (!e.source.owner_before(model) && !model.owner_before(e.source)) return e.rounded;
+    }
+    LACT_ASSIGN_OR_RETURN(Model rounded, RoundGemmWeightsToBf16(*model));
+    entries_.push_back({model, std::make_shared<const Model>(std::move(rounded))});
+    return entries_.back().rounded;
+  }
+
+ private:
+  struct Entry {
+    std::weak_ptr<const Model> source;
+    std::shared_ptr<const Model> rounded;
+  };
+  absl::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
+    const std::shared_ptr<const Model>& model) {
+  static Bf16WeightsCache* const cache = new Bf16WeightsCache;
+  return cache->Get(model);
+}
+
 std::string CpuBf16Mode() {
   __builtin_cpu_init();
   return absl::StrCat(
@@ -39,10 +75,11 @@ std::string CpuBf16Mode() {
 }
 
 CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const BackendOptions& options,
-                     RunHooks hooks)
+                     RunHooks hooks, std::shared_ptr<const Model> bf16_weights)
     : model_(model),
       config_(config),
       operands_(options.precision == "bf16" ? cpu::Operands::kBf16 : cpu::Operands::kFp32),
+      rounded_(std::move(bf16_weights)),
       threads_(options.threads),
       tile_(options.tile_tokens > 0 ? options.tile_tokens : 4096),
       hooks_(std::move(hooks)) {}
@@ -77,7 +114,7 @@ absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, const ShardContext& shard, 
   cpu::SetNumThreads(threads_);
   if (operands_ == cpu::Operands::kBf16 && rounded_ == nullptr) {
     LACT_ASSIGN_OR_RETURN(Model rounded, RoundGemmWeightsToBf16(model_));
-    rounded_ = std::make_unique<const Model>(std::move(rounded));
+    rounded_ = std::make_shared<const Model>(std::move(rounded));
   }
   const Model& model = rounded_ != nullptr ? *rounded_ : model_;
   CpuOps ops(model, config_, tokens.dim(0), tile_, grads, &overlap_, operands_);

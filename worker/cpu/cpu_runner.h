@@ -4,8 +4,8 @@
 // With BackendOptions::precision "bf16" its GEMMs take bf16-rounded
 // operands with float32 accumulation, the CUDA backend's bf16 contract,
 // emulated: rounded values, OpenBLAS's float32 sgemm (no bf16 GEMM units;
-// as fast as float32, or a little slower). The rounded weights are made
-// once per runner (RoundGemmWeightsToBf16).
+// about 10% slower than float32). The rounded weights come from the caller
+// (SharedBf16Weights) or are made once per runner.
 //
 // RunContext() runs a context and produces the fused state; RunQuery() runs
 // a query set against a fused state (SPEC section 3: the forward Mamba
@@ -36,6 +36,13 @@ namespace lact {
 // SSM parameters and the initial fast weights are unchanged.
 absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model);
 
+// The same, made once per shared model in this process and kept while
+// `model` lives (a worker runs many jobs of the models its cache keeps;
+// preset:base's copy takes seconds and 0.9 GiB). Thread-safe; a caller
+// that finds the copy being made waits for it.
+absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
+    const std::shared_ptr<const Model>& model);
+
 // How the CPU backend runs --precision bf16 on this machine, for logs: an
 // emulation (bf16-rounded operands, float32 GEMMs), and whether the CPU has
 // bf16 GEMM units it leaves unused.
@@ -47,8 +54,10 @@ class CpuRunner {
   // ttt.muon_steps and ttt.chunk_tokens may differ from model.config().
   // Of `options`, threads, tile_tokens and precision ("fp32" or "bf16";
   // ValidateBackend checks it) are used.
+  // In the bf16 mode `bf16_weights`, if given, is `model` rounded
+  // (SharedBf16Weights); else the runner rounds its own copy at first use.
   CpuRunner(const Model& model, const ModelConfig& config, const BackendOptions& options = {},
-            RunHooks hooks = {});
+            RunHooks hooks = {}, std::shared_ptr<const Model> bf16_weights = nullptr);
 
   // context: [L, d_input or D], consumed. Returns [L, d_output or D] and
   // fills *state.
@@ -70,7 +79,7 @@ class CpuRunner {
   const Model& model_;
   ModelConfig config_;
   cpu::Operands operands_;
-  std::unique_ptr<const Model> rounded_;  // the bf16 mode's weights, made at first use
+  std::shared_ptr<const Model> rounded_;  // the bf16 mode's weights
   int threads_;
   int64_t tile_;
   RunHooks hooks_;
