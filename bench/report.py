@@ -21,6 +21,11 @@ for i, op in enumerate(ops[2]["ops"]):
     rows.append(f"{op['op']:24} {a['gflops']:>9.1f} {100 * a['of_sgemm']:5.1f}%  {b['gflops']:>9.1f} {100 * b['of_sgemm']:5.1f}%")
 la, lb = ops[1]["layer"], ops[2]["layer"]
 rows.append(f"{'whole layer':24} {la['gflops']:>9.1f} {100 * la['of_sgemm']:5.1f}%  {lb['gflops']:>9.1f} {100 * lb['of_sgemm']:5.1f}%")
+if "layer_bf16" in ops[1]:
+    ba, bb = ops[1]["layer_bf16"], ops[2]["layer_bf16"]
+    rows.append(f"{'whole layer, bf16':24} {ba['gflops']:>9.1f} {100 * ba['of_sgemm']:5.1f}%  {bb['gflops']:>9.1f} {100 * bb['of_sgemm']:5.1f}%"
+                f"   ({ba['vs_fp32_layer_time']:.2f}x / {bb['vs_fp32_layer_time']:.2f}x the fp32 layer's time)")
+    rows.append(f"  bf16 mode: {ba['mode']}")
 sa, sb = ops[1]["scan"], ops[2]["scan"]
 rows.append(f"{'scan: SSD vs recurrence':24} {sa['speedup']:>13.1f}x  {sb['speedup']:>13.1f}x faster (both directions)")
 rows.append("")

@@ -69,7 +69,7 @@ std::string CpuBf16Mode() {
   __builtin_cpu_init();
   return absl::StrCat(
       "emulated: GEMM operands rounded to bf16, products and sums in OpenBLAS float32 sgemm "
-      "(bf16 numerics, not bf16 speed: about 10% slower than fp32; this CPU ",
+      "(bf16 numerics at float32 speed, not a bf16 GEMM's; this CPU ",
       __builtin_cpu_supports("avx512bf16") ? "has AVX512_BF16, not used yet" : "has no AVX512_BF16",
       ")");
 }

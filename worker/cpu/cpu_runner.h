@@ -4,7 +4,7 @@
 // With BackendOptions::precision "bf16" its GEMMs take bf16-rounded
 // operands with float32 accumulation, the CUDA backend's bf16 contract,
 // emulated: rounded values, OpenBLAS's float32 sgemm (no bf16 GEMM units;
-// about 10% slower than float32). The rounded weights come from the caller
+// about float32's speed). The rounded weights come from the caller
 // (SharedBf16Weights) or are made once per runner.
 //
 // RunContext() runs a context and produces the fused state; RunQuery() runs
