@@ -13,6 +13,14 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
+void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, float* b,
+                             int64_t ldb) {
+  if (m == 0 || n == 0) return;
+  cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit,
+              static_cast<blasint>(m), static_cast<blasint>(n), 1.0f, l, static_cast<blasint>(ldl),
+              b, static_cast<blasint>(ldb));
+}
+
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta) {
   Gemm(false, true, rows, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);

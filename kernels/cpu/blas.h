@@ -17,6 +17,10 @@ enum class Operands { kFp32, kBf16 };
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// B[m, n] = L @ B in place, L[m, m] lower triangular (its upper part is not read).
+void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, float* b,
+                             int64_t ldb);
+
 // A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
 // `ldw` lets a caller use a block of rows of a larger weight.
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
