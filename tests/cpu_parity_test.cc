@@ -29,22 +29,6 @@ namespace {
 
 class CpuParityTest : public ::testing::TestWithParam<ParityCase> {};
 
-struct Job {
-  Model model;
-  Tensor context;
-  std::vector<Tensor> queries;
-};
-
-Job MakeJob(const ParityCase& pc) {
-  Job job{RandomTestModel(pc.config, 7),
-          RandomTokens(pc.context_tokens, pc.config.input_width(), 1),
-          {}};
-  for (size_t k = 0; k < pc.query_tokens.size(); ++k) {
-    job.queries.push_back(RandomTokens(pc.query_tokens[k], pc.config.input_width(), 100 + k));
-  }
-  return job;
-}
-
 // A job's outputs from the CPU runner, as reference::JobOutputs in float32.
 struct Outputs {
   Tensor output;
@@ -52,7 +36,7 @@ struct Outputs {
   std::map<std::string, Tensor> state;
 };
 
-absl::StatusOr<Outputs> RunOnCpu(const Job& job, const ParityCase& pc,
+absl::StatusOr<Outputs> RunOnCpu(const ParityJob& job, const ParityCase& pc,
                                  const std::string& precision) {
   CpuRunner runner(job.model, pc.config,
                    {.threads = pc.threads, .tile_tokens = pc.tile, .precision = precision});
@@ -65,17 +49,6 @@ absl::StatusOr<Outputs> RunOnCpu(const Job& job, const ParityCase& pc,
   }
   for (const auto& [name, t] : FusedStateTensors(state)) got.state[name] = *t;
   return got;
-}
-
-// The largest relative error over a job's tensors (output, queries, state).
-template <typename Got>
-double JobError(const Got& got, const reference::JobOutputs& want) {
-  double worst = RelativeError(got.output, want.output);
-  for (size_t k = 0; k < got.queries.size(); ++k)
-    worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
-  for (const auto& [name, t] : got.state)
-    worst = std::max(worst, RelativeError(t, want.state.at(name)));
-  return worst;
 }
 
 TEST(RoundToBf16, RoundsToNearestTiesToEven) {
@@ -154,11 +127,9 @@ TEST(SharedBf16Weights, RoundsGemmWeightsOncePerModel) {
 // that computed in float32 would be nearer the exact run).
 TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
   const ParityCase& pc = GetParam();
-  const Job job = MakeJob(pc);
-  const reference::JobOutputs want =
-      reference::RunJob(job.model, pc.config, job.context, job.queries);
-  const reference::JobOutputs rounded =
-      reference::RunJob(job.model, pc.config, job.context, job.queries, {.bf16_operands = true});
+  const ParityJob job = MakeParityJob(pc);
+  const ReferenceRuns references = RunReferences(job, pc.config);
+  const reference::JobOutputs &want = references.exact, &rounded = references.bf16_operands;
   absl::StatusOr<Outputs> got = RunOnCpu(job, pc, "bf16");
   ASSERT_TRUE(got.ok()) << got.status();
   const double baseline = JobError(rounded, want), error = JobError(*got, want);

@@ -145,28 +145,12 @@ absl::StatusOr<Outputs> RunOnGpu(const Model& model, const ModelConfig& config,
   return out;
 }
 
-struct Job {
-  Model model;
-  Tensor context;
-  std::vector<Tensor> queries;
-};
-
-Job MakeJob(const ParityCase& pc) {
-  Job job{RandomTestModel(pc.config, 7),
-          RandomTokens(pc.context_tokens, pc.config.input_width(), 1),
-          {}};
-  for (size_t k = 0; k < pc.query_tokens.size(); ++k) {
-    job.queries.push_back(RandomTokens(pc.query_tokens[k], pc.config.input_width(), 100 + k));
-  }
-  return job;
-}
-
 class CudaParityTest : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(CudaParityTest, Fp32MatchesFloat64Reference) {
   LACT_SKIP_WITHOUT_GPU();
   const ParityCase& pc = GetParam();
-  const Job job = MakeJob(pc);
+  const ParityJob job = MakeParityJob(pc);
   reference::JobOutputs want = reference::RunJob(job.model, pc.config, job.context, job.queries);
   absl::StatusOr<Outputs> got =
       RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kFp32, pc.tile);
@@ -188,7 +172,7 @@ TEST(CudaRunner, TensorCoreScanMatchesFloat64Reference) {
     if (pc.name != "odd_sizes" && pc.name != "long_scan_chunks" && pc.name != "tiny_tiles") {
       continue;
     }
-    const Job job = MakeJob(pc);
+    const ParityJob job = MakeParityJob(pc);
     const reference::JobOutputs want =
         reference::RunJob(job.model, pc.config, job.context, job.queries);
     absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries,
@@ -202,6 +186,8 @@ TEST(CudaRunner, TensorCoreScanMatchesFloat64Reference) {
 }
 
 // The largest relative error over a job's tensors (output, queries, state).
+using testing::JobError;  // the shared one, for reference outputs
+
 double JobError(const Outputs& got, const reference::JobOutputs& want) {
   double worst = RelativeError(got.output, want.output);
   for (size_t k = 0; k < got.queries.size(); ++k)
@@ -211,26 +197,15 @@ double JobError(const Outputs& got, const reference::JobOutputs& want) {
   return worst;
 }
 
-double JobError(const reference::JobOutputs& got, const reference::JobOutputs& want) {
-  double worst = RelativeError(got.output, want.output);
-  for (size_t k = 0; k < got.queries.size(); ++k)
-    worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
-  for (const auto& [name, t] : got.state)
-    worst = std::max(worst, RelativeError(t, want.state.at(name)));
-  return worst;
-}
-
 // bf16 mode (bf16 GEMM inputs, fp32 accumulation and state): its error
 // against the exact float64 reference is at most twice that of the float64
 // reference itself evaluated with every GEMM input rounded to bf16.
 TEST_P(CudaParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedInputs) {
   LACT_SKIP_WITHOUT_GPU();
   const ParityCase& pc = GetParam();
-  const Job job = MakeJob(pc);
-  const reference::JobOutputs want =
-      reference::RunJob(job.model, pc.config, job.context, job.queries);
-  const reference::JobOutputs rounded =
-      reference::RunJob(job.model, pc.config, job.context, job.queries, {.bf16_operands = true});
+  const ParityJob job = MakeParityJob(pc);
+  const ReferenceRuns references = RunReferences(job, pc.config);
+  const reference::JobOutputs &want = references.exact, &rounded = references.bf16_operands;
   absl::StatusOr<Outputs> got =
       RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kBf16, pc.tile);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -252,7 +227,7 @@ INSTANTIATE_TEST_SUITE_P(RandomShapes, CudaParityTest,
                          [](const auto& info) { return info.param.name; });
 
 TEST(CudaRunner, NoSuchDeviceIsAFailedPrecondition) {
-  const Job job = MakeJob(FixedParityCases()[0]);
+  const ParityJob job = MakeParityJob(FixedParityCases()[0]);
   BackendOptions options{.backend = "cuda"};
   options.device = cuda::DeviceCount();
   absl::StatusOr<std::unique_ptr<CudaRunner>> runner =
@@ -267,7 +242,7 @@ TEST(CudaRunner, NoSuchDeviceIsAFailedPrecondition) {
 TEST(CudaRunner, RejectsBadTokens) {
   LACT_SKIP_WITHOUT_GPU();
   const ParityCase pc = FixedParityCases()[2];
-  const Job job = MakeJob(pc);
+  const ParityJob job = MakeParityJob(pc);
   absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(job.model, pc.config);
   ASSERT_TRUE(runner.ok()) << runner.status();
   FusedState state;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/random.h"
+#include "tests/random_model.h"
 
 namespace lact::testing {
 namespace {
@@ -106,6 +107,21 @@ std::vector<ParityCase> RandomParityCases(int count) {
   for (uint64_t seed = 0; seed < static_cast<uint64_t>(count); ++seed)
     cases.push_back(RandomCase(seed));
   return cases;
+}
+
+ParityJob MakeParityJob(const ParityCase& pc) {
+  ParityJob job{RandomTestModel(pc.config, 7),
+                RandomTokens(pc.context_tokens, pc.config.input_width(), 1),
+                {}};
+  for (size_t k = 0; k < pc.query_tokens.size(); ++k) {
+    job.queries.push_back(RandomTokens(pc.query_tokens[k], pc.config.input_width(), 100 + k));
+  }
+  return job;
+}
+
+ReferenceRuns RunReferences(const ParityJob& job, const ModelConfig& config) {
+  return {reference::RunJob(job.model, config, job.context, job.queries),
+          reference::RunJob(job.model, config, job.context, job.queries, {.bf16_operands = true})};
 }
 
 }  // namespace lact::testing

@@ -4,6 +4,7 @@
 #ifndef LACT_TESTS_PARITY_CASES_H_
 #define LACT_TESTS_PARITY_CASES_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -12,6 +13,8 @@
 #include "common/model.h"
 #include "common/model_config.h"
 #include "common/tensor.h"
+#include "kernels/reference/reference_model.h"
+#include "tests/golden_case.h"
 
 namespace lact::testing {
 
@@ -28,6 +31,35 @@ void PrintTo(const ParityCase& c, std::ostream* os);
 
 std::vector<ParityCase> FixedParityCases();
 std::vector<ParityCase> RandomParityCases(int count = 60);
+
+// A case's random model, context and query sets (fixed seeds per case).
+struct ParityJob {
+  Model model;
+  Tensor context;
+  std::vector<Tensor> queries;
+};
+ParityJob MakeParityJob(const ParityCase& pc);
+
+// The float64 reference's outputs for a job: exact, and with every GEMM
+// operand rounded to bf16 (the bf16 modes' baseline).
+struct ReferenceRuns {
+  reference::JobOutputs exact;
+  reference::JobOutputs bf16_operands;
+};
+ReferenceRuns RunReferences(const ParityJob& job, const ModelConfig& config);
+
+// The largest relative error over a job's tensors (output, query outputs,
+// state); `Got` has `output`, `queries` and a name -> tensor map `state`,
+// as reference::JobOutputs has.
+template <typename Got>
+double JobError(const Got& got, const reference::JobOutputs& want) {
+  double worst = RelativeError(got.output, want.output);
+  for (size_t k = 0; k < got.queries.size(); ++k)
+    worst = std::max(worst, RelativeError(got.queries[k], want.queries[k]));
+  for (const auto& [name, t] : got.state)
+    worst = std::max(worst, RelativeError(t, want.state.at(name)));
+  return worst;
+}
 
 }  // namespace lact::testing
 
