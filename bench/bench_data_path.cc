@@ -10,6 +10,7 @@
 // 1,048,576-token figure: job time minus the slowest worker's compute).
 //   bench_data_path [--tokens N] [--model NAME] [--widths 256,768] [--reps N]
 //                   [--only 256band|256ref|768band|768ref] [--dir DIR] [--json FILE]
+//                   [--malloc-default (the client keeps glibc's defaults)]
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +27,7 @@
 #include "client/local_cluster.h"
 #include "common/data_files.h"
 #include "common/flags.h"
+#include "common/malloc_policy.h"
 #include "common/model.h"
 #include "common/npy.h"
 #include "common/random.h"
@@ -128,14 +130,17 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
 }
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                                             {"tokens", "dir", "json", "only", "model", "widths",
-                                              "reps", "tls", "no-spool", "no-huge-pages"},
-                                             {}, {"tls", "no-spool", "no-huge-pages"});
+  absl::StatusOr<Flags> flags =
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                   {"tokens", "dir", "json", "only", "model", "widths", "reps", "tls", "no-spool",
+                    "no-huge-pages", "malloc-default"},
+                   {}, {"tls", "no-spool", "no-huge-pages", "malloc-default"});
   if (!flags.ok()) {
     std::fprintf(stderr, "bench_data_path: %s\n", std::string(flags.status().message()).c_str());
     return 2;
   }
+  // As the `lact` client does, unless asked for glibc's defaults (to compare).
+  if (!flags->Has("malloc-default")) KeepFreedMemory();
   const int64_t tokens = flags->Int("tokens", 1 << 20, 1, int64_t{1} << 26).value_or(1 << 20);
   const int reps = static_cast<int>(flags->Int("reps", 2, 1, 100).value_or(2));
   const std::string model = flags->Get("model").value_or("");

@@ -4,11 +4,9 @@
 // --drain-seconds, 60), then stops.
 // Flags: kUsage below (--help).
 #include <grpcpp/grpcpp.h>
-#include <malloc.h>
 
 #include <atomic>
 #include <cstdio>
-#include <limits>
 #include <optional>
 #include <thread>
 
@@ -17,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/malloc_policy.h"
 #include "common/metrics_endpoint.h"
 #include "common/model_config.h"
 #include "common/status_macros.h"
@@ -61,20 +60,6 @@ constexpr char kUsage[] =
     "               [--log-level debug|info|warn|error (JSON lines on stderr; default info)]\n"
     "               [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a free\n"
     "               port; none by default)]\n";
-
-// A worker runs job after job, each allocating gigabytes and freeing them.
-// glibc would hand every large block back to the kernel on free and fault
-// fresh pages in for the next job, in its upload and output phases; first
-// touches cost more than the copies themselves (several times more on a
-// VM). Kept in the heap instead, the next job's buffers are warm. One
-// arena (threads' arenas would still map large blocks afresh); the
-// worker's RSS stays near its largest job's peak, as with any caching
-// allocator.
-void KeepFreedMemory() {
-  mallopt(M_ARENA_MAX, 1);
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-}
 
 // The worker's secret and TLS: the cluster secret it presents to the
 // coordinator and requires of it, its port's credentials (TLS when it has

@@ -9,6 +9,7 @@
 #include "client/cli/run_command.h"
 #include "client/cli/service_commands.h"
 #include "common/flags.h"
+#include "common/malloc_policy.h"
 
 namespace {
 
@@ -117,6 +118,7 @@ bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h" || a
 }  // namespace
 
 int main(int argc, char** argv) {
+  lact::KeepFreedMemory();  // a job's outputs arrive in many large messages
   if (argc < 2 || IsHelp(argv[1])) {
     PrintUsage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
