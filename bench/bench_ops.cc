@@ -204,7 +204,12 @@ int Main(int argc, char** argv) {
 
   // The same layer in the bf16 mode: rounded weights, operands rounded as
   // they are made, float32 sgemm (an emulation; see cpu_runner.h).
-  const Model bf16_model = *RoundGemmWeightsToBf16(model);
+  absl::StatusOr<Model> rounded = RoundGemmWeightsToBf16(model);
+  if (!rounded.ok()) {
+    std::fprintf(stderr, "bench_ops: %s\n", std::string(rounded.status().message()).c_str());
+    return 1;
+  }
+  const Model& bf16_model = *rounded;
   CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
   Tensor xb({T, D});
   xb.data = Normal(T * D, 6);

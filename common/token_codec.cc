@@ -1,6 +1,5 @@
 #include "common/token_codec.h"
 
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -107,8 +106,7 @@ std::string EncodeFloats(const float* data, int64_t count, WireType type) {
     if (type == WireType::kF16) {
       v = FloatToHalf(data[i]);
     } else {
-      const uint32_t bits = std::bit_cast<uint32_t>(data[i]);
-      v = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+      v = FloatToBFloat16(data[i]);
     }
     std::memcpy(out.data() + 2 * i, &v, 2);
   }

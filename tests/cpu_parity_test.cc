@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/reference/reference_model.h"
@@ -51,14 +52,14 @@ absl::StatusOr<Outputs> RunOnCpu(const ParityJob& job, const ParityCase& pc,
   return got;
 }
 
-TEST(RoundToBf16, RoundsToNearestTiesToEven) {
+TEST(RoundToBFloat16, RoundsToNearestTiesToEven) {
   const auto bits = [](uint32_t b) { return std::bit_cast<float>(b); };
-  EXPECT_EQ(cpu::RoundToBf16(1.0f), 1.0f);
-  EXPECT_EQ(cpu::RoundToBf16(bits(0x3f808000u)), bits(0x3f800000u));  // tie: to the even 0x3f80
-  EXPECT_EQ(cpu::RoundToBf16(bits(0x3f818000u)), bits(0x3f820000u));  // tie: to the even 0x3f82
-  EXPECT_EQ(cpu::RoundToBf16(bits(0x3f808001u)), bits(0x3f810000u));  // above the tie: up
-  EXPECT_EQ(cpu::RoundToBf16(bits(0xbf807fffu)), bits(0xbf800000u));  // below the tie: down
-  EXPECT_EQ(cpu::RoundToBf16(bits(0x7f7fffffu)), bits(0x7f800000u));  // FLT_MAX rounds to inf
+  EXPECT_EQ(RoundToBFloat16(1.0f), 1.0f);
+  EXPECT_EQ(RoundToBFloat16(bits(0x3f808000u)), bits(0x3f800000u));  // tie: to the even 0x3f80
+  EXPECT_EQ(RoundToBFloat16(bits(0x3f818000u)), bits(0x3f820000u));  // tie: to the even 0x3f82
+  EXPECT_EQ(RoundToBFloat16(bits(0x3f808001u)), bits(0x3f810000u));  // above the tie: up
+  EXPECT_EQ(RoundToBFloat16(bits(0xbf807fffu)), bits(0xbf800000u));  // below the tie: down
+  EXPECT_EQ(RoundToBFloat16(bits(0x7f7fffffu)), bits(0x7f800000u));  // FLT_MAX rounds to inf
 }
 
 TEST_P(CpuParityTest, MatchesFloat64Reference) {
@@ -98,7 +99,7 @@ TEST(SharedBf16Weights, RoundsGemmWeightsOncePerModel) {
   const Tensor& rounded = (*first)->tensors().at("layers.0.mamba.fwd.in_proj.weight");
   int changed = 0;
   for (int64_t i = 0; i < in_proj.size(); ++i) {
-    EXPECT_EQ(rounded.data[i], cpu::RoundToBf16(in_proj.data[i])) << i;
+    EXPECT_EQ(rounded.data[i], RoundToBFloat16(in_proj.data[i])) << i;
     changed += rounded.data[i] != in_proj.data[i];
   }
   EXPECT_GT(changed, in_proj.size() / 2) << "random weights are rarely bf16 already";
@@ -117,7 +118,7 @@ TEST(SharedBf16Weights, RoundsGemmWeightsOncePerModel) {
   ASSERT_TRUE(second.ok());
   EXPECT_NE(second->get(), kept_copy.get());
   EXPECT_EQ((*second)->tensors().at("layers.0.mamba.fwd.in_proj.weight").data[0],
-            cpu::RoundToBf16(other->tensors().at("layers.0.mamba.fwd.in_proj.weight").data[0]));
+            RoundToBFloat16(other->tensors().at("layers.0.mamba.fwd.in_proj.weight").data[0]));
 }
 
 // The bf16 mode (GEMM operands rounded to bf16, float32 accumulation):

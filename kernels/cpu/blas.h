@@ -9,7 +9,7 @@ namespace lact::cpu {
 
 // What a model's GEMMs are fed: float32 operands (the default and the
 // parity mode), or operands rounded to bf16 with float32 accumulation (the
-// bf16 mode, the CUDA backend's contract; RoundToBf16 in elementwise.h).
+// bf16 mode, the CUDA backend's contract; RoundRowsToBf16 in elementwise.h).
 // The callers round; these wrappers multiply what they are given.
 enum class Operands { kFp32, kBf16 };
 

@@ -1,5 +1,7 @@
 #include "kernels/cpu/elementwise.h"
 
+#include "common/half.h"
+
 namespace lact::cpu {
 
 void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y,
@@ -64,7 +66,7 @@ void RoundRowsToBf16(float* x, int64_t ldx, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     float* v = x + r * ldx;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) v[c] = RoundToBf16(v[c]);
+    for (int64_t c = 0; c < cols; ++c) v[c] = RoundToBFloat16(v[c]);
   }
 }
 

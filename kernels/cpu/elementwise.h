@@ -55,18 +55,10 @@ void L2NormGroups(float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t g
 // x[r, c] = silu(x[r, c]) in place.
 void SiluRows(float* x, int64_t ldx, int64_t rows, int64_t cols);
 
-// x rounded to the nearest bfloat16 (ties to even), kept as a float32:
+// x[r, :cols] rounded to bf16 in place (RoundToBFloat16, common/half.h):
 // what the bf16 mode feeds its GEMMs. A product of two such values is
 // exact in float32, so a float32 GEMM of rounded operands computes what a
-// bf16 GEMM with float32 accumulation does. Finite x only (the model's
-// activations are checked finite where they enter).
-inline float RoundToBf16(float x) {
-  uint32_t bits = std::bit_cast<uint32_t>(x);
-  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-  return std::bit_cast<float>(bits);
-}
-
-// x[r, :cols] = RoundToBf16(x[r, :cols]) in place.
+// bf16 GEMM with float32 accumulation does.
 void RoundRowsToBf16(float* x, int64_t ldx, int64_t rows, int64_t cols);
 
 }  // namespace lact::cpu
