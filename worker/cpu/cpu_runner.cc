@@ -27,7 +27,10 @@ absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model) {
       gemm = gemm || absl::EndsWith(name, suffix);
     }
     gemm = gemm || name == "embed.weight" || name == "head.weight";
-    if (gemm) cpu::RoundRowsToBf16(t.ptr(), 0, 1, t.size());
+    if (gemm) {
+      const int64_t cols = t.size() / t.dim(0);  // [out, in] matrices, rows in parallel
+      cpu::RoundRowsToBf16(t.ptr(), cols, t.dim(0), cols);
+    }
   }
   return Model::FromTensors(model.config(), std::move(tensors));
 }
