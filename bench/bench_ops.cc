@@ -197,10 +197,27 @@ int Main(int argc, char** argv) {
   Tensor x({T, D});
   x.data = Normal(T * D, 6);
   (void)ops.LoadTokens(std::move(x));
-  const double layer = BestSeconds([&] {
+  const auto run_layer = [&] {
     LayerState st = fs.layers[0];
     (void)RunBlock(c, w, shard, ops, nullptr, &st);
-  });
+  };
+  // With more than one thread, in alternating rounds: the row slices on and
+  // off (cpu::SetRowSlices; off, every GEMM threaded by OpenBLAS), so that
+  // the baseline is measured beside it under the same load.
+  double layer = 1e30, layer_unsliced = 0;
+  if (cpu::NumThreads() == 1) {
+    layer = BestSeconds(run_layer);
+  } else {
+    layer_unsliced = 1e30;
+    for (int round = 0; round < 3; ++round) {
+      for (const bool sliced : {true, false}) {
+        cpu::SetRowSlices(sliced);
+        double& best = sliced ? layer : layer_unsliced;
+        best = std::min(best, BestSeconds(run_layer));
+      }
+    }
+    cpu::SetRowSlices(true);
+  }
 
   // The same layer in the bf16 mode: rounded weights, operands rounded as
   // they are made, float32 sgemm (an emulation; see cpu_runner.h).
@@ -261,6 +278,16 @@ int Main(int argc, char** argv) {
                    {"gflops", layer_rate / 1e9},
                    {"of_sgemm", layer_rate / yardstick},
                    {"tokens_per_s", T / layer}};
+  if (layer_unsliced > 0) {
+    const double rate = f.total() * T / layer_unsliced;
+    std::printf("%-22s %10.2f %14.1f %11.1f%%   (row slices off: the slices run %.2fx faster)\n",
+                "whole layer, unsliced", 1e3 * layer_unsliced, rate / 1e9, 100 * rate / yardstick,
+                layer_unsliced / layer);
+    json["layer_unsliced"] = {{"ms", 1e3 * layer_unsliced},
+                              {"gflops", rate / 1e9},
+                              {"of_sgemm", rate / yardstick},
+                              {"slices_speedup", layer_unsliced / layer}};
+  }
   const double bf16_rate = f.total() * T / layer_bf16;
   std::printf("%-22s %10.2f %14.1f %11.1f%%   (%.2fx the fp32 layer's time; %s)\n",
               "whole layer, bf16", 1e3 * layer_bf16, bf16_rate / 1e9, 100 * bf16_rate / yardstick,

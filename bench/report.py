@@ -21,6 +21,10 @@ for i, op in enumerate(ops[2]["ops"]):
     rows.append(f"{op['op']:24} {a['gflops']:>9.1f} {100 * a['of_sgemm']:5.1f}%  {b['gflops']:>9.1f} {100 * b['of_sgemm']:5.1f}%")
 la, lb = ops[1]["layer"], ops[2]["layer"]
 rows.append(f"{'whole layer':24} {la['gflops']:>9.1f} {100 * la['of_sgemm']:5.1f}%  {lb['gflops']:>9.1f} {100 * lb['of_sgemm']:5.1f}%")
+if "layer_unsliced" in ops[2]:
+    ub = ops[2]["layer_unsliced"]
+    rows.append(f"{'whole layer, unsliced':24} {'':>9} {'':>6}  {ub['gflops']:>9.1f} {100 * ub['of_sgemm']:5.1f}%"
+                f"   (row slices off; with them {ub['slices_speedup']:.2f}x faster)")
 if "layer_bf16" in ops[1]:
     ba, bb = ops[1]["layer_bf16"], ops[2]["layer_bf16"]
     rows.append(f"{'whole layer, bf16':24} {ba['gflops']:>9.1f} {100 * ba['of_sgemm']:5.1f}%  {bb['gflops']:>9.1f} {100 * bb['of_sgemm']:5.1f}%"

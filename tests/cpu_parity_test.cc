@@ -12,13 +12,16 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/threading.h"
 #include "kernels/reference/reference_model.h"
 #include "tests/golden_case.h"
 #include "tests/parity_cases.h"
@@ -141,6 +144,56 @@ TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
   EXPECT_LT(to_rounded, 0.25 * error);
 }
 
+// Rows split among threads: each row in exactly one slice, slices in row
+// order on distinct threads, none shorter than asked; one slice, on the
+// caller, where the rows are too few.
+TEST(ForRowSlices, SplitsRowsOneSlicePerThread) {
+  cpu::SetNumThreads(3);
+  for (const auto& [rows, want] :
+       std::vector<std::pair<int64_t, int>>{{1000, 3}, {600, 2}, {511, 1}, {3, 1}, {0, 1}}) {
+    std::vector<int> slot_of(rows, -1);
+    std::vector<std::thread::id> thread_of(3);
+    std::vector<int64_t> sizes(3, 0);
+    int nested = 0;
+    const int slices = cpu::ForRowSlices(rows, 256, [&](int64_t begin, int64_t n, int slot) {
+      for (int64_t i = begin; i < begin + n; ++i) slot_of[i] = slot;
+      thread_of[slot] = std::this_thread::get_id();
+      sizes[slot] = n;
+      if (slot == 0) nested = cpu::ForRowSlices(1000, 1, [](int64_t, int64_t, int) {});
+    });
+    EXPECT_EQ(slices, want) << rows << " rows";
+    // A slice on a thread of its own does not split again; one run on the
+    // caller may.
+    EXPECT_EQ(nested, want > 1 ? 1 : 3) << rows << " rows";
+    for (int64_t i = 1; i < rows; ++i) EXPECT_LE(slot_of[i - 1], slot_of[i]) << i;
+    for (int64_t i = 0; i < rows; ++i) ASSERT_GE(slot_of[i], 0) << "row " << i << " not run";
+    if (rows > 0) {
+      EXPECT_EQ(slot_of[rows - 1], want - 1);
+    }
+    if (want > 1) {
+      EXPECT_EQ(std::set<std::thread::id>(thread_of.begin(), thread_of.begin() + want).size(),
+                static_cast<size_t>(want));
+      for (int s = 0; s < want; ++s) EXPECT_GE(sizes[s], 256) << "slice " << s;
+    }
+  }
+  cpu::SetNumThreads(0);
+}
+
+// Tiles long enough that the LaCT update and apply and the MLP split their
+// rows among the threads (at least 256 rows a slice): 2 and 3 threads,
+// 1,024-token tiles and a ragged last one, an embedding and a head, chunks
+// that end inside a tile, Muon on.
+std::vector<ParityCase> RowSliceCases() {
+  const ModelConfig embedded = FixedParityCases()[2].config;
+  ModelConfig chunked = FixedParityCases()[3].config;
+  chunked.ttt.chunk_tokens = 700;
+  chunked.ttt.muon_steps = 2;
+  return {{"two_slices", embedded, 1300, {600}, 1024, 2},
+          {"three_slices_chunked_muon", chunked, 1100, {800}, 1024, 3}};
+}
+
+INSTANTIATE_TEST_SUITE_P(RowSlices, CpuParityTest, ::testing::ValuesIn(RowSliceCases()),
+                         [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuParityTest, ::testing::ValuesIn(FixedParityCases()),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RandomShapes, CpuParityTest, ::testing::ValuesIn(RandomParityCases()),

@@ -3,6 +3,8 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <thread>
 
 namespace lact::cpu {
@@ -15,5 +17,29 @@ void SetNumThreads(int n) {
 }
 
 int NumThreads() { return omp_get_max_threads(); }
+
+namespace {
+std::atomic<bool> row_slices{true};
+}  // namespace
+
+void SetRowSlices(bool on) { row_slices.store(on, std::memory_order_relaxed); }
+
+int ForRowSlices(int64_t n, int64_t min_rows, absl::FunctionRef<void(int64_t, int64_t, int)> fn) {
+  const int64_t most = std::max<int64_t>(1, n / std::max<int64_t>(1, min_rows));
+  const int threads = static_cast<int>(std::min<int64_t>(NumThreads(), most));
+  if (threads <= 1 || omp_in_parallel() || !row_slices.load(std::memory_order_relaxed)) {
+    fn(0, n, 0);
+    return 1;
+  }
+  int slices = 1;
+#pragma omp parallel num_threads(threads)
+  {
+    const int slot = omp_get_thread_num(), count = omp_get_num_threads();
+    const int64_t begin = n * slot / count, end = n * (slot + 1) / count;
+    fn(begin, end - begin, slot);
+    if (slot == 0) slices = count;
+  }
+  return slices;
+}
 
 }  // namespace lact::cpu

@@ -4,12 +4,31 @@
 #ifndef LACT_KERNELS_CPU_THREADING_H_
 #define LACT_KERNELS_CPU_THREADING_H_
 
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+
 namespace lact::cpu {
 
 // Sets the thread count for our loops and for BLAS; n <= 0 means all cores.
 // Process-wide; call before running, not concurrently with kernels.
 void SetNumThreads(int n);
 int NumThreads();
+
+// Splits rows [0, n) into contiguous slices, one per thread and at least
+// `min_rows` rows each, and runs fn(begin, count, slot) for every slice at
+// once, each on a thread of its own; slot numbers the slices from 0 in row
+// order (slot < NumThreads()). Everything fn calls runs on its thread:
+// nested parallel loops and OpenBLAS calls inside it stay single-threaded,
+// so a row-independent op gets whole cores instead of split GEMMs. With one
+// thread, fewer than 2 * min_rows rows, or inside a parallel region, it is
+// fn(0, n, 0) on the caller. Returns the number of slices run (>= 1).
+int ForRowSlices(int64_t n, int64_t min_rows, absl::FunctionRef<void(int64_t, int64_t, int)> fn);
+
+// Turns ForRowSlices' splitting on (the default) or off (every call one
+// slice on the caller, the GEMMs threaded by OpenBLAS), process-wide: the
+// baseline that bench_ops measures the slices against. Call between runs.
+void SetRowSlices(bool on);
 
 }  // namespace lact::cpu
 

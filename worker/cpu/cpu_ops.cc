@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/threading.h"
 
 namespace lact {
 namespace {
@@ -17,6 +18,10 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 void Grow(std::vector<float>* v, int64_t size) {
   if (static_cast<int64_t>(v->size()) < size) v->resize(size);
 }
+
+// A thread's slice of a tile is at least this many rows: below it, the
+// GEMMs' own threading does better than a split.
+constexpr int64_t kMinSliceRows = 256;
 
 }  // namespace
 
@@ -58,6 +63,11 @@ void CpuOps::RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const {
 cpu::FastGradsRef CpuOps::Grads() {
   float* g = grads_.data();
   return {g, g + FastSize(), g + 2 * FastSize()};
+}
+
+void CpuOps::GrowSlices() {
+  const size_t threads = static_cast<size_t>(cpu::NumThreads());
+  if (slices_.size() < threads) slices_.resize(threads);
 }
 
 absl::Status CpuOps::LoadTokens(Tensor tokens) {
@@ -176,13 +186,34 @@ absl::Status CpuOps::ZeroGrads() {
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) {
-  Grow(&kv_, tile() * 2 * c_.d_model);
-  Grow(&lr_, tile() * 3 * c_.ttt_heads());
-  cpu::LactKeyValueLr(c_, w, h_.ptr() + first * c_.d_model, n, kv_.data(), lr_.data());
-  RoundOperand(kv_.data(), 2 * c_.d_model, n, 2 * c_.d_model);
-  cpu::AccumulateFastWeightGrads(c_, kv_.data(), lr_.data(), n, Fast(), Grads(), &lact_ws_,
+void CpuOps::AccumulateRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s,
+                            cpu::FastGradsRef grads) {
+  const int64_t D = c_.d_model;
+  Grow(&s->kv, n * 2 * D);
+  Grow(&s->lr, n * 3 * c_.ttt_heads());
+  cpu::LactKeyValueLr(c_, w, h_.ptr() + first * D, n, s->kv.data(), s->lr.data());
+  RoundOperand(s->kv.data(), 2 * D, n, 2 * D);
+  cpu::AccumulateFastWeightGrads(c_, s->kv.data(), s->lr.data(), n, Fast(), grads, &s->lact,
                                  operands_);
+}
+
+absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) {
+  GrowSlices();
+  const int64_t size = FastSize();
+  const int slices = cpu::ForRowSlices(n, kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
+    SliceScratch& s = slices_[slot];
+    cpu::FastGradsRef grads = Grads();
+    if (slot > 0) {
+      s.grads.assign(3 * size, 0.0f);
+      grads = {s.grads.data(), s.grads.data() + size, s.grads.data() + 2 * size};
+    }
+    AccumulateRows(w, first + begin, k, &s, grads);
+  });
+  float* total = grads_.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < 3 * size; ++i) {
+    for (int slot = 1; slot < slices; ++slot) total[i] += slices_[slot].grads[i];
+  }
   return absl::OkStatus();
 }
 
@@ -213,40 +244,54 @@ absl::Status CpuOps::UpdateFastWeights(const LayerWeights& w) {
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) {
+void CpuOps::ApplyRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s) {
   const int64_t D = c_.d_model, dh = c_.ttt.head_dim;
-  Grow(&q_, tile() * D);
-  Grow(&o_, tile() * D);
-  cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q_.data());
-  RoundOperand(q_.data(), D, n, D);
-  cpu::ApplyFastWeights(c_, q_.data(), n, Fast(), o_.data(), &lact_ws_, operands_);
+  Grow(&s->q, n * D);
+  Grow(&s->o, n * D);
+  float *q = s->q.data(), *o = s->o.data();
+  cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q);
+  RoundOperand(q, D, n, D);
+  cpu::ApplyFastWeights(c_, q, n, Fast(), o, &s->lact, operands_);
   for (int64_t head = 0; head < c_.ttt_heads(); ++head) {
-    cpu::RmsNormRows(o_.data() + head * dh, D, n, dh, w.o_norm, o_.data() + head * dh, D);
+    cpu::RmsNormRows(o + head * dh, D, n, dh, w.o_norm, o + head * dh, D);
   }
-  RoundOperand(o_.data(), D, n, D);
-  cpu::Linear(o_.data(), D, n, D, w.o_proj, D, acc_.ptr() + first * D, D, 1.0f);
+  RoundOperand(o, D, n, D);
+  cpu::Linear(o, D, n, D, w.o_proj, D, acc_.ptr() + first * D, D, 1.0f);
+}
+
+absl::Status CpuOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) {
+  GrowSlices();
+  cpu::ForRowSlices(n, kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
+    ApplyRows(w, first + begin, k, &slices_[slot]);
+  });
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t n) {
+void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s) {
   const int64_t D = c_.d_model, F = c_.mlp_hidden;
-  Grow(&normed_, tile() * D);
-  Grow(&gate_, tile() * F);
-  Grow(&up_, tile() * F);
-  float* x = x_.ptr() + first * D;
+  Grow(&s->normed, n * D);
+  Grow(&s->gate, n * F);
+  Grow(&s->up, n * F);
+  float *x = x_.ptr() + first * D, *normed = s->normed.data(), *gate = s->gate.data();
   const float* acc = acc_.ptr() + first * D;
+  const float* up = s->up.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n * D; ++i) x[i] += acc[i];
-  cpu::RmsNormRows(x, D, n, D, w.norm2, normed_.data(), D);
-  RoundOperand(normed_.data(), D, n, D);
-  cpu::Linear(normed_.data(), D, n, D, w.mlp_gate, F, gate_.data(), F);
-  cpu::Linear(normed_.data(), D, n, D, w.mlp_up, F, up_.data(), F);
-  float* gate = gate_.data();
-  const float* up = up_.data();
+  cpu::RmsNormRows(x, D, n, D, w.norm2, normed, D);
+  RoundOperand(normed, D, n, D);
+  cpu::Linear(normed, D, n, D, w.mlp_gate, F, gate, F);
+  cpu::Linear(normed, D, n, D, w.mlp_up, F, s->up.data(), F);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
-  RoundOperand(gate_.data(), F, n, F);
-  cpu::Linear(gate_.data(), F, n, F, w.mlp_down, D, x, D, 1.0f);
+  RoundOperand(gate, F, n, F);
+  cpu::Linear(gate, F, n, F, w.mlp_down, D, x, D, 1.0f);
+}
+
+absl::Status CpuOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t n) {
+  GrowSlices();
+  cpu::ForRowSlices(n, kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
+    MlpRows(w, first + begin, k, &slices_[slot]);
+  });
   return absl::OkStatus();
 }
 

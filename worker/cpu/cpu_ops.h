@@ -8,6 +8,9 @@
 // float32 masters. The SSD scan, norms and states stay float32. The
 // activations are host tensors; the
 // tile scratch is allocated on first use and kept for the sequence. The
+// LaCT update and apply and the MLP split a tile's rows into one slice per
+// thread (cpu::ForRowSlices), each slice's GEMMs on its own core; the
+// update's slices sum their gradients in slice order. The
 // gradient all-reduce goes through `grads` (a Collective of the shard's
 // group) on a thread of its own, so that it overlaps the compute thread.
 #ifndef LACT_WORKER_CPU_CPU_OPS_H_
@@ -66,6 +69,21 @@ class CpuOps final : public BackendOps {
   void RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const;
   cpu::FastGradsRef Grads();
 
+  // One thread's scratch for its slice of a tile's rows.
+  struct SliceScratch {
+    std::vector<float> kv, lr, q, o;  // LaCT
+    std::vector<float> grads;         // dw0 | dw1 | dw2 of slices after the first
+    cpu::LactWorkspace lact;
+    std::vector<float> normed, gate, up;  // MLP
+  };
+  // One scratch per thread, grown before a parallel region.
+  void GrowSlices();
+  // AccumulateGrads' and ApplyFastWeights' work on rows [first, first + n).
+  void AccumulateRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s,
+                      cpu::FastGradsRef grads);
+  void ApplyRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s);
+  void MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s);
+
   const Model& model_;
   const ModelConfig& c_;
   Collective* grads_collective_;
@@ -76,13 +94,11 @@ class CpuOps final : public BackendOps {
   MambaState scan_;
   std::vector<float> log_decay_, reversed_, y_, mixed_;
   cpu::MixerWorkspace mixer_ws_;
-  // The fast weights (w0 | w1 | w2), their gradients, the LaCT tile scratch.
-  std::vector<float> fast_, grads_, kv_, lr_, q_, o_;
+  // The fast weights (w0 | w1 | w2) and their gradients.
+  std::vector<float> fast_, grads_;
   std::vector<float> fast_bf16_;  // fast_ rounded, in the bf16 mode
-  cpu::LactWorkspace lact_ws_;
   std::future<absl::Status> reducing_;
-  // The MLP's tile scratch.
-  std::vector<float> normed_, gate_, up_;
+  std::vector<SliceScratch> slices_;
 };
 
 }  // namespace lact
