@@ -4,13 +4,6 @@
 
 namespace lact {
 
-uint64_t Random::NextU64() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 double Random::Uniform() { return static_cast<double>(NextU64() >> 11) * 0x1.0p-53; }
 
 double Random::Normal() {

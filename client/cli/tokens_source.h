@@ -13,7 +13,10 @@ namespace lact::cli {
 
 absl::StatusOr<Tensor> LoadTokens(const std::string& source, int64_t width);
 
-// Standard-normal tokens, the same for a seed whatever the thread count.
+// Standard-normal tokens, the same for a seed whatever the thread count
+// and the machine: Box-Muller in float32 with this file's own polynomials
+// for log, sin and cos (no libm, no fused multiply-adds), from 24-bit
+// uniforms, so values lie within +-5.77 (sqrt(2 ln 2^24)).
 Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed);
 
 }  // namespace lact::cli
