@@ -179,17 +179,21 @@ TEST(ForRowSlices, SplitsRowsOneSlicePerThread) {
   cpu::SetNumThreads(0);
 }
 
-// Tiles long enough that the LaCT update and apply and the MLP split their
-// rows among the threads (at least 256 rows a slice): 2 and 3 threads,
-// 1,024-token tiles and a ragged last one, an embedding and a head, chunks
-// that end inside a tile, Muon on.
+// Work split among threads: tiles long enough that the LaCT update and
+// apply and the MLP split their rows (at least 256 rows a slice), with 2
+// and 3 threads, 1,024-token tiles and a ragged last one, an embedding and
+// a head, chunks that end inside a tile, Muon on; and one scan head for 3
+// threads (two of the scan's threads have no head of their own).
 std::vector<ParityCase> RowSliceCases() {
   const ModelConfig embedded = FixedParityCases()[2].config;
   ModelConfig chunked = FixedParityCases()[3].config;
   chunked.ttt.chunk_tokens = 700;
   chunked.ttt.muon_steps = 2;
+  ModelConfig one_head = FixedParityCases()[7].config;
+  one_head.ssm.head_dim = one_head.d_inner();
   return {{"two_slices", embedded, 1300, {600}, 1024, 2},
-          {"three_slices_chunked_muon", chunked, 1100, {800}, 1024, 3}};
+          {"three_slices_chunked_muon", chunked, 1100, {800}, 1024, 3},
+          {"one_scan_head_three_threads", one_head, 150, {70}, 4096, 3}};
 }
 
 INSTANTIATE_TEST_SUITE_P(RowSlices, CpuParityTest, ::testing::ValuesIn(RowSliceCases()),
