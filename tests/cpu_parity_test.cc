@@ -182,17 +182,17 @@ TEST(ForRowSlices, SplitsRowsOneSlicePerThread) {
 // Work split among threads: tiles long enough that the LaCT update and
 // apply and the MLP split their rows (at least 256 rows a slice), with 2
 // and 3 threads, 1,024-token tiles and a ragged last one, an embedding and
-// a head, chunks that end inside a tile, Muon on; and one scan head for 3
+// a head, chunks that end inside a tile (an update's rows are a chunk's
+// part of a tile); and one scan head for 3
 // threads (two of the scan's threads have no head of their own).
 std::vector<ParityCase> RowSliceCases() {
   const ModelConfig embedded = FixedParityCases()[2].config;
   ModelConfig chunked = FixedParityCases()[3].config;
-  chunked.ttt.chunk_tokens = 700;
-  chunked.ttt.muon_steps = 2;
+  chunked.ttt.chunk_tokens = 800;  // 800 + 300: the first chunk's update in three slices
   ModelConfig one_head = FixedParityCases()[7].config;
   one_head.ssm.head_dim = one_head.d_inner();
   return {{"two_slices", embedded, 1300, {600}, 1024, 2},
-          {"three_slices_chunked_muon", chunked, 1100, {800}, 1024, 3},
+          {"three_slices_chunked", chunked, 1100, {800}, 1024, 3},
           {"one_scan_head_three_threads", one_head, 150, {70}, 4096, 3}};
 }
 

@@ -48,13 +48,13 @@ float LogUnit(float u) {
   return static_cast<float>(e) * 0.693147181f + 2.0f * s * series;
 }
 
-// One block's values from its pairs' uniforms, ru in [1, 2^24] (the
-// radius's, over 2^24: (0, 1]) and rv in [0, 2^24) (the angle's, [0, 1)):
-// radius * cos(angle) into the first half of `out`, radius * sin(angle)
-// into `sines`. The angle 2 pi v is k pi/2 + phi with |phi| <= pi/4, whose
-// sine and cosine come from Taylor series to phi^9 and phi^10 (error below
-// 2e-9). Integer and float operations only, so the loop vectorises.
-void NormalPairs(const int32_t* ru, const int32_t* rv, int64_t pairs, float* out, float* sines) {
+// Pairs of values from uniforms ru in [1, 2^24] (the radius's, over 2^24:
+// (0, 1]) and rv in [0, 2^24) (the angle's, [0, 1)): out[2i] = radius *
+// cos(angle), out[2i + 1] = radius * sin(angle). The angle 2 pi v is
+// k pi/2 + phi with |phi| <= pi/4, whose sine and cosine come from Taylor
+// series to phi^9 and phi^10 (error below 2e-9). Integer and float
+// operations only, so the loop vectorises.
+void NormalPairs(const int32_t* ru, const int32_t* rv, int64_t pairs, float* out) {
   constexpr float kTwo24 = 0x1.0p-24f, kQuarterPi = 0.785398163f;
   for (int64_t i = 0; i < pairs; ++i) {
     const float u = static_cast<float>(ru[i]) * kTwo24;
@@ -62,16 +62,18 @@ void NormalPairs(const int32_t* ru, const int32_t* rv, int64_t pairs, float* out
     const int k = static_cast<int>(0.5f * t + 0.5f);              // nearest multiple of pi/2
     const float phi = (t - 2.0f * static_cast<float>(k)) * kQuarterPi, p2 = phi * phi;
     const float sn =
-        phi * (1.0f + p2 * (-1.0f / 6 + p2 * (1.0f / 120 + p2 * (-1.0f / 5040 + p2 / 362880))));
+        phi *
+        (1.0f + p2 * (-1.0f / 6 + p2 * (1.0f / 120 + p2 * (-1.0f / 5040 + p2 * (1.0f / 362880)))));
     const float cs =
-        1.0f +
-        p2 * (-0.5f + p2 * (1.0f / 24 + p2 * (-1.0f / 720 + p2 * (1.0f / 40320 - p2 / 3628800))));
-    // Rotated by k quarter turns: (cos, sin) = (cs, sn), (-sn, cs), (-cs, -sn), (sn, -cs).
+        1.0f + p2 * (-0.5f + p2 * (1.0f / 24 + p2 * (-1.0f / 720 +
+                                                     p2 * (1.0f / 40320 - p2 * (1.0f / 3628800)))));
+    // Rotated by k quarter turns (k = 4 is k = 0): (cos, sin) = (cs, sn),
+    // (-sn, cs), (-cs, -sn), (sn, -cs) for k = 0, 1, 2, 3.
     const bool odd = (k & 1) != 0, flip_cos = ((k + 1) & 2) != 0, flip_sin = (k & 2) != 0;
     const float a = odd ? sn : cs, b = odd ? cs : sn;
     const float radius = std::sqrt(-2.0f * LogUnit(u));
-    out[i] = radius * (flip_cos ? -a : a);
-    sines[i] = radius * (flip_sin ? -b : b);
+    out[2 * i] = radius * (flip_cos ? -a : a);
+    out[2 * i + 1] = radius * (flip_sin ? -b : b);
   }
 }
 
@@ -86,11 +88,12 @@ Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed) {
 #pragma omp parallel
   {
     std::vector<int32_t> ru(kBlock / 2), rv(kBlock / 2);
-    std::vector<float> sines(kBlock / 2);
+    std::vector<float> odd_tail(kBlock);  // a last block of odd length, before its copy
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
-      Random rng(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(b));
-      // n values: (n + 1) / 2 pairs; the cosines first, then the sines.
+      // Each block's stream starts from a hash of (seed, block), so that no
+      // seed's stream is another's shifted.
+      Random rng(Random(seed ^ (static_cast<uint64_t>(b) * 0xd1b54a32d192ed03ull)).NextU64());
       const int64_t n = std::min(total, (b + 1) * kBlock) - b * kBlock, pairs = (n + 1) / 2;
       for (int64_t i = 0; i < pairs; ++i) {
         const uint64_t d = rng.NextU64();
@@ -98,8 +101,8 @@ Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed) {
         rv[i] = static_cast<int32_t>((d >> 16) & 0xffffffu);
       }
       float* out = t.ptr() + b * kBlock;
-      NormalPairs(ru.data(), rv.data(), pairs, out, sines.data());
-      std::copy_n(sines.begin(), n - pairs, out + pairs);
+      NormalPairs(ru.data(), rv.data(), pairs, n % 2 == 0 ? out : odd_tail.data());
+      if (n % 2 != 0) std::copy_n(odd_tail.begin(), n, out);
     }
   }
   return t;

@@ -16,7 +16,8 @@ absl::StatusOr<Tensor> LoadTokens(const std::string& source, int64_t width);
 // Standard-normal tokens, the same for a seed whatever the thread count
 // and the machine: Box-Muller in float32 with this file's own polynomials
 // for log, sin and cos (no libm, no fused multiply-adds), from 24-bit
-// uniforms, so values lie within +-5.77 (sqrt(2 ln 2^24)).
+// uniforms, so values lie within +-5.77 (sqrt(2 ln 2^24)). random:L is a
+// prefix of random:L' (L < L') for the same seed and width.
 Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed);
 
 }  // namespace lact::cli

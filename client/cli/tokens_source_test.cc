@@ -1,7 +1,8 @@
 // random:L tokens: standard normal (moments, the normal CDF everywhere to
 // within a Kolmogorov-Smirnov distance, no correlation between neighbours
 // or between a pair's two values), bounded as the header says, the same
-// for a seed whatever the thread count, different for another seed.
+// for a seed whatever the thread count, another stream for another seed
+// (not a shifted copy), a shorter context a prefix of a longer one.
 #include "client/cli/tokens_source.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace lact::cli {
@@ -40,11 +42,11 @@ TEST(RandomNormalTokens, AreStandardNormal) {
   EXPECT_LE(peak, 5.78) << "24-bit uniforms bound the radius at sqrt(2 ln 2^24)";
   EXPECT_GT(peak, 4.0) << "the tails are missing";
 
-  // A pair's cosine and sine lie half a block apart (1 << 15 values).
+  // A pair's cosine and sine are neighbours, at 2i and 2i + 1.
   double pair = 0;
-  const size_t half = size_t{1} << 15;
-  for (size_t i = 0; i < half; ++i) pair += static_cast<double>(v[i]) * v[i + half];
-  EXPECT_NEAR(pair / half, 0.0, 0.02) << "a pair's two values correlate";
+  const size_t pairs = v.size() / 2;
+  for (size_t i = 0; i < pairs; ++i) pair += static_cast<double>(v[2 * i]) * v[2 * i + 1];
+  EXPECT_NEAR(pair / pairs, 0.0, 0.005) << "a pair's two values correlate";
 
   std::vector<float> sorted = v;
   std::sort(sorted.begin(), sorted.end());
@@ -57,16 +59,36 @@ TEST(RandomNormalTokens, AreStandardNormal) {
 }
 
 TEST(RandomNormalTokens, DependOnTheSeedOnly) {
+  const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const Tensor one = RandomNormalTokens(1000, 300, 9);
   omp_set_num_threads(3);
   const Tensor three = RandomNormalTokens(1000, 300, 9);
-  omp_set_num_threads(2);
+  omp_set_num_threads(threads);
   EXPECT_EQ(one.data, three.data);
+  // Another seed is another stream, not this one shifted.
   const Tensor other = RandomNormalTokens(1000, 300, 10);
-  size_t same = 0;
-  for (size_t i = 0; i < other.data.size(); ++i) same += other.data[i] == one.data[i];
-  EXPECT_LT(same, other.data.size() / 1000);
+  for (int shift = 0; shift <= 4; ++shift) {
+    size_t same = 0;
+    for (size_t i = 0; i + shift < other.data.size(); ++i)
+      same += other.data[i] == one.data[i + shift] || one.data[i] == other.data[i + shift];
+    EXPECT_LT(same, other.data.size() / 1000) << "seeds 9 and 10 agree at shift " << shift;
+  }
+}
+
+// A shorter context is a prefix of a longer one, ragged and odd totals too
+// (3 x 5 values; 65,537 = a block and one value).
+TEST(RandomNormalTokens, ShorterIsAPrefix) {
+  const Tensor longer = RandomNormalTokens(70000, 3, 4);
+  for (const auto& [tokens, width] :
+       std::vector<std::pair<int64_t, int64_t>>{{5, 3}, {1, 3}, {21845, 3}, {21846, 3}}) {
+    const Tensor shorter = RandomNormalTokens(tokens, width, 4);
+    ASSERT_EQ(shorter.size(), tokens * width);
+    for (int64_t i = 0; i < shorter.size(); ++i) {
+      ASSERT_EQ(shorter.data[i], longer.data[i]) << tokens << " x " << width << " at " << i;
+      ASSERT_TRUE(std::isfinite(shorter.data[i]));
+    }
+  }
 }
 
 }  // namespace

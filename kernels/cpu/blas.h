@@ -21,9 +21,10 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, float* b,
                              int64_t ldb);
 
-// A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y,
-// its rows split one slice per thread (ForRowSlices in threading.h), each
-// slice a single-threaded GEMM.
+// A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
+// With 256 rows or more for each thread, its rows are split one slice per
+// thread (ForRowSlices in threading.h), each slice a single-threaded GEMM;
+// otherwise (or inside a slice) it is one GEMM, threaded by OpenBLAS.
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta = 0.0f);
 

@@ -36,6 +36,9 @@ int ForRowSlices(int64_t n, int64_t min_rows, absl::FunctionRef<void(int64_t, in
   {
     const int slot = omp_get_thread_num(), count = omp_get_num_threads();
     const int64_t begin = n * slot / count, end = n * (slot + 1) / count;
+    // This thread's own setting, for the region: nested loops run on one
+    // thread even where OMP_MAX_ACTIVE_LEVELS allows nesting.
+    omp_set_num_threads(1);
     fn(begin, end - begin, slot);
     if (slot == 0) slices = count;
   }

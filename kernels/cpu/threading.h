@@ -19,7 +19,8 @@ int NumThreads();
 // `min_rows` rows each, and runs fn(begin, count, slot) for every slice at
 // once, each on a thread of its own; slot numbers the slices from 0 in row
 // order (slot < NumThreads()). Everything fn calls runs on its thread:
-// nested parallel loops and OpenBLAS calls inside it stay single-threaded,
+// nested parallel loops and OpenBLAS calls inside it stay single-threaded
+// (NumThreads() is 1 there),
 // so a row-independent op gets whole cores instead of split GEMMs. With one
 // thread, fewer than 2 * min_rows rows, or inside a parallel region, it is
 // fn(0, n, 0) on the caller. Returns the number of slices run (>= 1).

@@ -209,6 +209,7 @@ absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64
     }
     AccumulateRows(w, first + begin, k, &s, grads);
   });
+  if (slices == 1) return absl::OkStatus();
   float* total = grads_.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < 3 * size; ++i) {

@@ -78,7 +78,8 @@ class CpuOps final : public BackendOps {
   };
   // One scratch per thread, grown before a parallel region.
   void GrowSlices();
-  // AccumulateGrads' and ApplyFastWeights' work on rows [first, first + n).
+  // AccumulateGrads', ApplyFastWeights' and ResidualMlp's work on rows
+  // [first, first + n).
   void AccumulateRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s,
                       cpu::FastGradsRef grads);
   void ApplyRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s);
