@@ -183,8 +183,8 @@ TEST(ForRowSlices, SplitsRowsOneSlicePerThread) {
 // apply and the MLP split their rows (at least 256 rows a slice), with 2
 // and 3 threads, 1,024-token tiles and a ragged last one, an embedding and
 // a head, chunks that end inside a tile (an update's rows are a chunk's
-// part of a tile); and one scan head for 3
-// threads (two of the scan's threads have no head of their own).
+// part of a tile); and one scan head for 3 threads (two of the scan's
+// threads have no head of their own).
 std::vector<ParityCase> RowSliceCases() {
   const ModelConfig embedded = FixedParityCases()[2].config;
   ModelConfig chunked = FixedParityCases()[3].config;

@@ -5,12 +5,6 @@
 #include "kernels/cpu/threading.h"
 
 namespace lact::cpu {
-namespace {
-
-// Below this many rows a slice, OpenBLAS's own threading does better.
-constexpr int64_t kMinLinearSliceRows = 256;
-
-}  // namespace
 
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -31,7 +25,7 @@ void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, 
 
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta) {
-  ForRowSlices(rows, kMinLinearSliceRows, [&](int64_t begin, int64_t n, int) {
+  ForRowSlices(rows, kMinSliceRows, [&](int64_t begin, int64_t n, int) {
     Gemm(false, true, n, out, in, 1.0f, x + begin * ldx, ldx, w, in, beta, y + begin * ldy, ldy);
   });
 }

@@ -22,8 +22,8 @@ void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, 
                              int64_t ldb);
 
 // A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
-// With 256 rows or more for each thread, its rows are split one slice per
-// thread (ForRowSlices in threading.h), each slice a single-threaded GEMM;
+// With kMinSliceRows rows or more for each thread, its rows are split one
+// slice per thread (ForRowSlices in threading.h), each slice a single-threaded GEMM;
 // otherwise (or inside a slice) it is one GEMM, threaded by OpenBLAS.
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta = 0.0f);

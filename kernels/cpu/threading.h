@@ -15,15 +15,19 @@ namespace lact::cpu {
 void SetNumThreads(int n);
 int NumThreads();
 
+// The shortest slice worth a thread of its own: below it, a GEMM's own
+// threading (OpenBLAS splitting it) does better.
+constexpr int64_t kMinSliceRows = 256;
+
 // Splits rows [0, n) into contiguous slices, one per thread and at least
 // `min_rows` rows each, and runs fn(begin, count, slot) for every slice at
 // once, each on a thread of its own; slot numbers the slices from 0 in row
 // order (slot < NumThreads()). Everything fn calls runs on its thread:
 // nested parallel loops and OpenBLAS calls inside it stay single-threaded
-// (NumThreads() is 1 there),
-// so a row-independent op gets whole cores instead of split GEMMs. With one
-// thread, fewer than 2 * min_rows rows, or inside a parallel region, it is
-// fn(0, n, 0) on the caller. Returns the number of slices run (>= 1).
+// (NumThreads() is 1 there), so a row-independent op gets whole cores
+// instead of split GEMMs. With one thread, fewer than 2 * min_rows rows,
+// or inside a parallel region, it is fn(0, n, 0) on the caller. Returns
+// the number of slices run (>= 1).
 int ForRowSlices(int64_t n, int64_t min_rows, absl::FunctionRef<void(int64_t, int64_t, int)> fn);
 
 // Turns ForRowSlices' splitting on (the default) or off (every call one

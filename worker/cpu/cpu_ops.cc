@@ -19,10 +19,6 @@ void Grow(std::vector<float>* v, int64_t size) {
   if (static_cast<int64_t>(v->size()) < size) v->resize(size);
 }
 
-// A thread's slice of a tile is at least this many rows: below it, the
-// GEMMs' own threading does better than a split.
-constexpr int64_t kMinSliceRows = 256;
-
 }  // namespace
 
 CpuOps::CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t tile,
@@ -200,15 +196,16 @@ void CpuOps::AccumulateRows(const LayerWeights& w, int64_t first, int64_t n, Sli
 absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) {
   GrowSlices();
   const int64_t size = FastSize();
-  const int slices = cpu::ForRowSlices(n, kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
-    SliceScratch& s = slices_[slot];
-    cpu::FastGradsRef grads = Grads();
-    if (slot > 0) {
-      s.grads.assign(3 * size, 0.0f);
-      grads = {s.grads.data(), s.grads.data() + size, s.grads.data() + 2 * size};
-    }
-    AccumulateRows(w, first + begin, k, &s, grads);
-  });
+  const int slices =
+      cpu::ForRowSlices(n, cpu::kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
+        SliceScratch& s = slices_[slot];
+        cpu::FastGradsRef grads = Grads();
+        if (slot > 0) {
+          s.grads.assign(3 * size, 0.0f);
+          grads = {s.grads.data(), s.grads.data() + size, s.grads.data() + 2 * size};
+        }
+        AccumulateRows(w, first + begin, k, &s, grads);
+      });
   if (slices == 1) return absl::OkStatus();
   float* total = grads_.data();
 #pragma omp parallel for schedule(static)
@@ -262,7 +259,7 @@ void CpuOps::ApplyRows(const LayerWeights& w, int64_t first, int64_t n, SliceScr
 
 absl::Status CpuOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) {
   GrowSlices();
-  cpu::ForRowSlices(n, kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
+  cpu::ForRowSlices(n, cpu::kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
     ApplyRows(w, first + begin, k, &slices_[slot]);
   });
   return absl::OkStatus();
@@ -290,7 +287,7 @@ void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScrat
 
 absl::Status CpuOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t n) {
   GrowSlices();
-  cpu::ForRowSlices(n, kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
+  cpu::ForRowSlices(n, cpu::kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
     MlpRows(w, first + begin, k, &slices_[slot]);
   });
   return absl::OkStatus();
