@@ -1,7 +1,10 @@
 // Per-op and per-layer CPU throughput of preset:small as model FLOP/s
 // (bench/flops.h) and as a fraction of this machine's own sgemm rate at the
-// same thread count, measured in this one run. Also the selective scan
-// against a straightforward per-token recurrence over the same data.
+// same thread count, measured in this one run; in the bf16 mode, the GEMM
+// ops and the layer also as a fraction of the same run's bf16 matmul rate
+// (where the CPU has one), and the layer beside its emulation. Also the
+// selective scan against a straightforward per-token recurrence over the
+// same data.
 //   bench_ops [--threads N] [--tokens T] [--json FILE]
 #include <cblas.h>
 
@@ -18,6 +21,7 @@
 #include "common/fused_state.h"
 #include "common/model.h"
 #include "common/random.h"
+#include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/elementwise.h"
@@ -65,6 +69,19 @@ double SgemmRate() {
   return 2.0 * n * n * n / s;
 }
 
+// The same product on the CPU's bf16 matmul (bf16 operands, float32
+// accumulation); 0 where there is none.
+double Bf16MatmulRate() {
+  if (!cpu::HasBf16Matmul()) return 0;
+  const int n = 2048;
+  std::vector<float> a = Normal(n * n, 1), b = Normal(n * n, 2), c(n * n);
+  cpu::RoundRowsToBf16(a.data(), n, n, n);
+  cpu::RoundRowsToBf16(b.data(), n, n, n);
+  const double s = BestSeconds(
+      [&] { cpu::MatmulBf16(false, false, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+  return 2.0 * n * n * n / s;
+}
+
 // The per-token recurrence of SPEC section 5, as one would first write it.
 void NaiveScan(const cpu::ScanParams& p, float* state) {
   for (int64_t t = 0; t < p.tokens; ++t) {
@@ -88,6 +105,7 @@ void NaiveScan(const cpu::ScanParams& p, float* state) {
 struct Row {
   std::string op;
   double seconds, flops;
+  double bf16_seconds = 0;  // the op in the bf16 mode; 0: the same float32 code
 };
 
 int Main(int argc, char** argv) {
@@ -112,19 +130,32 @@ int Main(int argc, char** argv) {
   // The machine's own rate: the best of the sgemm runs made through this
   // run (this VM's neighbours move a single one by +-20%); each op and the
   // layer are likewise their best times.
-  double yardstick = SgemmRate();
+  double yardstick = SgemmRate(), bf16_yardstick = Bf16MatmulRate();
   int yardstick_runs = 1;
   std::vector<Row> rows;
+  absl::StatusOr<Model> rounded = RoundGemmWeightsToBf16(model);
+  if (!rounded.ok()) {
+    std::fprintf(stderr, "bench_ops: %s\n", std::string(rounded.status().message()).c_str());
+    return 1;
+  }
+  const Model& bf16_model = *rounded;
+  const LayerWeights& bw = bf16_model.layer(0);
+  // A GEMM op, `times` times, in float32 (the model's weights) and in the
+  // bf16 mode (its rounded weights).
+  const auto gemm_row = [&](const std::string& op, double flops, int times,
+                            const std::function<void(cpu::Operands, const LayerWeights&)>& fn) {
+    Row r{op, times * BestSeconds([&] { fn(cpu::Operands::kFp32, w); }), flops};
+    r.bf16_seconds = times * BestSeconds([&] { fn(cpu::Operands::kBf16, bw); });
+    rows.push_back(r);
+  };
   std::vector<float> h = Normal(T * D, 3), proj(T * R), xbc(T * C), y(T * di), out(T * D);
   std::vector<float> u = Normal(T * C, 4), dt(T * hs), a(hs), history((c.ssm.conv_width - 1) * C);
   for (float& v : dt) v = 0.01f;
   for (int64_t k = 0; k < hs; ++k) a[k] = -std::exp(w.mamba[0].a_log[k]);
 
-  rows.push_back({"in_proj (x2 dirs)", 2 * BestSeconds([&] {
-                                         cpu::Linear(h.data(), D, T, D, w.mamba[0].in_proj, R,
-                                                     proj.data(), R);
-                                       }),
-                  f.in_proj});
+  gemm_row("in_proj (x2 dirs)", f.in_proj, 2, [&](cpu::Operands op, const LayerWeights& lw) {
+    cpu::Linear(h.data(), D, T, D, lw.mamba[0].in_proj, R, proj.data(), R, 0.0f, op);
+  });
   rows.push_back({"conv (x2)", 2 * BestSeconds([&] {
                                  cpu::CausalConvSilu(
                                      {T, C, c.ssm.conv_width, u.data(), C, w.mamba[0].conv_w,
@@ -156,39 +187,37 @@ int Main(int argc, char** argv) {
                                                              w.mamba[0].norm);
                                      }),
                   f.gated_norm});
-  rows.push_back(
-      {"out_proj (x2 as run)",
-       2 * BestSeconds([&] { cpu::Linear(y.data(), di, T, di, w.out_proj, D, out.data(), D); }),
-       f.out_proj});
+  // Its own input: the rows above normed y in place run after run, and
+  // their values drift into the subnormal range, where sgemm crawls.
+  const std::vector<float> mixed = Normal(T * di, 7);
+  gemm_row("out_proj (x2 as run)", f.out_proj, 2, [&](cpu::Operands op, const LayerWeights& lw) {
+    cpu::Linear(mixed.data(), di, T, di, lw.out_proj, D, out.data(), D, 0.0f, op);
+  });
   std::vector<float> kv(T * 2 * D), lr(T * 3 * c.ttt_heads()), q(T * D), o(T * D);
-  rows.push_back({"qkv + lr", BestSeconds([&] {
-                    cpu::LactKeyValueLr(c, w, h.data(), T, kv.data(), lr.data());
-                    cpu::LactQuery(c, w, h.data(), T, q.data());
-                  }),
-                  f.qkv_lr});
+  gemm_row("qkv + lr", f.qkv_lr, 1, [&](cpu::Operands op, const LayerWeights& lw) {
+    cpu::LactKeyValueLr(c, lw, h.data(), T, kv.data(), lr.data(), op);
+    cpu::LactQuery(c, lw, h.data(), T, q.data(), op);
+  });
   FusedState fs = ZeroFusedState(c);
   std::vector<float> g0(fs.layers[0].w0.size()), g1(g0.size()), g2(g0.size());
   cpu::LactWorkspace ws;
-  const cpu::FastWeightsRef fast{w.w0, w.w1, w.w2};
-  rows.push_back({"TTT update", BestSeconds([&] {
-                    cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), T, fast,
-                                                   {g0.data(), g1.data(), g2.data()}, &ws);
-                  }),
-                  f.ttt_update});
-  rows.push_back({"TTT apply",
-                  BestSeconds([&] { cpu::ApplyFastWeights(c, q.data(), T, fast, o.data(), &ws); }),
-                  f.ttt_apply});
-  rows.push_back({"o_proj",
-                  BestSeconds([&] { cpu::Linear(o.data(), D, T, D, w.o_proj, D, out.data(), D); }),
-                  f.o_proj});
+  gemm_row("TTT update", f.ttt_update, 1, [&](cpu::Operands op, const LayerWeights& lw) {
+    cpu::AccumulateFastWeightGrads(c, kv.data(), lr.data(), T, {lw.w0, lw.w1, lw.w2},
+                                   {g0.data(), g1.data(), g2.data()}, &ws, op);
+  });
+  gemm_row("TTT apply", f.ttt_apply, 1, [&](cpu::Operands op, const LayerWeights& lw) {
+    cpu::ApplyFastWeights(c, q.data(), T, {lw.w0, lw.w1, lw.w2}, o.data(), &ws, op);
+  });
+  gemm_row("o_proj", f.o_proj, 1, [&](cpu::Operands op, const LayerWeights& lw) {
+    cpu::Linear(o.data(), D, T, D, lw.o_proj, D, out.data(), D, 0.0f, op);
+  });
   std::vector<float> gate(T * F), up(T * F);
-  rows.push_back({"MLP", BestSeconds([&] {
-                    cpu::Linear(h.data(), D, T, D, w.mlp_gate, F, gate.data(), F);
-                    cpu::Linear(h.data(), D, T, D, w.mlp_up, F, up.data(), F);
-                    for (int64_t i = 0; i < T * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
-                    cpu::Linear(gate.data(), F, T, F, w.mlp_down, D, out.data(), D);
-                  }),
-                  f.mlp});
+  gemm_row("MLP", f.mlp, 1, [&](cpu::Operands op, const LayerWeights& lw) {
+    cpu::Linear(h.data(), D, T, D, lw.mlp_gate, F, gate.data(), F, 0.0f, op);
+    cpu::Linear(h.data(), D, T, D, lw.mlp_up, F, up.data(), F, 0.0f, op);
+    for (int64_t i = 0; i < T * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
+    cpu::Linear(gate.data(), F, T, F, lw.mlp_down, D, out.data(), D, 0.0f, op);
+  });
   std::vector<float> muon = Normal(dhh * dh, 5);
   const double muon_s = BestSeconds([&] { cpu::NewtonSchulz(muon.data(), dhh, dh, 5); });
 
@@ -208,8 +237,19 @@ int Main(int argc, char** argv) {
   // With more than one thread, in alternating rounds: the row slices on and
   // off (cpu::SetRowSlices; off, every GEMM threaded by OpenBLAS), so that
   // the baseline is measured beside it under the same load.
+  // The bf16 mode's layer alternates with them, and where the CPU has a
+  // bf16 matmul, so does its emulation (cpu::SetBf16Matmul(false)).
   const bool compare_slices = cpu::NumThreads() > 1;
-  double layer = 1e30, layer_unsliced = 1e30;
+  CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
+  Tensor xb({T, D});
+  xb.data = Normal(T * D, 6);
+  (void)bf16_ops.LoadTokens(std::move(xb));
+  const auto run_bf16_layer = [&] {
+    LayerState st = fs.layers[0];
+    (void)RunBlock(c, bw, shard, bf16_ops, nullptr, &st);
+  };
+  const bool compare_emulation = cpu::HasBf16Matmul();
+  double layer = 1e30, layer_unsliced = 1e30, layer_bf16 = 1e30, layer_emulated = 1e30;
   for (int round = 0; round < 3; ++round) {
     layer = std::min(layer, BestSeconds(run_layer));
     if (compare_slices) {
@@ -217,26 +257,19 @@ int Main(int argc, char** argv) {
       layer_unsliced = std::min(layer_unsliced, BestSeconds(run_layer));
       cpu::SetRowSlices(true);
     }
+    layer_bf16 = std::min(layer_bf16, BestSeconds(run_bf16_layer));
+    if (compare_emulation) {
+      cpu::SetBf16Matmul(false);
+      layer_emulated = std::min(layer_emulated, BestSeconds(run_bf16_layer));
+      cpu::SetBf16Matmul(true);
+    }
     yardstick = std::max(yardstick, SgemmRate());
+    bf16_yardstick = std::max(bf16_yardstick, Bf16MatmulRate());
     ++yardstick_runs;
   }
 
   // The same layer in the bf16 mode: rounded weights, operands rounded as
-  // they are made, float32 sgemm (an emulation; see cpu_runner.h).
-  absl::StatusOr<Model> rounded = RoundGemmWeightsToBf16(model);
-  if (!rounded.ok()) {
-    std::fprintf(stderr, "bench_ops: %s\n", std::string(rounded.status().message()).c_str());
-    return 1;
-  }
-  const Model& bf16_model = *rounded;
-  CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
-  Tensor xb({T, D});
-  xb.data = Normal(T * D, 6);
-  (void)bf16_ops.LoadTokens(std::move(xb));
-  const double layer_bf16 = BestSeconds([&] {
-    LayerState st = fs.layers[0];
-    (void)RunBlock(c, bf16_model.layer(0), shard, bf16_ops, nullptr, &st);
-  });
+  // they are made, the GEMMs on the bf16 matmul (or emulated; cpu_runner.h).
 
   // The layer's BiMamba half on its own, to see what the op rows leave out.
   (void)ops.BeginBlock(w);
@@ -254,19 +287,41 @@ int Main(int argc, char** argv) {
   json["tokens"] = T;
   json["sgemm_gflops"] = yardstick / 1e9;
   json["sgemm_runs"] = yardstick_runs;
+  json["bf16_matmul_gflops"] = bf16_yardstick / 1e9;
+  json["bf16_matmul_kernel"] = cpu::Bf16MatmulKernel();
   std::printf(
-      "preset:small, %lld tokens, %d threads; yardstick sgemm 2048^3: %.1f GFLOP/s (best of %d "
-      "runs)\n",
-      static_cast<long long>(T), cpu::NumThreads(), yardstick / 1e9, yardstick_runs);
-  std::printf("%-22s %10s %14s %12s\n", "op", "ms", "model GFLOP/s", "of sgemm");
+      "preset:small, %lld tokens, %d threads; yardsticks 2048^3 (best of %d runs): sgemm %.1f "
+      "GFLOP/s, bf16 matmul %.1f GFLOP/s (%s)\n",
+      static_cast<long long>(T), cpu::NumThreads(), yardstick_runs, yardstick / 1e9,
+      bf16_yardstick / 1e9, cpu::Bf16MatmulKernel().c_str());
+  // A fraction of the bf16 matmul rate, or "-" where there is none.
+  const auto of_bf16 = [&](double rate) {
+    char text[16] = "-";
+    if (bf16_yardstick > 0) std::snprintf(text, sizeof text, "%.1f%%", 100 * rate / bf16_yardstick);
+    return std::string(text);
+  };
+  std::printf("%-22s %10s %14s %12s %12s %12s %12s\n", "op", "ms", "model GFLOP/s", "of sgemm",
+              "bf16 ms", "bf16 GFLOP/s", "of bf16 mm");
   for (const Row& r : rows) {
     const double rate = r.flops * T / r.seconds;
-    std::printf("%-22s %10.2f %14.1f %11.1f%%\n", r.op.c_str(), 1e3 * r.seconds, rate / 1e9,
-                100 * rate / yardstick);
-    json["ops"].push_back({{"op", r.op},
-                           {"ms", 1e3 * r.seconds},
-                           {"gflops", rate / 1e9},
-                           {"of_sgemm", rate / yardstick}});
+    nlohmann::json row = {{"op", r.op},
+                          {"ms", 1e3 * r.seconds},
+                          {"gflops", rate / 1e9},
+                          {"of_sgemm", rate / yardstick}};
+    if (r.bf16_seconds > 0) {
+      const double bf16_rate = r.flops * T / r.bf16_seconds;
+      std::printf("%-22s %10.2f %14.1f %11.1f%% %12.2f %12.1f %12s\n", r.op.c_str(),
+                  1e3 * r.seconds, rate / 1e9, 100 * rate / yardstick, 1e3 * r.bf16_seconds,
+                  bf16_rate / 1e9, of_bf16(bf16_rate).c_str());
+      row["bf16_ms"] = 1e3 * r.bf16_seconds;
+      row["bf16_gflops"] = bf16_rate / 1e9;
+      row["bf16_of_sgemm"] = bf16_rate / yardstick;
+      if (bf16_yardstick > 0) row["bf16_of_bf16_matmul"] = bf16_rate / bf16_yardstick;
+    } else {
+      std::printf("%-22s %10.2f %14.1f %11.1f%% %12s\n", r.op.c_str(), 1e3 * r.seconds, rate / 1e9,
+                  100 * rate / yardstick, "(same)");
+    }
+    json["ops"].push_back(row);
   }
   const double muon_rate = 3 * NewtonSchulzFlops(dh, dhh, 5) / (3 * muon_s);
   std::printf("%-22s %10.3f %14.1f %11.1f%%   (per [%lld x %lld] matrix, 5 steps)\n", "Muon",
@@ -294,14 +349,29 @@ int Main(int argc, char** argv) {
                               {"slices_speedup", layer_unsliced / layer}};
   }
   const double bf16_rate = f.total() * T / layer_bf16;
-  std::printf("%-22s %10.2f %14.1f %11.1f%%   (%.2fx the fp32 layer's time; %s)\n",
-              "whole layer, bf16", 1e3 * layer_bf16, bf16_rate / 1e9, 100 * bf16_rate / yardstick,
-              layer_bf16 / layer, CpuBf16Mode().c_str());
+  std::printf(
+      "%-22s %10.2f %14.1f %11.1f%%   (%s of the bf16 matmul; %.2fx the fp32 layer's "
+      "time; %s)\n",
+      "whole layer, bf16", 1e3 * layer_bf16, bf16_rate / 1e9, 100 * bf16_rate / yardstick,
+      of_bf16(bf16_rate).c_str(), layer_bf16 / layer, CpuBf16Mode().c_str());
   json["layer_bf16"] = {{"ms", 1e3 * layer_bf16},
                         {"gflops", bf16_rate / 1e9},
                         {"of_sgemm", bf16_rate / yardstick},
                         {"vs_fp32_layer_time", layer_bf16 / layer},
                         {"mode", CpuBf16Mode()}};
+  if (bf16_yardstick > 0) json["layer_bf16"]["of_bf16_matmul"] = bf16_rate / bf16_yardstick;
+  if (compare_emulation) {
+    const double rate = f.total() * T / layer_emulated;
+    std::printf(
+        "%-22s %10.2f %14.1f %11.1f%%   (bf16 emulated in sgemm: the bf16 matmul runs "
+        "%.2fx faster)\n",
+        "whole layer, bf16 emul.", 1e3 * layer_emulated, rate / 1e9, 100 * rate / yardstick,
+        layer_emulated / layer_bf16);
+    json["layer_bf16_emulated"] = {{"ms", 1e3 * layer_emulated},
+                                   {"gflops", rate / 1e9},
+                                   {"of_sgemm", rate / yardstick},
+                                   {"matmul_speedup", layer_emulated / layer_bf16}};
+  }
   std::printf(
       "scan, both directions: SSD chunked %.2f ms vs per-token recurrence %.2f ms (%.1fx)\n",
       1e3 * ssd, 1e3 * naive, naive / ssd);

@@ -16,9 +16,20 @@ for line in open(f"{work}/e2e.txt"):
 
 rows = [f"{'op':24} {'1 thread':>18} {'2 threads':>18}   (model GFLOP/s, % of sgemm)"]
 rows.append(f"{'sgemm 2048^3 yardstick':24} {ops[1]['sgemm_gflops']:>10.1f} GFLOP/s {ops[2]['sgemm_gflops']:>10.1f} GFLOP/s")
+has_bf16 = ops[1].get("bf16_matmul_gflops", 0) > 0
+if has_bf16:
+    rows.append(f"{'bf16 matmul 2048^3':24} {ops[1]['bf16_matmul_gflops']:>10.1f} GFLOP/s {ops[2]['bf16_matmul_gflops']:>10.1f} GFLOP/s"
+                f"   ({ops[1]['bf16_matmul_kernel']})")
 for i, op in enumerate(ops[2]["ops"]):
     a, b = ops[1]["ops"][i], op
     rows.append(f"{op['op']:24} {a['gflops']:>9.1f} {100 * a['of_sgemm']:5.1f}%  {b['gflops']:>9.1f} {100 * b['of_sgemm']:5.1f}%")
+for i, op in enumerate(ops[2]["ops"]):
+    a, b = ops[1]["ops"][i], op
+    if "bf16_gflops" not in b:
+        continue
+    of = (lambda r: f"{100 * r['bf16_of_bf16_matmul']:5.1f}%") if has_bf16 else (lambda r: f"{100 * r['bf16_of_sgemm']:5.1f}%")
+    rows.append(f"{op['op'] + ', bf16':24} {a['bf16_gflops']:>9.1f} {of(a)}  {b['bf16_gflops']:>9.1f} {of(b)}"
+                f"   (of the {'bf16 matmul' if has_bf16 else 'sgemm'})")
 la, lb = ops[1]["layer"], ops[2]["layer"]
 rows.append(f"{'whole layer':24} {la['gflops']:>9.1f} {100 * la['of_sgemm']:5.1f}%  {lb['gflops']:>9.1f} {100 * lb['of_sgemm']:5.1f}%")
 if "layer_unsliced" in ops[2]:
@@ -28,7 +39,13 @@ if "layer_unsliced" in ops[2]:
 if "layer_bf16" in ops[1]:
     ba, bb = ops[1]["layer_bf16"], ops[2]["layer_bf16"]
     rows.append(f"{'whole layer, bf16':24} {ba['gflops']:>9.1f} {100 * ba['of_sgemm']:5.1f}%  {bb['gflops']:>9.1f} {100 * bb['of_sgemm']:5.1f}%"
-                f"   ({ba['vs_fp32_layer_time']:.2f}x / {bb['vs_fp32_layer_time']:.2f}x the fp32 layer's time)")
+                f"   (of sgemm; {ba['vs_fp32_layer_time']:.2f}x / {bb['vs_fp32_layer_time']:.2f}x the fp32 layer's time)")
+    if "of_bf16_matmul" in ba:
+        rows.append(f"{'':24} {'':>9} {100 * ba['of_bf16_matmul']:5.1f}%  {'':>9} {100 * bb['of_bf16_matmul']:5.1f}%   (of the bf16 matmul)")
+    if "layer_bf16_emulated" in ops[1]:
+        ea, eb = ops[1]["layer_bf16_emulated"], ops[2]["layer_bf16_emulated"]
+        rows.append(f"{'whole layer, bf16 emul.':24} {ea['gflops']:>9.1f} {100 * ea['of_sgemm']:5.1f}%  {eb['gflops']:>9.1f} {100 * eb['of_sgemm']:5.1f}%"
+                    f"   (the bf16 matmul {ea['matmul_speedup']:.2f}x / {eb['matmul_speedup']:.2f}x faster)")
     rows.append(f"  bf16 mode: {ba['mode']}")
 sa, sb = ops[1]["scan"], ops[2]["scan"]
 rows.append(f"{'scan: SSD vs recurrence':24} {sa['speedup']:>13.1f}x  {sb['speedup']:>13.1f}x faster (both directions)")

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
 #include "kernels/reference/reference_model.h"
@@ -128,9 +129,10 @@ TEST(SharedBf16Weights, RoundsGemmWeightsOncePerModel) {
 // its error against the exact float64 reference is at most twice that of
 // the float64 reference run with every GEMM operand rounded to bf16, and it
 // is nearer to that rounded run than to the exact one (it rounds; a mode
-// that computed in float32 would be nearer the exact run).
-TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
-  const ParityCase& pc = GetParam();
+// that computed in float32 would be nearer the exact run). It runs on the
+// CPU's bf16 matmul where there is one (cpu::Bf16MatmulOn()), emulated
+// otherwise; ExpectBf16Parity checks whichever is on.
+void ExpectBf16Parity(const ParityCase& pc) {
   const ParityJob job = MakeParityJob(pc);
   const ReferenceRuns references = RunReferences(job, pc.config);
   const reference::JobOutputs &want = references.exact, &rounded = references.bf16_operands;
@@ -142,6 +144,23 @@ TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
               pc.name.c_str(), error, baseline, error / baseline, to_rounded);
   EXPECT_LE(error, 2 * baseline);
   EXPECT_LT(to_rounded, 0.25 * error);
+}
+
+TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
+  std::printf("bf16 mode: %s\n", CpuBf16Mode().c_str());
+  ExpectBf16Parity(GetParam());
+}
+
+// The emulation (sgemm on the rounded operands), which CPUs without bf16
+// units run, checked here too where the bf16 matmul is the default.
+TEST(CpuBf16Emulated, WithinTwiceTheErrorOfBf16RoundedOperands) {
+  cpu::SetBf16Matmul(false);
+  ASSERT_FALSE(cpu::Bf16MatmulOn());
+  for (const ParityCase& pc : {FixedParityCases()[2], FixedParityCases()[3]}) {
+    SCOPED_TRACE(pc.name);
+    ExpectBf16Parity(pc);
+  }
+  cpu::SetBf16Matmul(true);
 }
 
 // Rows split among threads: each row in exactly one slice, slices in row

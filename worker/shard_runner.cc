@@ -45,7 +45,7 @@ class CpuShardRunner final : public ShardRunner {
   GlooGroup group_;
 };
 
-// The CPU backend computes in fp32, or in bf16 emulated (CpuBf16Mode), and
+// The CPU backend computes in fp32, or in bf16 (CpuBf16Mode says how), and
 // meets its peers over Gloo; tf32x3 is the CUDA SSD scan's. What it cannot
 // do is refused rather than ignored.
 absl::Status ValidateCpuBackend(const BackendOptions& options) {

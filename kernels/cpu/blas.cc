@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/threading.h"
 
 namespace lact::cpu {
@@ -15,6 +16,17 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
+void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+          float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+          float* c, int64_t ldc) {
+  if (operands == Operands::kBf16 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
+      Bf16MatmulOn()) {
+    MatmulBf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, float* b,
                              int64_t ldb) {
   if (m == 0 || n == 0) return;
@@ -24,9 +36,10 @@ void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, 
 }
 
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
-            float* y, int64_t ldy, float beta) {
+            float* y, int64_t ldy, float beta, Operands operands) {
   ForRowSlices(rows, kMinSliceRows, [&](int64_t begin, int64_t n, int) {
-    Gemm(false, true, n, out, in, 1.0f, x + begin * ldx, ldx, w, in, beta, y + begin * ldy, ldy);
+    Gemm(operands, false, true, n, out, in, 1.0f, x + begin * ldx, ldx, w, in, beta,
+         y + begin * ldy, ldy);
   });
 }
 

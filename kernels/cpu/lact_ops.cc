@@ -8,12 +8,12 @@
 namespace lact::cpu {
 
 void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T,
-                    float* kv, float* lr) {
+                    float* kv, float* lr, Operands operands) {
   const int64_t D = c.d_model, ht = c.ttt_heads();
-  Linear(h, D, T, D, w.qkv + D * D, 2 * D, kv, 2 * D);
+  Linear(h, D, T, D, w.qkv + D * D, 2 * D, kv, 2 * D, 0.0f, operands);
   SiluRows(kv, 2 * D, T, 2 * D);
   L2NormGroups(kv, 2 * D, T, ht, c.ttt.head_dim);
-  Linear(h, D, T, D, w.lr_w, 3 * ht, lr, 3 * ht);
+  Linear(h, D, T, D, w.lr_w, 3 * ht, lr, 3 * ht, 0.0f, operands);
   const float shift = static_cast<float>(InvSoftplus(c.ttt.base_lr));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
@@ -21,9 +21,10 @@ void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h,
       lr[t * 3 * ht + j] = Softplus(lr[t * 3 * ht + j] + w.lr_b[j] + shift);
 }
 
-void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T, float* q) {
+void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T, float* q,
+               Operands operands) {
   const int64_t D = c.d_model;
-  Linear(h, D, T, D, w.qkv, D, q, D);
+  Linear(h, D, T, D, w.qkv, D, q, D, 0.0f, operands);
   SiluRows(q, D, T, D);
   L2NormGroups(q, D, T, c.ttt_heads(), c.ttt.head_dim);
 }
@@ -44,9 +45,9 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
     const float* w0 = fast.w0 + head * mat;
     const float* w1 = fast.w1 + head * mat;
     const float* w2 = fast.w2 + head * mat;
-    Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w0, dh, 0.0f, g, dhh);     // G = K w0^T
-    Gemm(false, true, T, dhh, dh, 1.0f, k, 2 * D, w2, dh, 0.0f, u, dhh);     // U = K w2^T
-    Gemm(false, false, T, dhh, dh, 1.0f, v, 2 * D, w1, dhh, 0.0f, dH, dhh);  // dH = V w1
+    Gemm(operands, false, true, T, dhh, dh, 1.0f, k, 2 * D, w0, dh, 0.0f, g, dhh);     // G = K w0^T
+    Gemm(operands, false, true, T, dhh, dh, 1.0f, k, 2 * D, w2, dh, 0.0f, u, dhh);     // U = K w2^T
+    Gemm(operands, false, false, T, dhh, dh, 1.0f, v, 2 * D, w1, dhh, 0.0f, dH, dhh);  // dH = V w1
     // In place: g <- LR0 * dG, u <- LR1 * Hd, dH <- LR2 * dU (the token's
     // learning rates folded into the left factor of each outer product).
 #pragma omp parallel for schedule(static)
@@ -68,11 +69,11 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
       RoundRowsToBf16(u, dhh, T, dhh);
       RoundRowsToBf16(dH, dhh, T, dhh);
     }
-    Gemm(true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat,
+    Gemm(operands, true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat,
          dhh);  // V^T (LR1 Hd)
-    Gemm(true, false, dhh, dh, T, 1.0f, g, dhh, k, 2 * D, 1.0f, grads.dw0 + head * mat,
+    Gemm(operands, true, false, dhh, dh, T, 1.0f, g, dhh, k, 2 * D, 1.0f, grads.dw0 + head * mat,
          dh);  // (LR0 dG)^T K
-    Gemm(true, false, dhh, dh, T, 1.0f, dH, dhh, k, 2 * D, 1.0f, grads.dw2 + head * mat,
+    Gemm(operands, true, false, dhh, dh, T, 1.0f, dH, dhh, k, 2 * D, 1.0f, grads.dw2 + head * mat,
          dh);  // (LR2 dU)^T K
   }
 }
@@ -119,12 +120,13 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
   float *g = ws->g.data(), *u = ws->u.data();
   for (int64_t head = 0; head < c.ttt_heads(); ++head) {
     const float* qh = q + head * dh;
-    Gemm(false, true, T, dhh, dh, 1.0f, qh, D, fast.w0 + head * mat, dh, 0.0f, g, dhh);
-    Gemm(false, true, T, dhh, dh, 1.0f, qh, D, fast.w2 + head * mat, dh, 0.0f, u, dhh);
+    Gemm(operands, false, true, T, dhh, dh, 1.0f, qh, D, fast.w0 + head * mat, dh, 0.0f, g, dhh);
+    Gemm(operands, false, true, T, dhh, dh, 1.0f, qh, D, fast.w2 + head * mat, dh, 0.0f, u, dhh);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < T * dhh; ++i) g[i] = Silu(g[i]) * u[i];
     if (operands == Operands::kBf16) RoundRowsToBf16(g, dhh, T, dhh);
-    Gemm(false, true, T, dh, dhh, 1.0f, g, dhh, fast.w1 + head * mat, dhh, 0.0f, o + head * dh, D);
+    Gemm(operands, false, true, T, dh, dhh, 1.0f, g, dhh, fast.w1 + head * mat, dhh, 0.0f,
+         o + head * dh, D);
   }
 }
 

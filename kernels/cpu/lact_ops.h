@@ -37,12 +37,14 @@ struct LactWorkspace {
 
 // kv[T, 2D] = (silu(h @ qkv[k|v]^T)), k l2-normalised per head;
 // lr[T, 3 H_t] = softplus(h @ lr_w^T + lr_b + inv_softplus(base_lr)).
+// With Operands::kBf16 (h and the weights rounded already) the
+// projections are bf16 GEMMs (Gemm in blas.h); so is every GEMM below.
 void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens,
-                    float* kv, float* lr);
+                    float* kv, float* lr, Operands operands = Operands::kFp32);
 
 // q[T, D] = l2norm(silu(h @ qkv[q]^T)) per head.
 void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens,
-               float* q);
+               float* q, Operands operands = Operands::kFp32);
 
 // grads += the chunk-gradient sums over these tokens (kv, lr as produced above).
 // With Operands::kBf16 the hidden-side factors of the gradient GEMMs are

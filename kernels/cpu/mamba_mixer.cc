@@ -59,23 +59,26 @@ std::vector<float> NegExp(const float* a_log, int64_t n) {
 }  // namespace
 
 void MambaSummarySegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
-                         MixerStateView state, float* log_decay, MixerWorkspace* ws) {
+                         MixerStateView state, float* log_decay, MixerWorkspace* ws,
+                         Operands operands) {
   if (T == 0) return;
   const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows(), cols = R - di;
   ws->proj.resize(T * cols);
-  Linear(h, D, T, D, w.in_proj + di * D, cols, ws->proj.data(), cols);  // rows x, B, C, dt
+  Linear(h, D, T, D, w.in_proj + di * D, cols, ws->proj.data(), cols, 0.0f,
+         operands);  // rows x, B, C, dt
   ConvAndDt(c, w, ws->proj.data(), cols, 0, T, state.conv, ws);
   const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
   SsdScanStateOnly(ScanOf(c, *ws, T, a.data(), nullptr, nullptr), state.ssm, log_decay);
 }
 
 void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
-                       MixerStateView state, MixerWorkspace* ws, float* y, float* log_decay) {
+                       MixerStateView state, MixerWorkspace* ws, float* y, float* log_decay,
+                       Operands operands) {
   if (T == 0) return;
   const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows();
   ws->proj.resize(T * R);
   float* proj = ws->proj.data();
-  Linear(h, D, T, D, w.in_proj, R, proj, R);
+  Linear(h, D, T, D, w.in_proj, R, proj, R, 0.0f, operands);
   ConvAndDt(c, w, proj, R, di, T, state.conv, ws);
   const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
   SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, log_decay);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/model.h"
+#include "kernels/cpu/blas.h"
 
 namespace lact::cpu {
 
@@ -27,16 +28,18 @@ struct MixerStateView {
 
 // h: [T, D] (row stride D); y: [T, d_inner] (row stride d_inner).
 // `log_decay` ([H_s] or null) has the segment's sum of dt * A added to it.
+// With Operands::kBf16, h and in_proj must come rounded to bf16: the
+// projection is a bf16 GEMM (Gemm in blas.h); the rest stays float32.
 void MambaMixerSegment(const ModelConfig& config, const MambaDirWeights& w, const float* h,
                        int64_t tokens, MixerStateView state, MixerWorkspace* ws, float* y,
-                       float* log_decay = nullptr);
+                       float* log_decay = nullptr, Operands operands = Operands::kFp32);
 
 // The summary pre-pass of a segment: the same projection, conv and scan but
 // only the x, B, C, dt rows and only the state. `state.ssm` and `log_decay`
 // ([H_s], added to) accumulate from whatever they hold; conv history as above.
 void MambaSummarySegment(const ModelConfig& config, const MambaDirWeights& w, const float* h,
-                         int64_t tokens, MixerStateView state, float* log_decay,
-                         MixerWorkspace* ws);
+                         int64_t tokens, MixerStateView state, float* log_decay, MixerWorkspace* ws,
+                         Operands operands = Operands::kFp32);
 
 }  // namespace lact::cpu
 

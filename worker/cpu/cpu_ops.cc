@@ -71,7 +71,8 @@ absl::Status CpuOps::LoadTokens(Tensor tokens) {
   if (model_.embed() != nullptr) {
     RoundOperand(tokens.ptr(), c_.d_input, L, c_.d_input);
     x_ = Tensor({L, D});
-    cpu::Linear(tokens.ptr(), c_.d_input, L, c_.d_input, model_.embed(), D, x_.ptr(), D);
+    cpu::Linear(tokens.ptr(), c_.d_input, L, c_.d_input, model_.embed(), D, x_.ptr(), D, 0.0f,
+                operands_);
   } else {
     x_ = std::move(tokens);
   }
@@ -89,7 +90,8 @@ absl::StatusOr<Tensor> CpuOps::Output() {
   if (model_.head() == nullptr) return normed;
   RoundOperand(normed.ptr(), D, L, D);
   Tensor out({L, c_.d_output});
-  cpu::Linear(normed.ptr(), D, L, D, model_.head(), c_.d_output, out.ptr(), c_.d_output);
+  cpu::Linear(normed.ptr(), D, L, D, model_.head(), c_.d_output, out.ptr(), c_.d_output, 0.0f,
+              operands_);
   return out;
 }
 
@@ -136,20 +138,20 @@ absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fir
     // gets it summed elsewhere.
     std::vector<float> unasked(summarize ? 0 : log_decay_.size());
     cpu::MambaSummarySegment(c_, m, rows, n, state, summarize ? log_decay_.data() : unasked.data(),
-                             &mixer_ws_);
+                             &mixer_ws_, operands_);
     return absl::OkStatus();
   }
   Grow(&y_, tile() * di);
   cpu::MambaMixerSegment(c_, m, rows, n, state, &mixer_ws_, y_.data(),
-                         summarize ? log_decay_.data() : nullptr);
+                         summarize ? log_decay_.data() : nullptr, operands_);
   RoundOperand(y_.data(), di, n, di);
   float* acc = acc_.ptr() + first * D;
   if (dir == kForward) {
-    cpu::Linear(y_.data(), di, n, di, w.out_proj, D, acc, D, 1.0f);
+    cpu::Linear(y_.data(), di, n, di, w.out_proj, D, acc, D, 1.0f, operands_);
     return absl::OkStatus();
   }
   Grow(&mixed_, tile() * D);
-  cpu::Linear(y_.data(), di, n, di, w.out_proj, D, mixed_.data(), D);
+  cpu::Linear(y_.data(), di, n, di, w.out_proj, D, mixed_.data(), D, 0.0f, operands_);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float* dst = acc + (n - 1 - i) * D;
@@ -187,7 +189,7 @@ void CpuOps::AccumulateRows(const LayerWeights& w, int64_t first, int64_t n, Sli
   const int64_t D = c_.d_model;
   Grow(&s->kv, n * 2 * D);
   Grow(&s->lr, n * 3 * c_.ttt_heads());
-  cpu::LactKeyValueLr(c_, w, h_.ptr() + first * D, n, s->kv.data(), s->lr.data());
+  cpu::LactKeyValueLr(c_, w, h_.ptr() + first * D, n, s->kv.data(), s->lr.data(), operands_);
   RoundOperand(s->kv.data(), 2 * D, n, 2 * D);
   cpu::AccumulateFastWeightGrads(c_, s->kv.data(), s->lr.data(), n, Fast(), grads, &s->lact,
                                  operands_);
@@ -247,14 +249,14 @@ void CpuOps::ApplyRows(const LayerWeights& w, int64_t first, int64_t n, SliceScr
   Grow(&s->q, n * D);
   Grow(&s->o, n * D);
   float *q = s->q.data(), *o = s->o.data();
-  cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q);
+  cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q, operands_);
   RoundOperand(q, D, n, D);
   cpu::ApplyFastWeights(c_, q, n, Fast(), o, &s->lact, operands_);
   for (int64_t head = 0; head < c_.ttt_heads(); ++head) {
     cpu::RmsNormRows(o + head * dh, D, n, dh, w.o_norm, o + head * dh, D);
   }
   RoundOperand(o, D, n, D);
-  cpu::Linear(o, D, n, D, w.o_proj, D, acc_.ptr() + first * D, D, 1.0f);
+  cpu::Linear(o, D, n, D, w.o_proj, D, acc_.ptr() + first * D, D, 1.0f, operands_);
 }
 
 absl::Status CpuOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) {
@@ -277,12 +279,12 @@ void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScrat
   for (int64_t i = 0; i < n * D; ++i) x[i] += acc[i];
   cpu::RmsNormRows(x, D, n, D, w.norm2, normed, D);
   RoundOperand(normed, D, n, D);
-  cpu::Linear(normed, D, n, D, w.mlp_gate, F, gate, F);
-  cpu::Linear(normed, D, n, D, w.mlp_up, F, s->up.data(), F);
+  cpu::Linear(normed, D, n, D, w.mlp_gate, F, gate, F, 0.0f, operands_);
+  cpu::Linear(normed, D, n, D, w.mlp_up, F, s->up.data(), F, 0.0f, operands_);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
   RoundOperand(gate, F, n, F);
-  cpu::Linear(gate, F, n, F, w.mlp_down, D, x, D, 1.0f);
+  cpu::Linear(gate, F, n, F, w.mlp_down, D, x, D, 1.0f, operands_);
 }
 
 absl::Status CpuOps::ResidualMlp(const LayerWeights& w, int64_t first, int64_t n) {

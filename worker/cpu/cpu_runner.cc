@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
 #include "worker/cpu/cpu_ops.h"
@@ -69,12 +70,14 @@ absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
 }
 
 std::string CpuBf16Mode() {
-  __builtin_cpu_init();
+  if (cpu::Bf16MatmulOn()) {
+    return absl::StrCat("oneDNN bf16 matmul on this CPU's bf16 units (", cpu::Bf16MatmulKernel(),
+                        "): GEMM operands bf16, float32 accumulation");
+  }
   return absl::StrCat(
       "emulated: GEMM operands rounded to bf16, products and sums in OpenBLAS float32 sgemm "
-      "(bf16 numerics at float32 speed, not a bf16 GEMM's; this CPU ",
-      __builtin_cpu_supports("avx512bf16") ? "has AVX512_BF16, not used yet" : "has no AVX512_BF16",
-      ")");
+      "(bf16 numerics at float32 speed; bf16 matmul ",
+      cpu::HasBf16Matmul() ? "turned off" : cpu::Bf16MatmulKernel(), ")");
 }
 
 CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const BackendOptions& options,

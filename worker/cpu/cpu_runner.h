@@ -43,9 +43,9 @@ absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model);
 absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
     const std::shared_ptr<const Model>& model);
 
-// How the CPU backend runs --precision bf16 on this machine, for logs: an
-// emulation (bf16-rounded operands, float32 GEMMs), and whether the CPU has
-// bf16 GEMM units it leaves unused.
+// How the CPU backend runs --precision bf16 on this machine, for logs: on
+// the CPU's bf16 units through oneDNN (cpu::Bf16MatmulOn()), or, where it
+// has none, as an emulation (bf16-rounded operands, float32 GEMMs) and why.
 std::string CpuBf16Mode();
 
 class CpuRunner {

@@ -1,0 +1,128 @@
+#include "kernels/cpu/bf16_matmul.h"
+
+#include <atomic>
+#include <dnnl.hpp>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/half.h"
+
+namespace lact::cpu {
+namespace {
+
+using dnnl::memory;
+
+dnnl::engine& Engine() {
+  static dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+// A matmul's shape: what a primitive is created for.
+using Shape = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, bool>;
+
+dnnl::matmul::primitive_desc Describe(const Shape& s) {
+  const auto [trans_a, trans_b, m, n, k, ldc, accumulate] = s;
+  // Packed A and B keep the layout they had: a transpose is a stride.
+  const memory::desc a({m, k}, memory::data_type::bf16,
+                       trans_a ? memory::dims{1, m} : memory::dims{k, 1});
+  const memory::desc b({k, n}, memory::data_type::bf16,
+                       trans_b ? memory::dims{1, k} : memory::dims{n, 1});
+  const memory::desc c({m, n}, memory::data_type::f32, memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (accumulate) {
+    dnnl::post_ops sum;
+    sum.append_sum(1.0f);
+    attr.set_post_ops(sum);
+  }
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, Engine());
+}
+
+struct Probe {
+  bool ok = false;
+  std::string kernel;
+};
+
+const Probe& GetProbe() {
+  static const Probe* const probe = [] {
+    auto* p = new Probe;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512bf16")) {
+      p->kernel = "none: this CPU has no AVX512_BF16";
+      return p;
+    }
+    try {
+      const std::string impl = Describe({false, true, 256, 256, 256, 256, false}).impl_info_str();
+      p->ok = impl.rfind("ref", 0) != 0;
+      p->kernel = p->ok ? impl : "none: oneDNN offers only its reference kernel (" + impl + ")";
+    } catch (const dnnl::error& e) {
+      p->kernel = std::string("none: oneDNN refuses a bf16 matmul (") + e.what() + ")";
+    }
+    return p;
+  }();
+  return *probe;
+}
+
+// -1 until SetBf16Matmul: then the default, HasBf16Matmul().
+std::atomic<int> use_matmul{-1};
+
+// rows x cols of x (leading dimension ld), packed densely as bf16.
+void Pack(const float* x, int64_t ld, int64_t rows, int64_t cols, std::vector<uint16_t>* out) {
+  out->resize(rows * cols);
+  uint16_t* o = out->data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld;
+    uint16_t* orow = o + r * cols;
+#pragma omp simd
+    for (int64_t i = 0; i < cols; ++i) orow[i] = FloatToBFloat16(xr[i]);
+  }
+}
+
+struct Primitive {
+  explicit Primitive(const dnnl::matmul::primitive_desc& pd)
+      : matmul(pd), a(pd.src_desc()), b(pd.weights_desc()), c(pd.dst_desc()) {}
+  dnnl::matmul matmul;
+  memory::desc a, b, c;
+};
+
+// One thread's primitives, stream and packing scratch.
+struct ThreadState {
+  std::map<Shape, Primitive> primitives;
+  dnnl::stream stream{Engine()};
+  std::vector<uint16_t> a, b;
+};
+
+}  // namespace
+
+bool HasBf16Matmul() { return GetProbe().ok; }
+
+std::string Bf16MatmulKernel() { return GetProbe().kernel; }
+
+void SetBf16Matmul(bool on) { use_matmul = on && HasBf16Matmul() ? 1 : 0; }
+
+bool Bf16MatmulOn() {
+  const int mode = use_matmul;
+  return mode < 0 ? HasBf16Matmul() : mode == 1;
+}
+
+void MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  thread_local ThreadState state;
+  const Shape shape{trans_a, trans_b, m, n, k, ldc, beta != 0.0f};
+  auto it = state.primitives.find(shape);
+  if (it == state.primitives.end())
+    it = state.primitives.emplace(shape, Primitive(Describe(shape))).first;
+  Pack(a, lda, trans_a ? k : m, trans_a ? m : k, &state.a);
+  Pack(b, ldb, trans_b ? n : k, trans_b ? k : n, &state.b);
+  const Primitive& p = it->second;
+  memory src(p.a, Engine(), state.a.data());
+  memory weights(p.b, Engine(), state.b.data());
+  memory dst(p.c, Engine(), c);
+  p.matmul.execute(state.stream,
+                   {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+  state.stream.wait();
+}
+
+}  // namespace lact::cpu

@@ -1,0 +1,47 @@
+// bf16 matrix products on the CPU's own bf16 units, through oneDNN's
+// matmul (its brgemm kernels for AVX512_BF16, and AMX where the CPU has
+// it). The operands arrive as float32 arrays whose values are bf16 (the
+// bf16 mode rounds every GEMM operand once, RoundRowsToBf16 in
+// elementwise.h); they are packed to bf16 and multiplied with float32
+// accumulation into a float32 result. A product of two bf16 values is
+// exact in float32, so this computes what sgemm computes on the same
+// rounded operands, up to the order of the float32 sums.
+//
+// Primitives are created once per shape and thread and reused; the
+// packing scratch is per thread. Called inside a parallel region (a row
+// slice) a matmul runs on the calling thread only, like OpenBLAS.
+#ifndef LACT_KERNELS_CPU_BF16_MATMUL_H_
+#define LACT_KERNELS_CPU_BF16_MATMUL_H_
+
+#include <cstdint>
+#include <string>
+
+namespace lact::cpu {
+
+// Whether this CPU has bf16 dot-product instructions (AVX512_BF16) and
+// oneDNN runs a bf16 matmul on them rather than its reference kernel.
+// Probed once, on first call.
+bool HasBf16Matmul();
+
+// oneDNN's name for the kernel it picked ("brg:avx512_core_bf16", ...),
+// or why there is none.
+std::string Bf16MatmulKernel();
+
+// Whether the bf16 mode's GEMMs use the bf16 matmul (the default where
+// HasBf16Matmul()) or float32 sgemm on the rounded operands (the
+// emulation: the same numerics at float32 speed, for CPUs without bf16
+// units and as the baseline benchmarks measure against). Process-wide;
+// turning it on without HasBf16Matmul() leaves it off. Call between runs.
+void SetBf16Matmul(bool on);
+bool Bf16MatmulOn();
+
+// C[m, n] = op(A) @ op(B) + beta * C with beta 0 or 1, op = transpose when
+// the flag is set; row-major, pointer + leading dimension. A's and B's
+// values should be bf16 (others are rounded to nearest even as they are
+// packed). Requires HasBf16Matmul().
+void MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+}  // namespace lact::cpu
+
+#endif  // LACT_KERNELS_CPU_BF16_MATMUL_H_

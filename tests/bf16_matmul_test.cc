@@ -1,0 +1,154 @@
+// The CPU's bf16 matmul (kernels/cpu/bf16_matmul.h) against float64 sums of
+// the same bf16 operands: every transpose, leading dimensions wider than
+// the rows, accumulation into C, odd and one-long sizes, a long reduction,
+// operands that are not bf16 yet, and two threads multiplying at once; and
+// the dispatch of the Operands overload of Gemm. The matmul tests skip,
+// saying so, on a CPU without bf16 units (the bf16 mode is then emulated,
+// and cpu_parity_test checks it).
+#include "kernels/cpu/bf16_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "common/half.h"
+#include "common/random.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/threading.h"
+
+namespace lact::cpu {
+namespace {
+
+struct Case {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  int64_t pad;  // each leading dimension exceeds its row by this much
+  float beta;
+};
+
+// A matrix of `rows` x `cols` with leading dimension cols + pad, values
+// rounded to bf16 unless `raw`.
+std::vector<float> Matrix(int64_t rows, int64_t cols, int64_t pad, uint64_t seed,
+                          bool raw = false) {
+  Random random(seed);
+  std::vector<float> x(rows * (cols + pad));
+  for (float& v : x) {
+    v = static_cast<float>(random.Normal());
+    if (!raw) v = RoundToBFloat16(v);
+  }
+  return x;
+}
+
+// Checks C = op(A) op(B) + beta C0 against float64 sums of the bf16 values
+// of A and B; the bound is float32 accumulation's, far below a bf16
+// rounding (2^-9) and far below any wrong element.
+void Check(const Case& c, bool raw_operands, uint64_t seed) {
+  const int64_t a_rows = c.trans_a ? c.k : c.m, a_cols = c.trans_a ? c.m : c.k;
+  const int64_t b_rows = c.trans_b ? c.n : c.k, b_cols = c.trans_b ? c.k : c.n;
+  const int64_t lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.n + c.pad;
+  const std::vector<float> a = Matrix(a_rows, a_cols, c.pad, seed, raw_operands);
+  const std::vector<float> b = Matrix(b_rows, b_cols, c.pad, seed + 1);
+  std::vector<float> out = Matrix(c.m, c.n, c.pad, seed + 2);
+  const std::vector<float> before = out;
+  MatmulBf16(c.trans_a, c.trans_b, c.m, c.n, c.k, a.data(), lda, b.data(), ldb, c.beta, out.data(),
+             ldc);
+  double worst = 0;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double sum = 0, magnitude = 0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double x = RoundToBFloat16(c.trans_a ? a[p * lda + i] : a[i * lda + p]);
+        const double y = c.trans_b ? b[j * ldb + p] : b[p * ldb + j];
+        sum += x * y;
+        magnitude += std::abs(x * y);
+      }
+      const double want = sum + c.beta * before[i * ldc + j];
+      const double err = std::abs(out[i * ldc + j] - want);
+      ASSERT_LE(err, 1e-5 * (magnitude + std::abs(want)) + 1e-30)
+          << "C[" << i << ", " << j << "] = " << out[i * ldc + j] << ", want " << want;
+      worst = std::max(worst, err / (magnitude + std::abs(want) + 1e-30));
+    }
+    for (int64_t j = c.n; j < ldc; ++j)
+      ASSERT_EQ(out[i * ldc + j], before[i * ldc + j]) << "padding of row " << i << " written";
+  }
+  std::printf("%dx%dx%d trans %d%d beta %g: worst relative error %.2g\n", int(c.m), int(c.n),
+              int(c.k), c.trans_a, c.trans_b, c.beta, worst);
+}
+
+class Bf16MatmulTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HasBf16Matmul()) GTEST_SKIP() << "no bf16 matmul here: " << Bf16MatmulKernel();
+  }
+};
+
+TEST(Bf16Matmul, ProbeMatchesTheCpu) {
+  __builtin_cpu_init();
+  std::printf("bf16 matmul: %s\n", Bf16MatmulKernel().c_str());
+  EXPECT_EQ(HasBf16Matmul(), __builtin_cpu_supports("avx512bf16") != 0) << Bf16MatmulKernel();
+  EXPECT_EQ(Bf16MatmulOn(), HasBf16Matmul()) << "on by default where there are bf16 units";
+}
+
+TEST_F(Bf16MatmulTest, EveryLayoutAgainstFloat64) {
+  const std::vector<Case> cases = {
+      {false, true, 300, 70, 130, 0, 0.0f},  // a Linear: x @ w^T
+      {false, false, 257, 33, 65, 3, 0.0f},  // dH = V w1
+      {true, false, 64, 48, 3000, 5, 1.0f},  // a gradient sum over tokens, accumulated
+      {true, true, 17, 19, 23, 1, 1.0f},     // both transposed
+      {false, true, 1, 1, 1, 0, 0.0f},       // one element
+      {false, true, 513, 6, 256, 2, 0.0f},   // six outputs (the learning rates)
+      {false, true, 40, 129, 1, 7, 1.0f},    // a one-long reduction
+  };
+  uint64_t seed = 11;
+  for (const Case& c : cases) Check(c, /*raw_operands=*/false, seed += 10);
+}
+
+TEST_F(Bf16MatmulTest, RoundsOperandsThatAreNotBf16Yet) {
+  Check({false, true, 96, 80, 200, 4, 0.0f}, /*raw_operands=*/true, 5);
+  Check({true, false, 80, 96, 200, 0, 1.0f}, /*raw_operands=*/true, 6);
+}
+
+TEST_F(Bf16MatmulTest, ThreadsMultiplyAtOnce) {
+  SetNumThreads(2);
+  const int slices = ForRowSlices(1024, 256, [&](int64_t, int64_t, int slot) {
+    for (int round = 0; round < 3; ++round)
+      Check({slot == 0, true, 200 + slot, 90, 150, 2, round == 2 ? 1.0f : 0.0f}, false,
+            100 + slot * 7 + round);
+  });
+  SetNumThreads(0);
+  EXPECT_EQ(slices, 2);
+}
+
+// Gemm(Operands::kBf16, ...) takes the bf16 matmul only where it is on and
+// the call is one it computes (alpha 1, beta 0 or 1); sgemm otherwise.
+// Given operands that are not bf16, the two differ: the matmul rounds them.
+TEST_F(Bf16MatmulTest, GemmDispatchesBf16OperandsToTheMatmul) {
+  const int64_t k = 256;
+  std::vector<float> a(k), b(k, 1.0f);
+  Random random(3);
+  for (float& v : a) v = static_cast<float>(random.Normal());
+  auto dot = [&](Operands operands, float alpha) {
+    float c = 0;
+    Gemm(operands, false, true, 1, 1, k, alpha, a.data(), k, b.data(), k, 0.0f, &c, 1);
+    return c;
+  };
+  float direct = 0;
+  Gemm(false, true, 1, 1, k, 1.0f, a.data(), k, b.data(), k, 0.0f, &direct, 1);
+  float matmul = 0;
+  MatmulBf16(false, true, 1, 1, k, a.data(), k, b.data(), k, 0.0f, &matmul, 1);
+  ASSERT_GT(std::abs(direct - matmul), 1e-4f * std::abs(direct)) << "the matmul did not round";
+  EXPECT_EQ(dot(Operands::kFp32, 1.0f), direct);
+  EXPECT_EQ(dot(Operands::kBf16, 1.0f), matmul);
+  EXPECT_EQ(dot(Operands::kBf16, 2.0f), 2.0f * direct) << "alpha != 1 is sgemm's";
+  SetBf16Matmul(false);
+  EXPECT_FALSE(Bf16MatmulOn());
+  EXPECT_EQ(dot(Operands::kBf16, 1.0f), direct);
+  SetBf16Matmul(true);
+  EXPECT_TRUE(Bf16MatmulOn());
+}
+
+}  // namespace
+}  // namespace lact::cpu
