@@ -61,13 +61,26 @@ std::vector<float> Normal(int64_t n, uint64_t seed, double scale = 1.0) {
   return v;
 }
 
-double SgemmRate() {
+// sgemm 2048^3 on the given library.
+double SgemmRate(cpu::SgemmLibrary library) {
+  cpu::SetSgemmLibrary(library);
   const int n = 2048;
   std::vector<float> a = Normal(n * n, 1), b = Normal(n * n, 2), c(n * n);
   const double s = BestSeconds(
       [&] { cpu::Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+  cpu::SetSgemmLibrary(cpu::SgemmLibrary::kOneDnn);
   return 2.0 * n * n * n / s;
 }
+
+// The machine's own float32 rate: the faster library's.
+struct Sgemm {
+  double onednn = 0, openblas = 0;
+  void Measure() {
+    onednn = std::max(onednn, SgemmRate(cpu::SgemmLibrary::kOneDnn));
+    openblas = std::max(openblas, SgemmRate(cpu::SgemmLibrary::kOpenBlas));
+  }
+  double Best() const { return std::max(onednn, openblas); }
+};
 
 // The same product on the CPU's bf16 matmul (bf16 operands, float32
 // accumulation); 0 where there is none.
@@ -130,7 +143,14 @@ int Main(int argc, char** argv) {
   // The machine's own rate: the best of the sgemm runs made through this
   // run (this VM's neighbours move a single one by +-20%); each op and the
   // layer are likewise their best times.
-  double yardstick = SgemmRate(), bf16_yardstick = Bf16MatmulRate();
+  Sgemm sgemm;
+  sgemm.Measure();
+  double bf16_yardstick = Bf16MatmulRate();
+  // The bf16 rows below run on the bf16 matmul where there is one (whether
+  // or not it is this CPU's default; see bf16_matmul.h), emulated elsewhere.
+  const std::string bf16_default = CpuBf16Mode();
+  const bool bf16_default_on = cpu::Bf16MatmulOn();
+  cpu::SetBf16Matmul(true);
   int yardstick_runs = 1;
   std::vector<Row> rows;
   absl::StatusOr<Model> rounded = RoundGemmWeightsToBf16(model);
@@ -238,7 +258,7 @@ int Main(int argc, char** argv) {
   // off (cpu::SetRowSlices; off, every GEMM threaded by OpenBLAS), so that
   // the baseline is measured beside it under the same load.
   // The bf16 mode's layer alternates with them, and where the CPU has a
-  // bf16 matmul, so does its emulation (cpu::SetBf16Matmul(false)).
+  // bf16 matmul, so does the emulation (cpu::SetBf16Matmul(false)).
   const bool compare_slices = cpu::NumThreads() > 1;
   CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
   Tensor xb({T, D});
@@ -248,10 +268,15 @@ int Main(int argc, char** argv) {
     LayerState st = fs.layers[0];
     (void)RunBlock(c, bw, shard, bf16_ops, nullptr, &st);
   };
+  // And so does the layer on OpenBLAS's sgemm.
   const bool compare_emulation = cpu::HasBf16Matmul();
   double layer = 1e30, layer_unsliced = 1e30, layer_bf16 = 1e30, layer_emulated = 1e30;
+  double layer_openblas = 1e30;
   for (int round = 0; round < 3; ++round) {
     layer = std::min(layer, BestSeconds(run_layer));
+    cpu::SetSgemmLibrary(cpu::SgemmLibrary::kOpenBlas);
+    layer_openblas = std::min(layer_openblas, BestSeconds(run_layer));
+    cpu::SetSgemmLibrary(cpu::SgemmLibrary::kOneDnn);
     if (compare_slices) {
       cpu::SetRowSlices(false);
       layer_unsliced = std::min(layer_unsliced, BestSeconds(run_layer));
@@ -263,7 +288,7 @@ int Main(int argc, char** argv) {
       layer_emulated = std::min(layer_emulated, BestSeconds(run_bf16_layer));
       cpu::SetBf16Matmul(true);
     }
-    yardstick = std::max(yardstick, SgemmRate());
+    sgemm.Measure();
     bf16_yardstick = std::max(bf16_yardstick, Bf16MatmulRate());
     ++yardstick_runs;
   }
@@ -282,18 +307,22 @@ int Main(int argc, char** argv) {
   std::vector<float> naive_state(hs * P * N);
   const double naive = 2 * BestSeconds([&] { NaiveScan(scan, naive_state.data()); });
 
+  const double yardstick = sgemm.Best();
   nlohmann::json json;
   json["threads"] = cpu::NumThreads();
   json["tokens"] = T;
   json["sgemm_gflops"] = yardstick / 1e9;
   json["sgemm_runs"] = yardstick_runs;
+  json["sgemm_onednn_gflops"] = sgemm.onednn / 1e9;
+  json["sgemm_openblas_gflops"] = sgemm.openblas / 1e9;
   json["bf16_matmul_gflops"] = bf16_yardstick / 1e9;
   json["bf16_matmul_kernel"] = cpu::Bf16MatmulKernel();
   std::printf(
       "preset:small, %lld tokens, %d threads; yardsticks 2048^3 (best of %d runs): sgemm %.1f "
-      "GFLOP/s, bf16 matmul %.1f GFLOP/s (%s)\n",
+      "GFLOP/s (oneDNN %.1f, OpenBLAS %.1f), bf16 matmul %.1f GFLOP/s (%s)\n",
       static_cast<long long>(T), cpu::NumThreads(), yardstick_runs, yardstick / 1e9,
-      bf16_yardstick / 1e9, cpu::Bf16MatmulKernel().c_str());
+      sgemm.onednn / 1e9, sgemm.openblas / 1e9, bf16_yardstick / 1e9,
+      cpu::Bf16MatmulKernel().c_str());
   // A fraction of the bf16 matmul rate, or "-" where there is none.
   const auto of_bf16 = [&](double rate) {
     char text[16] = "-";
@@ -338,6 +367,18 @@ int Main(int argc, char** argv) {
                    {"gflops", layer_rate / 1e9},
                    {"of_sgemm", layer_rate / yardstick},
                    {"tokens_per_s", T / layer}};
+  {
+    const double rate = f.total() * T / layer_openblas;
+    std::printf(
+        "%-22s %10.2f %14.1f %11.1f%%   (OpenBLAS sgemm: oneDNN's runs the layer %.2fx "
+        "faster)\n",
+        "whole layer, OpenBLAS", 1e3 * layer_openblas, rate / 1e9, 100 * rate / yardstick,
+        layer_openblas / layer);
+    json["layer_openblas"] = {{"ms", 1e3 * layer_openblas},
+                              {"gflops", rate / 1e9},
+                              {"of_sgemm", rate / yardstick},
+                              {"onednn_speedup", layer_openblas / layer}};
+  }
   if (compare_slices) {
     const double rate = f.total() * T / layer_unsliced;
     std::printf("%-22s %10.2f %14.1f %11.1f%%   (row slices off: the slices run %.2fx faster)\n",
@@ -354,17 +395,19 @@ int Main(int argc, char** argv) {
       "time; %s)\n",
       "whole layer, bf16", 1e3 * layer_bf16, bf16_rate / 1e9, 100 * bf16_rate / yardstick,
       of_bf16(bf16_rate).c_str(), layer_bf16 / layer, CpuBf16Mode().c_str());
+  std::printf("(this CPU's default bf16 mode: %s)\n", bf16_default.c_str());
   json["layer_bf16"] = {{"ms", 1e3 * layer_bf16},
                         {"gflops", bf16_rate / 1e9},
                         {"of_sgemm", bf16_rate / yardstick},
                         {"vs_fp32_layer_time", layer_bf16 / layer},
-                        {"mode", CpuBf16Mode()}};
+                        {"mode", CpuBf16Mode()},
+                        {"default_mode", bf16_default}};
   if (bf16_yardstick > 0) json["layer_bf16"]["of_bf16_matmul"] = bf16_rate / bf16_yardstick;
   if (compare_emulation) {
     const double rate = f.total() * T / layer_emulated;
     std::printf(
         "%-22s %10.2f %14.1f %11.1f%%   (bf16 emulated in sgemm: the bf16 matmul runs "
-        "%.2fx faster)\n",
+        "at %.2fx its speed)\n",
         "whole layer, bf16 emul.", 1e3 * layer_emulated, rate / 1e9, 100 * rate / yardstick,
         layer_emulated / layer_bf16);
     json["layer_bf16_emulated"] = {{"ms", 1e3 * layer_emulated},
@@ -372,6 +415,7 @@ int Main(int argc, char** argv) {
                                    {"of_sgemm", rate / yardstick},
                                    {"matmul_speedup", layer_emulated / layer_bf16}};
   }
+  cpu::SetBf16Matmul(bf16_default_on);
   std::printf(
       "scan, both directions: SSD chunked %.2f ms vs per-token recurrence %.2f ms (%.1fx)\n",
       1e3 * ssd, 1e3 * naive, naive / ssd);

@@ -45,7 +45,7 @@ if "layer_bf16" in ops[1]:
     if "layer_bf16_emulated" in ops[1]:
         ea, eb = ops[1]["layer_bf16_emulated"], ops[2]["layer_bf16_emulated"]
         rows.append(f"{'whole layer, bf16 emul.':24} {ea['gflops']:>9.1f} {100 * ea['of_sgemm']:5.1f}%  {eb['gflops']:>9.1f} {100 * eb['of_sgemm']:5.1f}%"
-                    f"   (the bf16 matmul {ea['matmul_speedup']:.2f}x / {eb['matmul_speedup']:.2f}x faster)")
+                    f"   (the bf16 matmul at {ea['matmul_speedup']:.2f}x / {eb['matmul_speedup']:.2f}x its speed)")
     rows.append(f"  bf16 mode: {ba['mode']}")
 sa, sb = ops[1]["scan"], ops[2]["scan"]
 rows.append(f"{'scan: SSD vs recurrence':24} {sa['speedup']:>13.1f}x  {sb['speedup']:>13.1f}x faster (both directions)")

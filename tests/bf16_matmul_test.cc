@@ -89,7 +89,10 @@ TEST(Bf16Matmul, ProbeMatchesTheCpu) {
   __builtin_cpu_init();
   std::printf("bf16 matmul: %s\n", Bf16MatmulKernel().c_str());
   EXPECT_EQ(HasBf16Matmul(), __builtin_cpu_supports("avx512bf16") != 0) << Bf16MatmulKernel();
-  EXPECT_EQ(Bf16MatmulOn(), HasBf16Matmul()) << "on by default where there are bf16 units";
+  std::printf("bf16 matmul speed-up over sgemm: %.2fx\n", Bf16MatmulSpeedup());
+  EXPECT_EQ(Bf16MatmulOn(), HasBf16Matmul() && Bf16MatmulSpeedup() >= 1.25)
+      << "on by default where it is faster";
+  EXPECT_EQ(Bf16MatmulSpeedup() > 0, HasBf16Matmul());
 }
 
 TEST_F(Bf16MatmulTest, EveryLayoutAgainstFloat64) {
@@ -126,6 +129,8 @@ TEST_F(Bf16MatmulTest, ThreadsMultiplyAtOnce) {
 // the call is one it computes (alpha 1, beta 0 or 1); sgemm otherwise.
 // Given operands that are not bf16, the two differ: the matmul rounds them.
 TEST_F(Bf16MatmulTest, GemmDispatchesBf16OperandsToTheMatmul) {
+  const bool was_on = Bf16MatmulOn();
+  SetBf16Matmul(true);
   const int64_t k = 256;
   std::vector<float> a(k), b(k, 1.0f);
   Random random(3);
@@ -148,6 +153,7 @@ TEST_F(Bf16MatmulTest, GemmDispatchesBf16OperandsToTheMatmul) {
   EXPECT_EQ(dot(Operands::kBf16, 1.0f), direct);
   SetBf16Matmul(true);
   EXPECT_TRUE(Bf16MatmulOn());
+  SetBf16Matmul(was_on);
 }
 
 }  // namespace

@@ -151,16 +151,25 @@ TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
   ExpectBf16Parity(GetParam());
 }
 
-// The emulation (sgemm on the rounded operands), which CPUs without bf16
-// units run, checked here too where the bf16 matmul is the default.
-TEST(CpuBf16Emulated, WithinTwiceTheErrorOfBf16RoundedOperands) {
-  cpu::SetBf16Matmul(false);
-  ASSERT_FALSE(cpu::Bf16MatmulOn());
-  for (const ParityCase& pc : {FixedParityCases()[2], FixedParityCases()[3]}) {
-    SCOPED_TRACE(pc.name);
-    ExpectBf16Parity(pc);
+// Both ways of running the bf16 mode, whichever this CPU defaults to: the
+// emulation (sgemm on the rounded operands) and, where the CPU has bf16
+// units, the bf16 matmul.
+TEST(CpuBf16Modes, EachWithinTwiceTheErrorOfBf16RoundedOperands) {
+  const bool was_on = cpu::Bf16MatmulOn();
+  for (const bool matmul : {false, true}) {
+    if (matmul && !cpu::HasBf16Matmul()) {
+      std::printf("no bf16 matmul here: %s\n", cpu::Bf16MatmulKernel().c_str());
+      continue;
+    }
+    cpu::SetBf16Matmul(matmul);
+    ASSERT_EQ(cpu::Bf16MatmulOn(), matmul);
+    for (const ParityCase& pc :
+         {FixedParityCases()[2], FixedParityCases()[3], RandomParityCases()[5]}) {
+      SCOPED_TRACE(pc.name + (matmul ? ", bf16 matmul" : ", emulated"));
+      ExpectBf16Parity(pc);
+    }
   }
-  cpu::SetBf16Matmul(true);
+  cpu::SetBf16Matmul(was_on);
 }
 
 // Rows split among threads: each row in exactly one slice, slices in row

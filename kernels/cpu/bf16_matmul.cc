@@ -1,6 +1,8 @@
 #include "kernels/cpu/bf16_matmul.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <dnnl.hpp>
 #include <map>
 #include <tuple>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu/blas.h"
 
 namespace lact::cpu {
 namespace {
@@ -64,7 +67,7 @@ const Probe& GetProbe() {
   return *probe;
 }
 
-// -1 until SetBf16Matmul: then the default, HasBf16Matmul().
+// -1 until SetBf16Matmul: until then the default (bf16_matmul.h).
 std::atomic<int> use_matmul{-1};
 
 // rows x cols of x (leading dimension ld), packed densely as bf16.
@@ -101,9 +104,34 @@ std::string Bf16MatmulKernel() { return GetProbe().kernel; }
 
 void SetBf16Matmul(bool on) { use_matmul = on && HasBf16Matmul() ? 1 : 0; }
 
+double Bf16MatmulSpeedup() {
+  static const double speedup = [] {
+    if (!HasBf16Matmul()) return 0.0;
+    const int64_t n = 512;
+    std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+    const auto best = [&](auto&& fn) {
+      double seconds = 1e30;
+      for (int i = 0; i < 4; ++i) {  // the first warms up
+        const auto start = std::chrono::steady_clock::now();
+        fn();
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (i > 0) seconds = std::min(seconds, s);
+      }
+      return seconds;
+    };
+    const double sgemm = best(
+        [&] { Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+    const double matmul = best(
+        [&] { MatmulBf16(false, false, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+    return sgemm / matmul;
+  }();
+  return speedup;
+}
+
 bool Bf16MatmulOn() {
   const int mode = use_matmul;
-  return mode < 0 ? HasBf16Matmul() : mode == 1;
+  return mode < 0 ? Bf16MatmulSpeedup() >= 1.25 : mode == 1;
 }
 
 void MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,

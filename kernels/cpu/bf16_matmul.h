@@ -27,11 +27,19 @@ bool HasBf16Matmul();
 // or why there is none.
 std::string Bf16MatmulKernel();
 
-// Whether the bf16 mode's GEMMs use the bf16 matmul (the default where
-// HasBf16Matmul()) or float32 sgemm on the rounded operands (the
-// emulation: the same numerics at float32 speed, for CPUs without bf16
-// units and as the baseline benchmarks measure against). Process-wide;
-// turning it on without HasBf16Matmul() leaves it off. Call between runs.
+// The bf16 matmul's rate over sgemm's (Gemm in blas.h) on one 512^3
+// product each, timed once on first call (best of 3); 0 without
+// HasBf16Matmul(). bf16 units do not always beat float32 ones: on a Xeon
+// with AVX512_BF16 and no AMX one bf16 dot product does the work of one
+// float32 FMA, and oneDNN's bf16 matmul ran at half its sgemm's rate.
+double Bf16MatmulSpeedup();
+
+// Whether the bf16 mode's GEMMs use the bf16 matmul or float32 sgemm on
+// the rounded operands (the emulation: the same numerics at float32
+// speed). The default is the matmul where HasBf16Matmul() and it measured
+// at least 1.25x faster (the margin keeps near-equal CPUs from switching
+// between runs); else the emulation. Process-wide; turning it on without
+// HasBf16Matmul() leaves it off. Call between runs.
 void SetBf16Matmul(bool on);
 bool Bf16MatmulOn();
 

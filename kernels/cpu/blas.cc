@@ -1,15 +1,32 @@
 #include "kernels/cpu/blas.h"
 
 #include <cblas.h>
+#include <dnnl.h>
+
+#include <atomic>
 
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/threading.h"
 
 namespace lact::cpu {
+namespace {
+
+std::atomic<SgemmLibrary> sgemm_library{SgemmLibrary::kOneDnn};
+
+}  // namespace
+
+void SetSgemmLibrary(SgemmLibrary library) { sgemm_library = library; }
+
+SgemmLibrary CurrentSgemmLibrary() { return sgemm_library; }
 
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if (sgemm_library == SgemmLibrary::kOneDnn && k > 0 &&
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c,
+                 ldc) == dnnl_success) {
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
               static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,

@@ -1,5 +1,10 @@
-// Thin wrappers over OpenBLAS sgemm, row-major, for the shapes the model
-// uses. Matrices are described by pointer + leading dimension (row stride).
+// Thin wrappers over sgemm, row-major, for the shapes the model uses.
+// Matrices are described by pointer + leading dimension (row stride). The
+// float32 products run on oneDNN's sgemm (dnnl_sgemm, its JIT kernels for
+// the ISA it finds by CPUID) by default, or on OpenBLAS's, which picks its
+// kernels by CPU model: Debian 12's OpenBLAS 0.3.21 takes Xeons newer than
+// it for a Prescott and runs them at a fifth of their speed. The triangular
+// multiply is OpenBLAS's.
 #ifndef LACT_KERNELS_CPU_BLAS_H_
 #define LACT_KERNELS_CPU_BLAS_H_
 
@@ -12,6 +17,14 @@ namespace lact::cpu {
 // bf16 mode, the CUDA backend's contract; RoundRowsToBf16 in elementwise.h).
 // The callers round; these wrappers multiply what they are given.
 enum class Operands { kFp32, kBf16 };
+
+// Which library's sgemm Gemm calls: oneDNN's (the default) or OpenBLAS's,
+// process-wide (the baseline bench_ops measures beside it). Call between
+// runs. The two sum in different orders: results agree to float32
+// rounding, not bit for bit.
+enum class SgemmLibrary { kOneDnn, kOpenBlas };
+void SetSgemmLibrary(SgemmLibrary library);
+SgemmLibrary CurrentSgemmLibrary();
 
 // C[m, n] = alpha * op(A) @ op(B) + beta * C, op = transpose when the flag is set.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
