@@ -44,14 +44,6 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
   Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, float* b,
-                             int64_t ldb) {
-  if (m == 0 || n == 0) return;
-  cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit,
-              static_cast<blasint>(m), static_cast<blasint>(n), 1.0f, l, static_cast<blasint>(ldl),
-              b, static_cast<blasint>(ldb));
-}
-
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta, Operands operands) {
   ForRowSlices(rows, kMinSliceRows, [&](int64_t begin, int64_t n, int) {

@@ -3,8 +3,7 @@
 // float32 products run on oneDNN's sgemm (dnnl_sgemm, its JIT kernels for
 // the ISA it finds by CPUID) by default, or on OpenBLAS's, which picks its
 // kernels by CPU model: Debian 12's OpenBLAS 0.3.21 takes Xeons newer than
-// it for a Prescott and runs them at a fifth of their speed. The triangular
-// multiply is OpenBLAS's.
+// it for a Prescott and runs them at a fifth of their speed.
 #ifndef LACT_KERNELS_CPU_BLAS_H_
 #define LACT_KERNELS_CPU_BLAS_H_
 
@@ -37,10 +36,6 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc);
-
-// B[m, n] = L @ B in place, L[m, m] lower triangular (its upper part is not read).
-void LowerTriangularMultiply(int64_t m, int64_t n, const float* l, int64_t ldl, float* b,
-                             int64_t ldb);
 
 // A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
 // With kMinSliceRows rows or more for each thread, its rows are split one
