@@ -1,8 +1,7 @@
 #include "kernels/cpu/bf16_matmul.h"
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <map>
 #include <tuple>
@@ -10,7 +9,6 @@
 #include <vector>
 
 #include "common/half.h"
-#include "kernels/cpu/blas.h"
 
 namespace lact::cpu {
 namespace {
@@ -104,34 +102,34 @@ std::string Bf16MatmulKernel() { return GetProbe().kernel; }
 
 void SetBf16Matmul(bool on) { use_matmul = on && HasBf16Matmul() ? 1 : 0; }
 
-double Bf16MatmulSpeedup() {
-  static const double speedup = [] {
-    if (!HasBf16Matmul()) return 0.0;
-    const int64_t n = 512;
-    std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
-    const auto best = [&](auto&& fn) {
-      double seconds = 1e30;
-      for (int i = 0; i < 4; ++i) {  // the first warms up
-        const auto start = std::chrono::steady_clock::now();
-        fn();
-        const double s =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (i > 0) seconds = std::min(seconds, s);
-      }
-      return seconds;
-    };
-    const double sgemm = best(
-        [&] { Gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
-    const double matmul = best(
-        [&] { MatmulBf16(false, false, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
-    return sgemm / matmul;
+namespace {
+
+struct Default {
+  bool on;
+  std::string reason;
+};
+
+const Default& GetDefault() {
+  static const Default* const d = [] {
+    if (!HasBf16Matmul()) return new Default{false, Bf16MatmulKernel()};
+    if (const char* env = std::getenv("LACT_CPU_BF16_MATMUL"); env != nullptr && *env != 0) {
+      const bool on = std::string(env) != "0";
+      return new Default{on, std::string("LACT_CPU_BF16_MATMUL=") + env};
+    }
+    const bool amx = Bf16MatmulKernel().find("amx") != std::string::npos;
+    return new Default{
+        amx, amx ? "runs on AMX" : "no AMX: not faster than sgemm; LACT_CPU_BF16_MATMUL=1 uses it"};
   }();
-  return speedup;
+  return *d;
 }
+
+}  // namespace
+
+std::string Bf16MatmulDefaultReason() { return GetDefault().reason; }
 
 bool Bf16MatmulOn() {
   const int mode = use_matmul;
-  return mode < 0 ? Bf16MatmulSpeedup() >= 1.25 : mode == 1;
+  return mode < 0 ? GetDefault().on : mode == 1;
 }
 
 void MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,

@@ -27,21 +27,23 @@ bool HasBf16Matmul();
 // or why there is none.
 std::string Bf16MatmulKernel();
 
-// The bf16 matmul's rate over sgemm's (Gemm in blas.h) on one 512^3
-// product each, timed once on first call (best of 3); 0 without
-// HasBf16Matmul(). bf16 units do not always beat float32 ones: on a Xeon
-// with AVX512_BF16 and no AMX one bf16 dot product does the work of one
-// float32 FMA, and oneDNN's bf16 matmul ran at half its sgemm's rate.
-double Bf16MatmulSpeedup();
-
 // Whether the bf16 mode's GEMMs use the bf16 matmul or float32 sgemm on
 // the rounded operands (the emulation: the same numerics at float32
-// speed). The default is the matmul where HasBf16Matmul() and it measured
-// at least 1.25x faster (the margin keeps near-equal CPUs from switching
-// between runs); else the emulation. Process-wide; turning it on without
-// HasBf16Matmul() leaves it off. Call between runs.
+// speed). The default is the matmul only where oneDNN runs it on AMX
+// (Bf16MatmulKernel() names an amx kernel), whose tiles multiply bf16 many
+// times faster than float32 FMAs. With AVX512_BF16 alone a bf16 dot
+// product does the work of one float32 FMA: on this session's Xeon,
+// oneDNN's bf16 matmul ran at 0.4-0.6x its sgemm's rate. Elsewhere the
+// emulation is the default; LACT_CPU_BF16_MATMUL=1 (or 0) in the
+// environment overrides it where HasBf16Matmul() (bench_ops measures
+// both). Process-wide; turning it on without HasBf16Matmul() leaves it
+// off. Call between runs.
 void SetBf16Matmul(bool on);
 bool Bf16MatmulOn();
+
+// Why the default is what it is, for logs: "runs on AMX", "no AMX", or the
+// environment's override.
+std::string Bf16MatmulDefaultReason();
 
 // C[m, n] = op(A) @ op(B) + beta * C with beta 0 or 1, op = transpose when
 // the flag is set; row-major, pointer + leading dimension. A's and B's

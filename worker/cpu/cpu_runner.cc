@@ -8,7 +8,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/bf16_matmul.h"
@@ -73,15 +72,12 @@ absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
 std::string CpuBf16Mode() {
   if (cpu::Bf16MatmulOn()) {
     return absl::StrCat("oneDNN bf16 matmul on this CPU's bf16 units (", cpu::Bf16MatmulKernel(),
-                        ", ", absl::StrFormat("%.2f", cpu::Bf16MatmulSpeedup()),
-                        "x sgemm's rate): GEMM operands bf16, float32 accumulation");
+                        "; ", cpu::Bf16MatmulDefaultReason(),
+                        "): GEMM operands bf16, float32 accumulation");
   }
-  std::string why = cpu::Bf16MatmulKernel();
-  if (cpu::HasBf16Matmul()) {
-    why = absl::StrCat(why, " runs at ", absl::StrFormat("%.2f", cpu::Bf16MatmulSpeedup()),
-                       "x sgemm's rate here",
-                       cpu::Bf16MatmulSpeedup() >= 1.25 ? "; turned off" : "; not used");
-  }
+  const std::string why = cpu::HasBf16Matmul() ? absl::StrCat(cpu::Bf16MatmulKernel(), ", ",
+                                                              cpu::Bf16MatmulDefaultReason())
+                                               : cpu::Bf16MatmulKernel();
   return absl::StrCat(
       "emulated: GEMM operands rounded to bf16, products and sums in float32 sgemm "
       "(bf16 numerics at float32 speed; bf16 matmul ",
