@@ -6,8 +6,6 @@
 // selective scan against a straightforward per-token recurrence over the
 // same data.
 //   bench_ops [--threads N] [--tokens T] [--json FILE]
-#include <cblas.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -254,11 +252,11 @@ int Main(int argc, char** argv) {
     LayerState st = fs.layers[0];
     (void)RunBlock(c, w, shard, ops, nullptr, &st);
   };
-  // With more than one thread, in alternating rounds: the row slices on and
-  // off (cpu::SetRowSlices; off, every GEMM threaded by OpenBLAS), so that
-  // the baseline is measured beside it under the same load.
-  // The bf16 mode's layer alternates with them, and where the CPU has a
-  // bf16 matmul, so does the emulation (cpu::SetBf16Matmul(false)).
+  // In alternating rounds, so that each baseline is measured beside it
+  // under the same load: with more than one thread, the row slices on and
+  // off (cpu::SetRowSlices; off, each GEMM threaded by its library); the
+  // layer on OpenBLAS's sgemm; the bf16 mode's layer, and where the CPU
+  // has a bf16 matmul, the emulation beside it (cpu::SetBf16Matmul(false)).
   const bool compare_slices = cpu::NumThreads() > 1;
   CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
   Tensor xb({T, D});
@@ -268,7 +266,6 @@ int Main(int argc, char** argv) {
     LayerState st = fs.layers[0];
     (void)RunBlock(c, bw, shard, bf16_ops, nullptr, &st);
   };
-  // And so does the layer on OpenBLAS's sgemm.
   const bool compare_emulation = cpu::HasBf16Matmul();
   double layer = 1e30, layer_unsliced = 1e30, layer_bf16 = 1e30, layer_emulated = 1e30;
   double layer_openblas = 1e30;

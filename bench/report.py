@@ -16,6 +16,9 @@ for line in open(f"{work}/e2e.txt"):
 
 rows = [f"{'op':24} {'1 thread':>18} {'2 threads':>18}   (model GFLOP/s, % of sgemm)"]
 rows.append(f"{'sgemm 2048^3 yardstick':24} {ops[1]['sgemm_gflops']:>10.1f} GFLOP/s {ops[2]['sgemm_gflops']:>10.1f} GFLOP/s")
+if "sgemm_openblas_gflops" in ops[1]:
+    rows.append(f"{'  of it OpenBLAS':24} {ops[1]['sgemm_openblas_gflops']:>10.1f} GFLOP/s {ops[2]['sgemm_openblas_gflops']:>10.1f} GFLOP/s"
+                f"   (oneDNN {ops[1]['sgemm_onednn_gflops']:.1f} / {ops[2]['sgemm_onednn_gflops']:.1f})")
 has_bf16 = ops[1].get("bf16_matmul_gflops", 0) > 0
 if has_bf16:
     rows.append(f"{'bf16 matmul 2048^3':24} {ops[1]['bf16_matmul_gflops']:>10.1f} GFLOP/s {ops[2]['bf16_matmul_gflops']:>10.1f} GFLOP/s"
@@ -32,6 +35,10 @@ for i, op in enumerate(ops[2]["ops"]):
                 f"   (of the {'bf16 matmul' if has_bf16 else 'sgemm'})")
 la, lb = ops[1]["layer"], ops[2]["layer"]
 rows.append(f"{'whole layer':24} {la['gflops']:>9.1f} {100 * la['of_sgemm']:5.1f}%  {lb['gflops']:>9.1f} {100 * lb['of_sgemm']:5.1f}%")
+if "layer_openblas" in ops[1]:
+    oa, ob = ops[1]["layer_openblas"], ops[2]["layer_openblas"]
+    rows.append(f"{'whole layer, OpenBLAS':24} {oa['gflops']:>9.1f} {100 * oa['of_sgemm']:5.1f}%  {ob['gflops']:>9.1f} {100 * ob['of_sgemm']:5.1f}%"
+                f"   (oneDNN's sgemm {oa['onednn_speedup']:.2f}x / {ob['onednn_speedup']:.2f}x faster)")
 if "layer_unsliced" in ops[2]:
     ub = ops[2]["layer_unsliced"]
     rows.append(f"{'whole layer, unsliced':24} {'':>9} {'':>6}  {ub['gflops']:>9.1f} {100 * ub['of_sgemm']:5.1f}%"

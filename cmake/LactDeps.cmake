@@ -15,8 +15,9 @@ find_path(LACT_OPENBLAS_INCLUDE cblas.h PATHS /usr/include/x86_64-linux-gnu/open
 add_library(lact_openblas INTERFACE)
 target_link_libraries(lact_openblas INTERFACE ${LACT_OPENBLAS_LIB} OpenMP::OpenMP_CXX)
 target_include_directories(lact_openblas INTERFACE ${LACT_OPENBLAS_INCLUDE})
-# oneDNN (its OpenMP build, sharing the same pool): the bf16 mode's matrix
-# products on the CPU's bf16 units (kernels/cpu/bf16_matmul.h).
+# oneDNN (its OpenMP build, sharing the same pool): the CPU backend's float32
+# products (dnnl_sgemm, kernels/cpu/blas.h) and the bf16 mode's on the CPU's
+# bf16 units (kernels/cpu/bf16_matmul.h).
 find_library(LACT_DNNL_LIB NAMES dnnl REQUIRED)
 find_path(LACT_DNNL_INCLUDE dnnl.hpp REQUIRED)
 add_library(lact_dnnl INTERFACE)

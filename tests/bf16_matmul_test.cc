@@ -55,8 +55,8 @@ void Check(const Case& c, bool raw_operands, uint64_t seed) {
   const std::vector<float> b = Matrix(b_rows, b_cols, c.pad, seed + 1);
   std::vector<float> out = Matrix(c.m, c.n, c.pad, seed + 2);
   const std::vector<float> before = out;
-  MatmulBf16(c.trans_a, c.trans_b, c.m, c.n, c.k, a.data(), lda, b.data(), ldb, c.beta, out.data(),
-             ldc);
+  ASSERT_TRUE(MatmulBf16(c.trans_a, c.trans_b, c.m, c.n, c.k, a.data(), lda, b.data(), ldb, c.beta,
+                         out.data(), ldc));
   double worst = 0;
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = 0; j < c.n; ++j) {
@@ -91,8 +91,7 @@ TEST(Bf16Matmul, ProbeMatchesTheCpu) {
   __builtin_cpu_init();
   std::printf("bf16 matmul: %s\n", Bf16MatmulKernel().c_str());
   EXPECT_EQ(HasBf16Matmul(), __builtin_cpu_supports("avx512bf16") != 0) << Bf16MatmulKernel();
-  std::printf("default: %s (%s)\n", Bf16MatmulOn() ? "on" : "off",
-              Bf16MatmulDefaultReason().c_str());
+  std::printf("default: %s (%s)\n", Bf16MatmulOn() ? "on" : "off", Bf16MatmulReason().c_str());
   if (std::getenv("LACT_CPU_BF16_MATMUL") == nullptr) {
     EXPECT_EQ(Bf16MatmulOn(),
               HasBf16Matmul() && Bf16MatmulKernel().find("amx") != std::string::npos)
@@ -117,6 +116,17 @@ TEST_F(Bf16MatmulTest, EveryLayoutAgainstFloat64) {
 TEST_F(Bf16MatmulTest, RoundsOperandsThatAreNotBf16Yet) {
   Check({false, true, 96, 80, 200, 4, 0.0f}, /*raw_operands=*/true, 5);
   Check({true, false, 80, 96, 200, 0, 1.0f}, /*raw_operands=*/true, 6);
+}
+
+// What it cannot compute it leaves to sgemm, C untouched: a zero-long
+// reduction, a beta other than 0 or 1.
+TEST_F(Bf16MatmulTest, DeclinesWhatItDoesNotCompute) {
+  std::vector<float> a(64, 1.0f), b(64, 1.0f), c(16, 3.0f);
+  EXPECT_FALSE(MatmulBf16(false, true, 4, 4, 0, a.data(), 1, b.data(), 1, 0.0f, c.data(), 4));
+  EXPECT_FALSE(MatmulBf16(false, true, 4, 4, 4, a.data(), 4, b.data(), 4, 0.5f, c.data(), 4));
+  for (float v : c) EXPECT_EQ(v, 3.0f);
+  Gemm(Operands::kBf16, false, true, 4, 4, 4, 1.0f, a.data(), 4, b.data(), 4, 0.5f, c.data(), 4);
+  for (float v : c) EXPECT_EQ(v, 5.5f) << "sgemm's 4 + 0.5 * 3";
 }
 
 TEST_F(Bf16MatmulTest, ThreadsMultiplyAtOnce) {
@@ -148,16 +158,31 @@ TEST_F(Bf16MatmulTest, GemmDispatchesBf16OperandsToTheMatmul) {
   float direct = 0;
   Gemm(false, true, 1, 1, k, 1.0f, a.data(), k, b.data(), k, 0.0f, &direct, 1);
   float matmul = 0;
-  MatmulBf16(false, true, 1, 1, k, a.data(), k, b.data(), k, 0.0f, &matmul, 1);
+  ASSERT_TRUE(MatmulBf16(false, true, 1, 1, k, a.data(), k, b.data(), k, 0.0f, &matmul, 1));
   ASSERT_GT(std::abs(direct - matmul), 1e-4f * std::abs(direct)) << "the matmul did not round";
   EXPECT_EQ(dot(Operands::kFp32, 1.0f), direct);
   EXPECT_EQ(dot(Operands::kBf16, 1.0f), matmul);
   EXPECT_EQ(dot(Operands::kBf16, 2.0f), 2.0f * direct) << "alpha != 1 is sgemm's";
   SetBf16Matmul(false);
-  EXPECT_FALSE(Bf16MatmulOn());
   EXPECT_EQ(dot(Operands::kBf16, 1.0f), direct);
-  SetBf16Matmul(true);
-  EXPECT_TRUE(Bf16MatmulOn());
+  SetBf16Matmul(was_on);
+}
+
+// Where the matmul is off (or absent), a model's bf16 operands go to sgemm
+// as they are: exactly the float32 call's result, even for operands that
+// are not bf16 (the matmul would round them).
+TEST(Bf16Matmul, OffItIsSgemm) {
+  const bool was_on = Bf16MatmulOn();
+  SetBf16Matmul(false);
+  ASSERT_FALSE(Bf16MatmulOn());
+  const int64_t m = 33, n = 17, k = 65;
+  Random random(9);
+  std::vector<float> a(m * k), b(n * k), direct(m * n), bf16(m * n);
+  for (float& v : a) v = static_cast<float>(random.Normal());
+  for (float& v : b) v = static_cast<float>(random.Normal());
+  Gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, direct.data(), n);
+  Gemm(Operands::kBf16, false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, bf16.data(), n);
+  EXPECT_EQ(bf16, direct);
   SetBf16Matmul(was_on);
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "common/status_macros.h"
@@ -156,6 +157,7 @@ TEST_P(CpuParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedOperands) {
 // units, the bf16 matmul.
 TEST(CpuBf16Modes, EachWithinTwiceTheErrorOfBf16RoundedOperands) {
   const bool was_on = cpu::Bf16MatmulOn();
+  const absl::Cleanup restore = [was_on] { cpu::SetBf16Matmul(was_on); };
   for (const bool matmul : {false, true}) {
     if (matmul && !cpu::HasBf16Matmul()) {
       std::printf("no bf16 matmul here: %s\n", cpu::Bf16MatmulKernel().c_str());
@@ -169,7 +171,6 @@ TEST(CpuBf16Modes, EachWithinTwiceTheErrorOfBf16RoundedOperands) {
       ExpectBf16Parity(pc);
     }
   }
-  cpu::SetBf16Matmul(was_on);
 }
 
 // Rows split among threads: each row in exactly one slice, slices in row

@@ -1,11 +1,12 @@
 #include "kernels/cpu/bf16_matmul.h"
 
+#include <omp.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <dnnl.hpp>
 #include <map>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "common/half.h"
@@ -20,11 +21,12 @@ dnnl::engine& Engine() {
   return *engine;
 }
 
-// A matmul's shape: what a primitive is created for.
-using Shape = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, bool>;
+// A matmul's shape, and the thread count it runs with: what a primitive
+// is created for (oneDNN fixes a primitive's threads when it is made).
+using Shape = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, bool, int>;
 
 dnnl::matmul::primitive_desc Describe(const Shape& s) {
-  const auto [trans_a, trans_b, m, n, k, ldc, accumulate] = s;
+  const auto [trans_a, trans_b, m, n, k, ldc, accumulate, threads] = s;
   // Packed A and B keep the layout they had: a transpose is a stride.
   const memory::desc a({m, k}, memory::data_type::bf16,
                        trans_a ? memory::dims{1, m} : memory::dims{k, 1});
@@ -54,7 +56,8 @@ const Probe& GetProbe() {
       return p;
     }
     try {
-      const std::string impl = Describe({false, true, 256, 256, 256, 256, false}).impl_info_str();
+      const std::string impl =
+          Describe({false, true, 256, 256, 256, 256, false, 1}).impl_info_str();
       p->ok = impl.rfind("ref", 0) != 0;
       p->kernel = p->ok ? impl : "none: oneDNN offers only its reference kernel (" + impl + ")";
     } catch (const dnnl::error& e) {
@@ -112,43 +115,59 @@ struct Default {
 const Default& GetDefault() {
   static const Default* const d = [] {
     if (!HasBf16Matmul()) return new Default{false, Bf16MatmulKernel()};
-    if (const char* env = std::getenv("LACT_CPU_BF16_MATMUL"); env != nullptr && *env != 0) {
-      const bool on = std::string(env) != "0";
-      return new Default{on, std::string("LACT_CPU_BF16_MATMUL=") + env};
-    }
     const bool amx = Bf16MatmulKernel().find("amx") != std::string::npos;
-    return new Default{
-        amx, amx ? "runs on AMX" : "no AMX: not faster than sgemm; LACT_CPU_BF16_MATMUL=1 uses it"};
+    std::string reason =
+        amx ? "runs on AMX" : "no AMX: not faster than sgemm; LACT_CPU_BF16_MATMUL=1 uses it";
+    if (const char* env = std::getenv("LACT_CPU_BF16_MATMUL"); env != nullptr && *env != 0) {
+      const std::string value = env;
+      for (const char* yes : {"1", "true", "on", "yes"})
+        if (value == yes) return new Default{true, "LACT_CPU_BF16_MATMUL=" + value};
+      for (const char* no : {"0", "false", "off", "no"})
+        if (value == no) return new Default{false, "LACT_CPU_BF16_MATMUL=" + value};
+      reason += "; LACT_CPU_BF16_MATMUL=" + value + " ignored (allowed: 1, true, on, yes, 0, " +
+                "false, off, no)";
+    }
+    return new Default{amx, reason};
   }();
   return *d;
 }
 
 }  // namespace
 
-std::string Bf16MatmulDefaultReason() { return GetDefault().reason; }
+std::string Bf16MatmulReason() {
+  return use_matmul < 0 ? GetDefault().reason : "set in this process";
+}
 
 bool Bf16MatmulOn() {
   const int mode = use_matmul;
   return mode < 0 ? GetDefault().on : mode == 1;
 }
 
-void MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  thread_local ThreadState state;
-  const Shape shape{trans_a, trans_b, m, n, k, ldc, beta != 0.0f};
-  auto it = state.primitives.find(shape);
-  if (it == state.primitives.end())
-    it = state.primitives.emplace(shape, Primitive(Describe(shape))).first;
-  Pack(a, lda, trans_a ? k : m, trans_a ? m : k, &state.a);
-  Pack(b, ldb, trans_b ? n : k, trans_b ? k : n, &state.b);
-  const Primitive& p = it->second;
-  memory src(p.a, Engine(), state.a.data());
-  memory weights(p.b, Engine(), state.b.data());
-  memory dst(p.c, Engine(), c);
-  p.matmul.execute(state.stream,
-                   {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
-  state.stream.wait();
+  if (m == 0 || n == 0) return true;
+  if (k == 0 || (beta != 0.0f && beta != 1.0f) || !HasBf16Matmul()) return false;
+  try {
+    thread_local ThreadState state;
+    const Shape shape{trans_a, trans_b, m, n, k, ldc, beta != 0.0f, omp_get_max_threads()};
+    auto it = state.primitives.find(shape);
+    if (it == state.primitives.end()) {
+      if (state.primitives.size() >= static_cast<size_t>(kMaxPrimitives)) state.primitives.clear();
+      it = state.primitives.emplace(shape, Primitive(Describe(shape))).first;
+    }
+    Pack(a, lda, trans_a ? k : m, trans_a ? m : k, &state.a);
+    Pack(b, ldb, trans_b ? n : k, trans_b ? k : n, &state.b);
+    const Primitive& p = it->second;
+    memory src(p.a, Engine(), state.a.data());
+    memory weights(p.b, Engine(), state.b.data());
+    memory dst(p.c, Engine(), c);
+    p.matmul.execute(state.stream,
+                     {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+    state.stream.wait();
+    return true;
+  } catch (const std::exception&) {
+    return false;  // oneDNN fails as it creates or checks, before it writes C
+  }
 }
 
 }  // namespace lact::cpu

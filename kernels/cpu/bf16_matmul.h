@@ -7,9 +7,10 @@
 // exact in float32, so this computes what sgemm computes on the same
 // rounded operands, up to the order of the float32 sums.
 //
-// Primitives are created once per shape and thread and reused; the
-// packing scratch is per thread. Called inside a parallel region (a row
-// slice) a matmul runs on the calling thread only, like OpenBLAS.
+// Primitives are created once per shape, thread count and thread and
+// reused (at most kMaxPrimitives per thread; past that the cache starts
+// over); the packing scratch is per thread. Called inside a parallel
+// region (a row slice) a matmul runs on the calling thread only.
 #ifndef LACT_KERNELS_CPU_BF16_MATMUL_H_
 #define LACT_KERNELS_CPU_BF16_MATMUL_H_
 
@@ -32,24 +33,31 @@ std::string Bf16MatmulKernel();
 // speed). The default is the matmul only where oneDNN runs it on AMX
 // (Bf16MatmulKernel() names an amx kernel), whose tiles multiply bf16 many
 // times faster than float32 FMAs. With AVX512_BF16 alone a bf16 dot
-// product does the work of one float32 FMA: on this session's Xeon,
-// oneDNN's bf16 matmul ran at 0.4-0.6x its sgemm's rate. Elsewhere the
-// emulation is the default; LACT_CPU_BF16_MATMUL=1 (or 0) in the
-// environment overrides it where HasBf16Matmul() (bench_ops measures
-// both). Process-wide; turning it on without HasBf16Matmul() leaves it
-// off. Call between runs.
+// product does the work of one float32 FMA, and oneDNN's bf16 matmul ran
+// at about half its sgemm's rate (README, Performance). Elsewhere the
+// emulation is the default. LACT_CPU_BF16_MATMUL in the environment
+// overrides the default where HasBf16Matmul(): 1, true, on or yes for the
+// matmul; 0, false, off or no for the emulation (another value is ignored,
+// and Bf16MatmulReason() says so). Process-wide; turning it on without
+// HasBf16Matmul() leaves it off. Call between runs.
 void SetBf16Matmul(bool on);
 bool Bf16MatmulOn();
 
-// Why the default is what it is, for logs: "runs on AMX", "no AMX", or the
-// environment's override.
-std::string Bf16MatmulDefaultReason();
+// Why Bf16MatmulOn() is what it is, for logs: "runs on AMX", "no AMX ...",
+// the environment's override, or "set in this process".
+std::string Bf16MatmulReason();
+
+// The most primitives a thread keeps.
+constexpr int kMaxPrimitives = 256;
 
 // C[m, n] = op(A) @ op(B) + beta * C with beta 0 or 1, op = transpose when
 // the flag is set; row-major, pointer + leading dimension. A's and B's
 // values should be bf16 (others are rounded to nearest even as they are
-// packed). Requires HasBf16Matmul().
-void MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
+// packed). Returns false, leaving C as it was, where it cannot run: no
+// HasBf16Matmul(), k == 0, another beta, or oneDNN failing (an exception
+// it throws does not escape); the caller then uses sgemm (Gemm in blas.h
+// does), whose numerics on rounded operands are the same.
+bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 }  // namespace lact::cpu

@@ -17,8 +17,6 @@ std::atomic<SgemmLibrary> sgemm_library{SgemmLibrary::kOneDnn};
 
 void SetSgemmLibrary(SgemmLibrary library) { sgemm_library = library; }
 
-SgemmLibrary CurrentSgemmLibrary() { return sgemm_library; }
-
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
@@ -36,9 +34,8 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc) {
-  if (operands == Operands::kBf16 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
-      Bf16MatmulOn()) {
-    MatmulBf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  if (operands == Operands::kBf16 && alpha == 1.0f && Bf16MatmulOn() &&
+      MatmulBf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc)) {
     return;
   }
   Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

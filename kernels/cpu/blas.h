@@ -23,16 +23,16 @@ enum class Operands { kFp32, kBf16 };
 // rounding, not bit for bit.
 enum class SgemmLibrary { kOneDnn, kOpenBlas };
 void SetSgemmLibrary(SgemmLibrary library);
-SgemmLibrary CurrentSgemmLibrary();
 
 // C[m, n] = alpha * op(A) @ op(B) + beta * C, op = transpose when the flag is set.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // The same for a model's operands. With Operands::kBf16 (both operands
-// rounded already), alpha 1 and beta 0 or 1 it runs on the CPU's bf16
-// matmul where Bf16MatmulOn() (bf16_matmul.h); otherwise it is sgemm,
-// whose products of the rounded values are the same, exact in float32.
+// rounded already) and alpha 1 it runs on the CPU's bf16 matmul where
+// Bf16MatmulOn() and MatmulBf16 takes the call (bf16_matmul.h); otherwise
+// it is sgemm, whose products of the rounded values are the same, exact in
+// float32.
 void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc);
@@ -40,8 +40,8 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
 // A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
 // With kMinSliceRows rows or more for each thread, its rows are split one
 // slice per thread (ForRowSlices in threading.h), each slice a single-threaded GEMM;
-// otherwise (or inside a slice) it is one GEMM, threaded by OpenBLAS (or
-// oneDNN: each GEMM is the Operands overload of Gemm above).
+// otherwise (or inside a slice) it is one GEMM, threaded by its library.
+// Each GEMM is the Operands overload of Gemm above.
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta = 0.0f, Operands operands = Operands::kFp32);
 

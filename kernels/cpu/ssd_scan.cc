@@ -41,7 +41,9 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
   float* yc = p.y + t0 * p.ldy + h * P;
   // y = M @ X: a full GEMM over M's zeroed upper half does twice a
   // triangular multiply's arithmetic, but on oneDNN's kernels (blas.h)
-  // it runs faster, and it needs no copy of X.
+  // it runs faster, and it needs no copy of X. (A non-finite x would now
+  // reach the rows before it in its chunk, through 0 * inf; tokens are
+  // checked finite where they enter, and the scan's own values stay so.)
   Gemm(false, false, n, P, n, 1.0f, m, n, xc, p.ldx, 0.0f, yc, p.ldy);
   const float d = p.d_skip != nullptr ? p.d_skip[h] : 0.0f;
   for (int64_t i = 0; i < n; ++i) {  // y += exp(cum_i) C_i S^T + D x

@@ -1,8 +1,8 @@
-// The CPU backend's BackendOps (backend_ops.h): float32 on OpenBLAS and
+// The CPU backend's BackendOps (backend_ops.h): float32 on oneDNN and
 // OpenMP, the kernels of kernels/cpu. With cpu::Operands::kBf16 every GEMM
-// operand is rounded to bf16 before the float32 GEMM (the reference's
-// bf16_operands): the model's weights must come rounded (RoundGemmWeights-
-// ToBf16 in cpu_runner.h); the ops round each activation that only GEMMs
+// operand is rounded to bf16 before its GEMM (the reference's
+// bf16_operands; the bf16 matmul or float32 sgemm, bf16_matmul.h): the model's weights must come
+// rounded (RoundGemmWeights- ToBf16 in cpu_runner.h); the ops round each activation that only GEMMs
 // read (h, the mixer's y, k|v, q, the hidden factors, o, the MLP's inputs)
 // once, in place, and keep a rounded copy of the fast weights beside their
 // float32 masters. The SSD scan, norms and states stay float32. The

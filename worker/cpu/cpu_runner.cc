@@ -72,12 +72,12 @@ absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
 std::string CpuBf16Mode() {
   if (cpu::Bf16MatmulOn()) {
     return absl::StrCat("oneDNN bf16 matmul on this CPU's bf16 units (", cpu::Bf16MatmulKernel(),
-                        "; ", cpu::Bf16MatmulDefaultReason(),
+                        "; ", cpu::Bf16MatmulReason(),
                         "): GEMM operands bf16, float32 accumulation");
   }
-  const std::string why = cpu::HasBf16Matmul() ? absl::StrCat(cpu::Bf16MatmulKernel(), ", ",
-                                                              cpu::Bf16MatmulDefaultReason())
-                                               : cpu::Bf16MatmulKernel();
+  const std::string why = cpu::HasBf16Matmul()
+                              ? absl::StrCat(cpu::Bf16MatmulKernel(), ", ", cpu::Bf16MatmulReason())
+                              : cpu::Bf16MatmulKernel();
   return absl::StrCat(
       "emulated: GEMM operands rounded to bf16, products and sums in float32 sgemm "
       "(bf16 numerics at float32 speed; bf16 matmul ",

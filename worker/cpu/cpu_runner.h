@@ -1,10 +1,10 @@
-// Runs the model of SPEC.md on the CPU (float32, OpenBLAS + OpenMP): the
+// Runs the model of SPEC.md on the CPU (float32, oneDNN + OpenMP): the
 // one schedule (block_schedule.h) over CpuOps, tiled over tokens so that
 // working memory beyond three [L, D] activations stays at a few tiles.
 // With BackendOptions::precision "bf16" its GEMMs take bf16-rounded
-// operands with float32 accumulation, the CUDA backend's bf16 contract,
-// emulated: rounded values, OpenBLAS's float32 sgemm (no bf16 GEMM units;
-// about float32's speed). The rounded weights come from the caller
+// operands with float32 accumulation, the CUDA backend's bf16 contract: on
+// oneDNN's bf16 matmul or as float32 sgemm on the rounded values, as
+// cpu::Bf16MatmulOn() says (bf16_matmul.h). The rounded weights come from the caller
 // (SharedBf16Weights) or are made once per runner.
 //
 // RunContext() runs a context and produces the fused state; RunQuery() runs
