@@ -364,27 +364,27 @@ int Main(int argc, char** argv) {
                    {"gflops", layer_rate / 1e9},
                    {"of_sgemm", layer_rate / yardstick},
                    {"tokens_per_s", T / layer}};
-  {
-    const double rate = f.total() * T / layer_openblas;
-    std::printf(
-        "%-22s %10.2f %14.1f %11.1f%%   (OpenBLAS sgemm: oneDNN's runs the layer %.2fx "
-        "faster)\n",
-        "whole layer, OpenBLAS", 1e3 * layer_openblas, rate / 1e9, 100 * rate / yardstick,
-        layer_openblas / layer);
-    json["layer_openblas"] = {{"ms", 1e3 * layer_openblas},
-                              {"gflops", rate / 1e9},
-                              {"of_sgemm", rate / yardstick},
-                              {"onednn_speedup", layer_openblas / layer}};
-  }
+  // A baseline's row: its time, rate and share of sgemm, and `ratio` (its
+  // time over the layer's it is compared with) as `key` and in `note`.
+  const auto baseline_row = [&](const char* name, double seconds, const char* note, const char* key,
+                                double ratio) {
+    const double rate = f.total() * T / seconds;
+    char text[160];
+    std::snprintf(text, sizeof text, note, ratio);
+    std::printf("%-22s %10.2f %14.1f %11.1f%%   (%s)\n", name, 1e3 * seconds, rate / 1e9,
+                100 * rate / yardstick, text);
+    return nlohmann::json{{"ms", 1e3 * seconds},
+                          {"gflops", rate / 1e9},
+                          {"of_sgemm", rate / yardstick},
+                          {key, ratio}};
+  };
+  json["layer_openblas"] = baseline_row("whole layer, OpenBLAS", layer_openblas,
+                                        "OpenBLAS sgemm: oneDNN's runs the layer %.2fx faster",
+                                        "onednn_speedup", layer_openblas / layer);
   if (compare_slices) {
-    const double rate = f.total() * T / layer_unsliced;
-    std::printf("%-22s %10.2f %14.1f %11.1f%%   (row slices off: the slices run %.2fx faster)\n",
-                "whole layer, unsliced", 1e3 * layer_unsliced, rate / 1e9, 100 * rate / yardstick,
-                layer_unsliced / layer);
-    json["layer_unsliced"] = {{"ms", 1e3 * layer_unsliced},
-                              {"gflops", rate / 1e9},
-                              {"of_sgemm", rate / yardstick},
-                              {"slices_speedup", layer_unsliced / layer}};
+    json["layer_unsliced"] = baseline_row("whole layer, unsliced", layer_unsliced,
+                                          "row slices off: the slices run %.2fx faster",
+                                          "slices_speedup", layer_unsliced / layer);
   }
   const double bf16_rate = f.total() * T / layer_bf16;
   std::printf(
@@ -401,16 +401,10 @@ int Main(int argc, char** argv) {
                         {"default_mode", bf16_default}};
   if (bf16_yardstick > 0) json["layer_bf16"]["of_bf16_matmul"] = bf16_rate / bf16_yardstick;
   if (compare_emulation) {
-    const double rate = f.total() * T / layer_emulated;
-    std::printf(
-        "%-22s %10.2f %14.1f %11.1f%%   (bf16 emulated in sgemm: the bf16 matmul runs "
-        "at %.2fx its speed)\n",
-        "whole layer, bf16 emul.", 1e3 * layer_emulated, rate / 1e9, 100 * rate / yardstick,
-        layer_emulated / layer_bf16);
-    json["layer_bf16_emulated"] = {{"ms", 1e3 * layer_emulated},
-                                   {"gflops", rate / 1e9},
-                                   {"of_sgemm", rate / yardstick},
-                                   {"matmul_speedup", layer_emulated / layer_bf16}};
+    json["layer_bf16_emulated"] =
+        baseline_row("whole layer, bf16 emul.", layer_emulated,
+                     "bf16 emulated in sgemm: the bf16 matmul runs at %.2fx its speed",
+                     "matmul_speedup", layer_emulated / layer_bf16);
   }
   cpu::SetBf16Matmul(bf16_default_on);
   std::printf(
