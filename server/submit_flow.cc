@@ -29,6 +29,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a failed shard of a job bound to its call waits for the call's
+// end to be heard of, when its worker says the client went away.
+constexpr auto kClientGoneGrace = std::chrono::seconds(2);
+
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -194,9 +198,14 @@ class SubmitFlow {
   void OnCallEnded() {
     if (std::chrono::system_clock::now() >= call_.deadline()) {
       machine_->Cancel(CancelCause::kDeadline);
-    } else if (spec_.cancel_on_disconnect() || (HasInBandInput() && !accepted_sent_)) {
+    } else if (BoundToCall()) {
       machine_->Cancel(CancelCause::kClientGone);
     }
+  }
+
+  // Whether the client going away ends the job.
+  bool BoundToCall() const {
+    return spec_.cancel_on_disconnect() || (HasInBandInput() && !accepted_sent_);
   }
 
   // OnCallEnded, if the call has ended or its deadline passed (the watcher
@@ -437,8 +446,18 @@ class SubmitFlow {
     }
     // A client that vanished from its Submit call and its Transfer streams
     // at once fails its shards too: when the job is bound to the call, that
-    // is the cause, whichever the coordinator heard of first.
-    if (!status.ok()) CheckCall();
+    // is the cause, whichever the coordinator heard of first. A worker
+    // reports CANCELLED when the client's stream to it broke; the end of
+    // the Submit call may reach this process a moment after that report,
+    // so a job bound to its call gives it kClientGoneGrace to arrive.
+    if (!status.ok()) {
+      if (from_worker && status.error_code() == grpc::StatusCode::CANCELLED && BoundToCall()) {
+        const auto until = Clock::now() + kClientGoneGrace;
+        while (!call_.ended() && Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      CheckCall();
+    }
     if (!machine_->RankEnded(rank, {FromGrpcStatus(status), from_worker})) return done;
     if (from_worker && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
