@@ -244,14 +244,19 @@ int Main(int argc, char** argv) {
   LocalCollective local;
   const ShardContext shard{.sync = &local, .total = T};
   OverlapStats overlap;
-  CpuOps ops(model, c, T, 4096, nullptr, &overlap);
-  Tensor x({T, D});
-  x.data = Normal(T * D, 6);
-  (void)ops.LoadTokens(std::move(x));
-  const auto run_layer = [&] {
-    LayerState st = fs.layers[0];
-    (void)RunBlock(c, w, shard, ops, nullptr, &st);
+  // The same tokens for every layer's ops; one run of the layer's block.
+  const auto load_tokens = [&](CpuOps& o) {
+    Tensor x({T, D});
+    x.data = Normal(T * D, 6);
+    (void)o.LoadTokens(std::move(x));
   };
+  const auto run_block = [&](const LayerWeights& lw, CpuOps& o) {
+    LayerState st = fs.layers[0];
+    (void)RunBlock(c, lw, shard, o, nullptr, &st);
+  };
+  CpuOps ops(model, c, T, 4096, nullptr, &overlap);
+  load_tokens(ops);
+  const auto run_layer = [&] { run_block(w, ops); };
   // In alternating rounds, so that each baseline is measured beside it
   // under the same load: with more than one thread, the row slices on and
   // off (cpu::SetRowSlices; off, each GEMM threaded by its library); the
@@ -259,13 +264,8 @@ int Main(int argc, char** argv) {
   // has a bf16 matmul, the emulation beside it (cpu::SetBf16Matmul(false)).
   const bool compare_slices = cpu::NumThreads() > 1;
   CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
-  Tensor xb({T, D});
-  xb.data = Normal(T * D, 6);
-  (void)bf16_ops.LoadTokens(std::move(xb));
-  const auto run_bf16_layer = [&] {
-    LayerState st = fs.layers[0];
-    (void)RunBlock(c, bw, shard, bf16_ops, nullptr, &st);
-  };
+  load_tokens(bf16_ops);
+  const auto run_bf16_layer = [&] { run_block(bw, bf16_ops); };
   const bool compare_emulation = cpu::HasBf16Matmul();
   double layer = 1e30, layer_unsliced = 1e30, layer_bf16 = 1e30, layer_emulated = 1e30;
   double layer_openblas = 1e30;

@@ -108,9 +108,12 @@ class CallState {
   // short of what the flow expected (`short_of_expected`) this waits up to
   // 250 ms for that report.
   bool EndedAfterReads(bool short_of_expected) const ABSL_LOCKS_EXCLUDED(mu_) {
+    return short_of_expected ? EndsWithin(absl::Milliseconds(250)) : ended();
+  }
+  // Whether the call has ended or ends within `wait`.
+  bool EndsWithin(absl::Duration wait) const ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    if (ended_ || !short_of_expected) return ended_;
-    return mu_.AwaitWithTimeout(absl::Condition(&ended_), absl::Milliseconds(250));
+    return ended_ || mu_.AwaitWithTimeout(absl::Condition(&ended_), wait);
   }
 
   // While the watch lives, `on_end` runs once when the call ends (at once,

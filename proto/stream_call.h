@@ -27,6 +27,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/call_state.h"
 
 namespace lact {
@@ -76,6 +77,7 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   // writes fail, and the EndWatch runs.
   void Cancel() { context_->TryCancel(); }
   bool ended() const { return state_.ended(); }
+  bool EndsWithin(absl::Duration wait) const { return state_.EndsWithin(wait); }
   bool EndedAfterReads(bool short_of_expected) const {
     return state_.EndedAfterReads(short_of_expected);
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/data_files.h"
 #include "common/log.h"
 #include "common/peak_rss.h"
@@ -31,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 // How long a failed shard of a job bound to its call waits for the call's
 // end to be heard of, when its worker says the client went away.
-constexpr auto kClientGoneGrace = std::chrono::seconds(2);
+constexpr absl::Duration kClientGoneGrace = absl::Seconds(2);
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -451,11 +452,8 @@ class SubmitFlow {
     // the Submit call may reach this process a moment after that report,
     // so a job bound to its call gives it kClientGoneGrace to arrive.
     if (!status.ok()) {
-      if (from_worker && status.error_code() == grpc::StatusCode::CANCELLED && BoundToCall()) {
-        const auto until = Clock::now() + kClientGoneGrace;
-        while (!call_.ended() && Clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
+      if (from_worker && status.error_code() == grpc::StatusCode::CANCELLED && BoundToCall())
+        call_.EndsWithin(kClientGoneGrace);
       CheckCall();
     }
     if (!machine_->RankEnded(rank, {FromGrpcStatus(status), from_worker})) return done;
