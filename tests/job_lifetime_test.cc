@@ -575,7 +575,7 @@ TEST(Drain, AWorkerFinishesItsShardThenLeaves) {
   LactClient client(cluster->address());
   SubmitOptions o = DrainJob();
   int workers_while_draining = -1;
-  const ActedJob job = SubmitActingAtFirstLayer(client, o, RandomTokens(8192, 256, 91), [&] {
+  const ActedJob job = SubmitActingAtFirstLayer(client, o, RandomTokens(65536, 256, 91), [&] {
     cluster->SignalWorker(0, SIGTERM);
     // Deregistered at once, not after its heartbeats lapse (0.9 s here).
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -604,7 +604,7 @@ TEST(Drain, TheCoordinatorFinishesItsJobsAndTakesNoNewOnes) {
   LactClient client(cluster->address());
   absl::Status refused;
   const ActedJob job =
-      SubmitActingAtFirstLayer(client, DrainJob(), RandomTokens(8192, 256, 93), [&] {
+      SubmitActingAtFirstLayer(client, DrainJob(), RandomTokens(65536, 256, 93), [&] {
         cluster->SignalCoordinator(SIGTERM);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         SubmitOptions small = DrainJob();

@@ -369,7 +369,7 @@ TEST(DrainHealth, ADrainingWorkerIsNotServing) {
   std::vector<int> health, ready;
   std::vector<v1::WorkerInfo> listed;
   const ActedJob job =
-      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 97), [&] {
+      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(65536, 256, 97), [&] {
         cluster->SignalWorker(0, SIGTERM);
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
@@ -404,7 +404,7 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
   LactClient client(cluster->address());
   int coordinator = -1, whole = -1, control = -1, ready = -1;
   const ActedJob job =
-      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(8192, 256, 98), [&] {
+      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(65536, 256, 98), [&] {
         cluster->SignalCoordinator(SIGTERM);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
