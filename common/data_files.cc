@@ -90,35 +90,6 @@ absl::Status FullPwrite(int fd, const char* src, size_t bytes, uint64_t offset,
   return absl::OkStatus();
 }
 
-// Writes `bytes` (a multiple of kDirectBlock) at `offset` (aligned) with
-// O_DIRECT, through an aligned bounce buffer; where the file system does
-// not take O_DIRECT, through `buffered_fd`.
-absl::Status WriteDirect(const std::string& path, int buffered_fd, const char* src, uint64_t bytes,
-                         uint64_t offset) {
-  Fd fd(open(path.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC));
-  if (fd.get() < 0) return FullPwrite(buffered_fd, src, bytes, offset, path);
-  constexpr uint64_t kBounce = uint64_t{8} << 20;
-  void* raw = nullptr;
-  if (posix_memalign(&raw, kDirectBlock, kBounce) != 0)
-    return FullPwrite(buffered_fd, src, bytes, offset, path);
-  std::unique_ptr<char, decltype(&std::free)> bounce(static_cast<char*>(raw), &std::free);
-  for (uint64_t done = 0; done < bytes;) {
-    const uint64_t n = std::min(kBounce, bytes - done);
-    std::memcpy(bounce.get(), src + done, n);
-    const ssize_t written = pwrite(fd.get(), bounce.get(), n, static_cast<off_t>(offset + done));
-    if (written < 0 && errno == EINTR) continue;
-    if (written < 0 && errno == EINVAL) {  // alignment this file system will not take
-      return FullPwrite(buffered_fd, src + done, bytes - done, offset + done, path);
-    }
-    if (written <= 0) {
-      return absl::DataLossError(absl::StrCat("writing '", path, "' at byte ", offset + done, ": ",
-                                              std::strerror(written < 0 ? errno : EIO)));
-    }
-    done += static_cast<uint64_t>(written);
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<WireType> NpyDType(const std::string& path, const std::string& descr) {
   if (descr == "<f4" || descr == "=f4") return WireType::kF32;
   if (descr == "<f2" || descr == "=f2") return WireType::kF16;
@@ -339,40 +310,133 @@ absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t wid
   return CreateTokenFile(path, rows, width, WireType::kF32);
 }
 
-absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
-                            const float* src, int64_t n) {
-  Fd fd(open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
-  if (fd.get() < 0) {
+absl::StatusOr<OutputRowsWriter> OutputRowsWriter::Open(const std::string& path, int64_t rows,
+                                                        int64_t width, int64_t begin, int64_t n) {
+  const int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat("cannot open output '", path, "': ", std::strerror(errno)));
   }
+  OutputRowsWriter writer(path, fd);
   struct stat st;
-  if (fstat(fd.get(), &st) != 0)
-    return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
+  if (fstat(fd, &st) != 0) return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
   std::string prefix(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), 1 << 16), '\0');
-  LACT_RETURN_IF_ERROR(FullPread(fd.get(), prefix.data(), prefix.size(), 0, path));
+  LACT_RETURN_IF_ERROR(FullPread(fd, prefix.data(), prefix.size(), 0, path));
   LACT_ASSIGN_OR_RETURN(
       NpyLayout npy,
       ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
-  if (npy.descr != "<f4" || npy.shape != std::vector<int64_t>{rows, width} || begin < 0 ||
+  if (npy.descr != "<f4" || npy.shape != std::vector<int64_t>{rows, width} || begin < 0 || n < 0 ||
       begin + n > rows) {
     return absl::FailedPreconditionError(
         absl::StrCat("output '", path, "' is no longer a float32 [", rows, ", ", width,
                      "] .npy (changed while the job ran?)"));
   }
-  const uint64_t offset = npy.data_offset + static_cast<uint64_t>(begin * width) * sizeof(float);
+  const uint64_t row_bytes = static_cast<uint64_t>(width) * sizeof(float);
+  writer.next_ = npy.data_offset + static_cast<uint64_t>(begin) * row_bytes;
+  writer.end_ = writer.next_ + static_cast<uint64_t>(n) * row_bytes;
+  writer.row_bytes_ = row_bytes;
+  // The aligned middle of a large range goes straight to the disk.
+  const uint64_t first = (writer.next_ + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
+  const uint64_t last = writer.end_ / kDirectBlock * kDirectBlock;
+  writer.direct_begin_ = writer.direct_end_ = writer.end_;
+  if (writer.end_ - writer.next_ >= kDirectMinBytes && first < last) {
+    void* raw = nullptr;
+    const int direct = open(path.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+    if (direct >= 0 && posix_memalign(&raw, kDirectBlock, kBounceBytes) == 0) {
+      writer.direct_fd_ = direct;
+      writer.bounce_.reset(static_cast<char*>(raw));
+      writer.direct_begin_ = first;
+      writer.direct_end_ = last;
+      writer.bounce_offset_ = first;
+    } else if (direct >= 0) {
+      close(direct);
+    }
+  }
+  return writer;
+}
+
+OutputRowsWriter::OutputRowsWriter(OutputRowsWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(other.fd_),
+      direct_fd_(other.direct_fd_),
+      bounce_(std::move(other.bounce_)),
+      row_bytes_(other.row_bytes_),
+      next_(other.next_),
+      end_(other.end_),
+      direct_begin_(other.direct_begin_),
+      direct_end_(other.direct_end_),
+      bounce_offset_(other.bounce_offset_),
+      bounce_used_(other.bounce_used_) {
+  other.fd_ = other.direct_fd_ = -1;
+}
+
+OutputRowsWriter::~OutputRowsWriter() {
+  if (fd_ >= 0) close(fd_);
+  if (direct_fd_ >= 0) close(direct_fd_);
+}
+
+absl::Status OutputRowsWriter::Append(const float* src, int64_t n) {
   const char* bytes = reinterpret_cast<const char*>(src);
-  const uint64_t size = static_cast<uint64_t>(n * width) * sizeof(float);
-  // The block-aligned middle of a large write goes straight to the disk;
-  // the partial blocks at its ends (shared with the neighbouring shards'
-  // rows or the header) go through the page cache.
-  const uint64_t first = (offset + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
-  const uint64_t last = (offset + size) / kDirectBlock * kDirectBlock;
-  if (size < kDirectMinBytes || last <= first)
-    return FullPwrite(fd.get(), bytes, size, offset, path);
-  LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), bytes, first - offset, offset, path));
-  LACT_RETURN_IF_ERROR(WriteDirect(path, fd.get(), bytes + (first - offset), last - first, first));
-  return FullPwrite(fd.get(), bytes + (last - offset), offset + size - last, last, path);
+  uint64_t size = static_cast<uint64_t>(n) * row_bytes_;
+  if (n < 0 || size > end_ - next_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("output '", path_, "': ", n, " rows more than this shard has left"));
+  }
+  while (size > 0) {
+    uint64_t take;
+    if (next_ < direct_begin_ || next_ >= direct_end_) {  // a partial block: the page cache
+      take = std::min(size, (next_ < direct_begin_ ? direct_begin_ : end_) - next_);
+      LACT_RETURN_IF_ERROR(FullPwrite(fd_, bytes, take, next_, path_));
+    } else {
+      take = std::min({size, direct_end_ - next_, kBounceBytes - bounce_used_});
+      std::memcpy(bounce_.get() + bounce_used_, bytes, take);
+      bounce_used_ += take;
+      if (bounce_used_ == kBounceBytes || next_ + take == direct_end_)
+        LACT_RETURN_IF_ERROR(FlushBounce());
+    }
+    bytes += take;
+    size -= take;
+    next_ += take;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputRowsWriter::FlushBounce() {
+  for (uint64_t done = 0; done < bounce_used_;) {
+    const ssize_t written = pwrite(direct_fd_, bounce_.get() + done, bounce_used_ - done,
+                                   static_cast<off_t>(bounce_offset_ + done));
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0 && errno == EINVAL) {  // alignment this file system will not take
+      LACT_RETURN_IF_ERROR(
+          FullPwrite(fd_, bounce_.get() + done, bounce_used_ - done, bounce_offset_ + done, path_));
+      break;
+    }
+    if (written <= 0) {
+      return absl::DataLossError(absl::StrCat("writing '", path_, "' at byte ",
+                                              bounce_offset_ + done, ": ",
+                                              std::strerror(written < 0 ? errno : EIO)));
+    }
+    done += static_cast<uint64_t>(written);
+  }
+  bounce_offset_ += bounce_used_;
+  bounce_used_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status OutputRowsWriter::Finish() {
+  if (next_ != end_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "output '", path_, "': ", (end_ - next_) / row_bytes_, " of the shard's rows not written"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
+                            const float* src, int64_t n) {
+  LACT_ASSIGN_OR_RETURN(OutputRowsWriter writer,
+                        OutputRowsWriter::Open(path, rows, width, begin, n));
+  LACT_RETURN_IF_ERROR(writer.Append(src, n));
+  return writer.Finish();
 }
 
 absl::StatusOr<TokenFileWriter> TokenFileWriter::Open(const std::string& path, int64_t rows,

@@ -15,6 +15,8 @@
 #define LACT_COMMON_DATA_FILES_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,11 +58,45 @@ absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t wid
 // coordinator's spool of an in-band context; OpenTokenFile reads it.
 absl::Status CreateTokenFile(const std::string& path, int64_t rows, int64_t width, WireType dtype);
 
-// Writes rows [begin, begin + n) of a file CreateOutputFile made; its
-// header must still say float32 [rows, width]. Writes of 8 MiB or more send
-// their 4 KiB-aligned middle straight to the disk (O_DIRECT, where the file
-// system takes it), the rest through the page cache; shards of one file may
-// be written at once from several processes.
+// Writes rows [begin, begin + n) of a file CreateOutputFile made, in row
+// order, a piece at a time (a worker writing its shard's output rows as
+// they are made). Open checks the header still says float32 [rows,
+// width]. A range of 8 MiB or more sends its 4 KiB-aligned middle straight
+// to the disk (O_DIRECT where the file system takes it), gathered into
+// 8 MiB aligned writes; the partial blocks at its two ends (shared with
+// the neighbouring shards' rows or the header) go through the page cache.
+// Shards of one file may be written at once from several processes.
+// Movable; one thread at a time.
+class OutputRowsWriter {
+ public:
+  static absl::StatusOr<OutputRowsWriter> Open(const std::string& path, int64_t rows, int64_t width,
+                                               int64_t begin, int64_t n);
+  OutputRowsWriter(OutputRowsWriter&& other) noexcept;
+  OutputRowsWriter& operator=(OutputRowsWriter&&) = delete;
+  OutputRowsWriter(const OutputRowsWriter&) = delete;
+  ~OutputRowsWriter();
+
+  // The next `n` rows (n * width floats); OUT_OF_RANGE past the range.
+  absl::Status Append(const float* src, int64_t n);
+  // FAILED_PRECONDITION unless every row of the range was appended.
+  absl::Status Finish();
+
+ private:
+  static constexpr uint64_t kBounceBytes = uint64_t{8} << 20;
+  OutputRowsWriter(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  absl::Status FlushBounce();
+
+  std::string path_;
+  int fd_ = -1;         // buffered
+  int direct_fd_ = -1;  // O_DIRECT, when the range has an aligned middle
+  std::unique_ptr<char, decltype(&std::free)> bounce_{nullptr, &std::free};
+  uint64_t row_bytes_ = 0;
+  uint64_t next_ = 0, end_ = 0;                   // file offsets: the next byte, the range's end
+  uint64_t direct_begin_ = 0, direct_end_ = 0;    // the aligned middle
+  uint64_t bounce_offset_ = 0, bounce_used_ = 0;  // where the bounce buffer goes, its bytes
+};
+
+// Rows [begin, begin + n) of `src` written whole through an OutputRowsWriter.
 absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
                             const float* src, int64_t n);
 

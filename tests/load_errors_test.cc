@@ -333,6 +333,56 @@ TEST(RunnerCancellation, StopsBetweenTiles) {
   EXPECT_LT(polls, 20) << "the runner kept computing after it was cancelled";
 }
 
+TEST(RunnerOutputStream, RowsComeTileByTileInOrderAndEqualTheWholeOutput) {
+  for (bool head : {false, true}) {
+    ModelConfig c = SmallConfig();
+    if (head) c.d_output = 5;
+    Model model = RandomTestModel(c, 3);
+    const Tensor tokens = RandomTokens(30, 16, 4);
+    FusedState whole_state, streamed_state;
+    CpuRunner plain(model, c, {.threads = 1, .tile_tokens = 7});
+    absl::StatusOr<Tensor> whole = plain.RunContext(tokens, &whole_state);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    Tensor joined({30, c.output_width()});
+    int64_t next = 0;
+    CpuRunner streaming(model, c, {.threads = 1, .tile_tokens = 7},
+                        {.on_output_rows = [&](int64_t first, Tensor rows) {
+                          EXPECT_EQ(first, next) << "rows out of order";
+                          EXPECT_LE(rows.dim(0), 7) << "more than a tile at once";
+                          std::copy(rows.data.begin(), rows.data.end(),
+                                    joined.ptr() + first * c.output_width());
+                          next = first + rows.dim(0);
+                          return absl::OkStatus();
+                        }});
+    absl::StatusOr<Tensor> rest = streaming.RunContext(tokens, &streamed_state);
+    ASSERT_TRUE(rest.ok()) << rest.status();
+    EXPECT_EQ(rest->size(), 0) << "the rows went to the hook";
+    EXPECT_EQ(next, 30);
+    EXPECT_TRUE(joined.data == whole->data) << (head ? "with a head" : "without a head");
+    EXPECT_TRUE(streamed_state.layers[1].w0.data == whole_state.layers[1].w0.data);
+    // Query sets come back whole, the hook notwithstanding.
+    absl::StatusOr<Tensor> query = streaming.RunQuery(RandomTokens(5, 16, 5), streamed_state);
+    ASSERT_TRUE(query.ok()) << query.status();
+    EXPECT_EQ(query->shape, (std::vector<int64_t>{5, c.output_width()}));
+    EXPECT_EQ(next, 30);
+  }
+}
+
+TEST(RunnerOutputStream, AHookThatFailsStopsTheRun) {
+  const ModelConfig c = SmallConfig();
+  Model model = RandomTestModel(c, 1);
+  int calls = 0;
+  CpuRunner runner(model, c, {.threads = 1, .tile_tokens = 4},
+                   {.on_output_rows = [&](int64_t, Tensor) {
+                     return ++calls == 2 ? absl::DataLossError("disk gone") : absl::OkStatus();
+                   }});
+  FusedState state;
+  absl::StatusOr<Tensor> out = runner.RunContext(RandomTokens(20, 16, 2), &state);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss) << out.status();
+  EXPECT_THAT(std::string(out.status().message()), HasSubstr("layer 2 of 2: disk gone"));
+  EXPECT_EQ(calls, 2) << "the run went on after its outputs failed";
+}
+
 TEST(JobOptionErrors, OutOfRange) {
   ModelConfig c;
   EXPECT_THAT(ErrorOf(ApplyJobOptions(c, {std::optional<int>(-1), std::nullopt})),

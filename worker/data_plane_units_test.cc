@@ -1,7 +1,8 @@
 // The data plane's plain parts without a network, on real files: paths
 // resolved inside a data root (and every way out of it refused), token
 // files read by rows in every dtype, outputs created and filled at row
-// offsets, the chunk checks of TokenReceiver, and ShardTransfer's
+// offsets (whole, or streamed in pieces as a worker makes them), the
+// chunk checks of TokenReceiver, and ShardTransfer's
 // hand-over between a client stream and RunShard (tickets, one stream per
 // shard, idle timeout, failures seen by both sides).
 #include <gmock/gmock.h>
@@ -21,6 +22,7 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/context_spool.h"
+#include "worker/output_file_stream.h"
 #include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
 #include "worker/token_receiver.h"
@@ -289,6 +291,74 @@ TEST_F(DataRoot, LargeShardsWrittenAtOnceAroundTheCacheEqualTheWholeTensor) {
     EXPECT_EQ(back->shape, t.shape);
     EXPECT_TRUE(back->data == t.data) << "base " << base;
   }
+}
+
+TEST_F(DataRoot, ShardsStreamedInRaggedPiecesEqualTheWholeTensor) {
+  // Three shards of 9-10 MB streamed at once, each in pieces of 1 to 30,011
+  // rows, so pieces start and end anywhere within 4 KiB blocks and within
+  // the 8 MiB gathered direct writes.
+  const int64_t rows = 200003, width = 37;
+  const int64_t begins[] = {0, 66667, 133334, rows};
+  const int64_t pieces[] = {1, 4097, 13, 30011, 7, 2048};
+  const std::string path = root_ + "/streamed.npy";
+  const Tensor t = Rows(rows, width, 1.5f);
+  ASSERT_TRUE(CreateOutputFile(path, rows, width).ok());
+  std::vector<std::thread> shards;
+  std::vector<absl::Status> statuses(3);
+  std::vector<int64_t> written(3);
+  for (int r = 0; r < 3; ++r) {
+    shards.emplace_back([&, r] {
+      const int64_t n = begins[r + 1] - begins[r];
+      absl::StatusOr<std::unique_ptr<OutputFileStream>> stream =
+          OutputFileStream::Open(path, rows, width, begins[r], n);
+      if (!stream.ok()) {
+        statuses[r] = stream.status();
+        return;
+      }
+      for (int64_t done = 0, k = 0; done < n && statuses[r].ok(); ++k) {
+        const int64_t m = std::min(pieces[(k + r) % 6], n - done);
+        Tensor piece({m, width});
+        std::copy_n(t.ptr() + (begins[r] + done) * width, m * width, piece.ptr());
+        statuses[r] = (*stream)->Put(std::move(piece));
+        done += m;
+      }
+      if (statuses[r].ok()) statuses[r] = (*stream)->Finish();
+      written[r] = (*stream)->bytes_written();
+    });
+  }
+  for (std::thread& s : shards) s.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+    EXPECT_EQ(written[r], (begins[r + 1] - begins[r]) * width * 4);
+  }
+  absl::StatusOr<Tensor> back = ReadNpy(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape, t.shape);
+  EXPECT_TRUE(back->data == t.data);
+}
+
+TEST_F(DataRoot, AStreamedShardSaysWhatItsRowsLacked) {
+  const std::string path = root_ + "/short.npy";
+  ASSERT_TRUE(CreateOutputFile(path, 10, 3).ok());
+  absl::StatusOr<std::unique_ptr<OutputFileStream>> stream =
+      OutputFileStream::Open(path, 10, 3, 4, 5);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->Put(Rows(2, 3, 1.0f)).ok());
+  EXPECT_THAT(std::string((*stream)->Finish().message()),
+              HasSubstr("3 of the shard's rows not written"));
+  absl::StatusOr<std::unique_ptr<OutputFileStream>> over =
+      OutputFileStream::Open(path, 10, 3, 8, 2);
+  ASSERT_TRUE(over.ok()) << over.status();
+  ASSERT_TRUE((*over)->Put(Rows(3, 3, 1.0f)).ok());  // found by the writer's thread
+  const absl::Status finished = (*over)->Finish();
+  EXPECT_EQ(finished.code(), absl::StatusCode::kOutOfRange) << finished;
+  EXPECT_EQ((*over)->Put(Rows(1, 3, 1.0f)).code(), absl::StatusCode::kOutOfRange)
+      << "a failed stream takes no more rows";
+  EXPECT_EQ(OutputFileStream::Open(path, 10, 4, 0, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "a shape that disagrees with the header";
+  EXPECT_EQ(OutputFileStream::Open(root_ + "/none.npy", 10, 3, 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v,

@@ -36,7 +36,9 @@ class ShardRunner {
   // Meets the group's other ranks (blocks until all have come, or the
   // group's timeout); needed before RunContextShard.
   virtual absl::Status JoinGroup(const GroupSpec& group) = 0;
-  // This rank's shard [begin, begin + L) of a context of `total` tokens.
+  // This rank's shard [begin, begin + L) of a context of `total` tokens:
+  // its output rows, or an empty tensor when the hooks' on_output_rows
+  // took them tile by tile as the last block finished them.
   virtual absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
                                                  FusedState* state) = 0;
   virtual absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) = 0;

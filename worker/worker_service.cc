@@ -20,6 +20,7 @@
 #include "proto/status_conversion.h"
 #include "proto/stream_call.h"
 #include "worker/kv_store_client.h"
+#include "worker/output_file_stream.h"
 
 namespace lact {
 namespace {
@@ -68,12 +69,14 @@ absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::S
   return rows;
 }
 
-absl::Status WriteOutputRows(const std::string& data_root, const v1::ShardSpec& spec,
-                             const Tensor& output) {
+// The shard's rows of the output file, open for them to be written as the
+// last block makes them.
+absl::StatusOr<std::unique_ptr<OutputFileStream>> OpenOutputRows(const std::string& data_root,
+                                                                 const v1::ShardSpec& spec,
+                                                                 int64_t width) {
   LACT_ASSIGN_OR_RETURN(const std::string path,
                         ResolveDataPath(data_root, spec.output_ref().path(), true));
-  return WriteTokenRows(path, spec.total_tokens(), output.dim(1), spec.begin(), output.ptr(),
-                        output.dim(0));
+  return OutputFileStream::Open(path, spec.total_tokens(), width, spec.begin(), spec.tokens());
 }
 
 // Whether the shard's client sends it tokens: context rows (unless the job
@@ -138,8 +141,13 @@ class ShardJob {
     const auto start = Clock::now();
     LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
     done_.set_upload_seconds(Since(start));
+    if (spec_.has_output_ref()) {
+      LACT_ASSIGN_OR_RETURN(output_file_,
+                            OpenOutputRows(w_.data_root, spec_, job_.config.output_width()));
+    }
     // Layer progress is the context's: the query sets run through the
-    // same hooks afterwards.
+    // same hooks afterwards. The context's output rows leave as the last
+    // block makes them.
     RunHooks hooks{[this](int layers, int) {
                      ReportSpooled();
                      if (spec_.rank() != 0 || context_done_) return;
@@ -147,7 +155,8 @@ class ShardJob {
                      r.set_layers_done(layers);
                      call_.Write(r);
                    },
-                   cancelled_};
+                   cancelled_,
+                   [this](int64_t first, Tensor rows) { return TakeOutputRows(first, rows); }};
     LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
                           MakeShardRunner(w_.backend, job_.model, job_.config, std::move(hooks)));
     const std::chrono::milliseconds timeout(
@@ -159,13 +168,14 @@ class ShardJob {
     FusedState state;
     LACT_ASSIGN_OR_RETURN(Tensor output, runner->RunContextShard(std::move(shard), spec_.begin(),
                                                                  spec_.total_tokens(), &state));
+    if (output.size() != 0) return absl::InternalError("the shard's outputs were not streamed");
     done_.set_compute_seconds(Since(compute_start));
     context_done_ = true;
     done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
     done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
     ReportSpooled();
     const auto download_start = Clock::now();
-    LACT_RETURN_IF_ERROR(Deliver(*runner, std::move(output), std::move(state)));
+    LACT_RETURN_IF_ERROR(Deliver(*runner, std::move(state)));
     done_.set_download_seconds(Since(download_start));
     done_.set_peak_rss_bytes(PeakRssBytes());
     return done_;
@@ -193,39 +203,45 @@ class ShardJob {
     return shard;
   }
 
-  // Outputs to the file or the stream; on rank 0 the query sets and the
-  // fused state too. Everything sent in band is retained first, so a
-  // client that goes away can fetch it: its shard still succeeds, with
+  // The context's output rows [first, ...) of the shard, from the run's
+  // thread: to the output file's writer, or published to the stream (and
+  // kept, so a client that goes away can fetch them).
+  absl::Status TakeOutputRows(int64_t first, Tensor& rows) {
+    output_bytes_ += rows.size() * static_cast<int64_t>(sizeof(float));
+    if (output_file_ != nullptr) return output_file_->Put(std::move(rows));
+    Keep({0, spec_.begin() + first, "", std::make_shared<const Tensor>(std::move(rows))});
+    return absl::OkStatus();
+  }
+
+  void Keep(ResultItem item) {
+    kept_.outputs.push_back(item);
+    if (transfer_ != nullptr) transfer_->Publish(std::move(item));
+  }
+
+  // The rest of the results, after the context's outputs (in the output
+  // file, or already published): on rank 0 the query sets and the fused
+  // state. Everything sent in band is retained first, so a client that
+  // goes away can fetch it: its shard still succeeds, with
   // ShardDone.results_delivered false. Returns once all of it is delivered.
-  absl::Status Deliver(ShardRunner& runner, Tensor output, FusedState state) {
-    done_.set_output_bytes(output.size() * 4);
-    RetainedResult kept{spec_.model(), spec_.options(), spec_.fetch_ticket(),
-                        spec_.rank(),  nullptr,         {}};
-    const auto keep = [&](ResultItem item) {
-      kept.outputs.push_back(item);
-      if (transfer_ != nullptr) transfer_->Publish(std::move(item));
-    };
-    if (spec_.has_output_ref()) {
-      LACT_RETURN_IF_ERROR(WriteOutputRows(w_.data_root, spec_, output));
-    } else {
-      keep({0, spec_.begin(), "", std::make_shared<const Tensor>(std::move(output))});
-    }
+  absl::Status Deliver(ShardRunner& runner, FusedState state) {
+    done_.set_output_bytes(output_bytes_);
+    if (output_file_ != nullptr) LACT_RETURN_IF_ERROR(output_file_->Finish());
     if (spec_.rank() == 0) {
-      kept.state = std::make_shared<const FusedState>(std::move(state));
+      kept_.state = std::make_shared<const FusedState>(std::move(state));
       for (int k = 0; k < spec_.query_tokens_size(); ++k) {
         LACT_ASSIGN_OR_RETURN(Tensor out,
-                              runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept.state));
-        keep({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
+                              runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept_.state));
+        Keep({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
       }
       if (spec_.return_state()) {
-        for (ResultItem& item : StateItems(kept.state)) transfer_->Publish(std::move(item));
+        for (ResultItem& item : StateItems(kept_.state)) transfer_->Publish(std::move(item));
       }
     }
     const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
-    if (kept.state != nullptr || !kept.outputs.empty()) {
+    if (kept_.state != nullptr || !kept_.outputs.empty()) {
       // Too large for the cap: the job still succeeds; FetchResult and Query
-      // will say why nothing was kept.
-      w_.results->Put(spec_.job_id(), std::move(kept), ttl).IgnoreError();
+      // will say why nothing was kept_.
+      w_.results->Put(spec_.job_id(), std::move(kept_), ttl).IgnoreError();
     }
     done_.set_results_delivered(true);
     if (transfer_ == nullptr) return absl::OkStatus();
@@ -263,6 +279,10 @@ class ShardJob {
   std::shared_ptr<ShardTransfer> transfer_;
   const std::function<bool()> cancelled_ = [this] { return cancelled_flag_.load(); };
   v1::ShardDone done_;
+  RetainedResult kept_{spec_.model(), spec_.options(), spec_.fetch_ticket(),
+                       spec_.rank(),  nullptr,         {}};
+  std::unique_ptr<OutputFileStream> output_file_;  // by reference
+  int64_t output_bytes_ = 0;
   bool spool_reported_ = false;
   bool context_done_ = false;  // its layers ran; what runs now is query sets
 };

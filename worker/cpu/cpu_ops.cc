@@ -81,18 +81,18 @@ absl::Status CpuOps::LoadTokens(Tensor tokens) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> CpuOps::Output() {
-  const int64_t L = tokens(), D = c_.d_model;
-  acc_ = Tensor();
-  Tensor normed = std::move(h_);
-  cpu::RmsNormRows(x_.ptr(), D, L, D, model_.final_norm(), normed.ptr(), D);
-  x_ = Tensor();
-  if (model_.head() == nullptr) return normed;
-  RoundOperand(normed.ptr(), D, L, D);
-  Tensor out({L, c_.d_output});
-  cpu::Linear(normed.ptr(), D, L, D, model_.head(), c_.d_output, out.ptr(), c_.d_output, 0.0f,
-              operands_);
-  return out;
+absl::Status CpuOps::OutputRows(int64_t first, int64_t n, float* out) {
+  const int64_t D = c_.d_model;
+  const float* x = x_.ptr() + first * D;
+  if (model_.head() == nullptr) {
+    cpu::RmsNormRows(x, D, n, D, model_.final_norm(), out, D);
+    return absl::OkStatus();
+  }
+  float* normed = h_.ptr() + first * D;  // h is free once the block's mixers have run
+  cpu::RmsNormRows(x, D, n, D, model_.final_norm(), normed, D);
+  RoundOperand(normed, D, n, D);
+  cpu::Linear(normed, D, n, D, model_.head(), c_.d_output, out, c_.d_output, 0.0f, operands_);
+  return absl::OkStatus();
 }
 
 absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {

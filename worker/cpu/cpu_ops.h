@@ -37,7 +37,7 @@ class CpuOps final : public BackendOps {
   ~CpuOps() override;
 
   absl::Status LoadTokens(Tensor tokens) override;
-  absl::StatusOr<Tensor> Output() override;
+  absl::Status OutputRows(int64_t first, int64_t n, float* out) override;
   absl::Status ReadRows(Activation a, int64_t first, int64_t n, float* out) override;
   absl::Status BeginBlock(const LayerWeights& w) override;
 

@@ -63,7 +63,8 @@ class CpuRunner {
   // fills *state.
   absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state);
   // This rank's contiguous shard [begin, begin + L) of a context of `total`
-  // tokens. Every rank gets the same *state; the rows returned are the shard's.
+  // tokens. Every rank gets the same *state; the rows returned are the
+  // shard's (empty when the hooks' on_output_rows takes them tile by tile).
   absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
                                          Collective* sync, Collective* grads, FusedState* state);
   // query: [L_q, d_input or D]. `state` as produced by RunContext.

@@ -84,25 +84,23 @@ absl::Status CudaOps::LoadTokens(Tensor tokens) {
   });
 }
 
-// The output comes down tile by tile through TileIo: the host copies one
-// tile out while the next is made and sent.
-absl::StatusOr<Tensor> CudaOps::Output() {
-  const int64_t L = tokens(), D = c_.d_model, out_width = c_.output_width();
-  float* normed = h_.get();
-  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x_.get(), D, L, D, weights_(model_.final_norm()),
-                                         normed, D,
-                                         model_.head() != nullptr ? NormedBf16(0) : nullptr));
-  Tensor out({L, out_width});
-  LACT_RETURN_IF_ERROR(
-      io_->Download(out.ptr(), L, out_width,
-                    [&](float* scratch, int64_t first, int64_t n) -> absl::StatusOr<const float*> {
-                      if (model_.head() == nullptr) return normed + first * D;
-                      LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, NormedRows(first), D, n, D,
-                                                        weights_.Matrix(model_.head()), out_width,
-                                                        scratch, out_width));
-                      return scratch;
-                    }));
-  return out;
+// The rows come down through TileIo: the host copies one piece out while
+// the next is made and sent.
+absl::Status CudaOps::OutputRows(int64_t first, int64_t n, float* out) {
+  const int64_t D = c_.d_model, out_width = c_.output_width();
+  float* normed = h_.get() + first * D;  // h is free once the block's mixers have run
+  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), x_.get() + first * D, D, n, D,
+                                         weights_(model_.final_norm()), normed, D,
+                                         model_.head() != nullptr ? NormedBf16(first) : nullptr));
+  return io_->Download(
+      out, n, out_width,
+      [&](float* scratch, int64_t piece, int64_t rows) -> absl::StatusOr<const float*> {
+        if (model_.head() == nullptr) return normed + piece * D;
+        LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, NormedRows(first + piece), D, rows, D,
+                                          weights_.Matrix(model_.head()), out_width, scratch,
+                                          out_width));
+        return scratch;
+      });
 }
 
 absl::Status CudaOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {

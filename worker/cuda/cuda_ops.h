@@ -36,7 +36,7 @@ class CudaOps final : public BackendOps {
       cuda::SsdMath scan_math = cuda::SsdMath::kFp32);
 
   absl::Status LoadTokens(Tensor tokens) override;
-  absl::StatusOr<Tensor> Output() override;
+  absl::Status OutputRows(int64_t first, int64_t n, float* out) override;
   absl::Status ReadRows(Activation a, int64_t first, int64_t n, float* out) override;
   absl::Status BeginBlock(const LayerWeights& w) override;
 

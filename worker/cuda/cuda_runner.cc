@@ -64,8 +64,12 @@ absl::StatusOr<Tensor> CudaRunner::RunContextShard(Tensor shard, int64_t begin, 
   }
   *state = ZeroFusedState(config_);
   return Run(std::move(shard),
-             {.sync = sync, .begin = begin, .total = total, .cancelled = hooks_.cancelled}, grads,
-             nullptr, state);
+             {.sync = sync,
+              .begin = begin,
+              .total = total,
+              .cancelled = hooks_.cancelled,
+              .output_rows = hooks_.on_output_rows},
+             grads, nullptr, state);
 }
 
 absl::StatusOr<Tensor> CudaRunner::RunQuery(Tensor query, const FusedState& state) {

@@ -41,8 +41,10 @@ class BackendOps {
   // x = tokens @ embed^T, or the tokens themselves (model without embedding).
   // `tokens` has tokens() rows of the model's input width.
   virtual absl::Status LoadTokens(Tensor tokens) = 0;
-  // rmsnorm(x, final_norm) [@ head^T]: the sequence's output rows.
-  virtual absl::StatusOr<Tensor> Output() = 0;
+  // rmsnorm(x, final_norm) [@ head^T] of rows [first, first + n), once the
+  // last block has finished them, into `out` ([n, output width], host
+  // memory; written when the call returns).
+  virtual absl::Status OutputRows(int64_t first, int64_t n, float* out) = 0;
   // The [n, D] rows of an activation from `first`, copied to `out`.
   virtual absl::Status ReadRows(Activation a, int64_t first, int64_t n, float* out) = 0;
 

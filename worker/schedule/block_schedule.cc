@@ -51,7 +51,8 @@ absl::Status ApplyFastWeights(const LayerWeights& w, const LactChunks& chunks, i
 }  // namespace
 
 absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardContext& shard,
-                      BackendOps& ops, const LayerState* kept, LayerState* out) {
+                      BackendOps& ops, const LayerState* kept, LayerState* out,
+                      const TileStep& after_tile) {
   LACT_RETURN_IF_ERROR(ops.BeginBlock(w));
   LACT_RETURN_IF_ERROR(ops.LoadFastWeights(w, kept));
   const LactChunks chunks(c, shard, ops.tokens());
@@ -87,8 +88,10 @@ absl::Status RunBlock(const ModelConfig& c, const LayerWeights& w, const ShardCo
     LACT_RETURN_IF_ERROR(ApplyFastWeights(w, chunks, k, shard, ops));
   }
   LACT_RETURN_IF_ERROR(
-      ForEachTile(0, ops.tokens(), ops.tile(), shard,
-                  [&](int64_t first, int64_t n) { return ops.ResidualMlp(w, first, n); }));
+      ForEachTile(0, ops.tokens(), ops.tile(), shard, [&](int64_t first, int64_t n) {
+        LACT_RETURN_IF_ERROR(ops.ResidualMlp(w, first, n));
+        return after_tile ? after_tile(first, n) : absl::OkStatus();
+      }));
   if (shard.context()) LACT_RETURN_IF_ERROR(ops.StoreFastWeights(out));
   LACT_RETURN_IF_ERROR(ops.Sync());
   return shard.Cancelled() ? CancelledStatus() : absl::OkStatus();
@@ -98,18 +101,28 @@ absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const 
                                 Tensor tokens, BackendOps& ops, const FusedState* kept,
                                 FusedState* out,
                                 const std::function<void(int, int)>& on_layer_done) {
+  const int64_t width = c.output_width();
+  Tensor whole;  // the outputs, unless they go to shard.output_rows
+  if (!shard.output_rows) whole = Tensor({ops.tokens(), width});
+  // In the last block each tile's output rows are made once its MLP is done.
+  const TileStep output_tile = [&](int64_t first, int64_t n) -> absl::Status {
+    if (!shard.output_rows) return ops.OutputRows(first, n, whole.ptr() + first * width);
+    Tensor rows({n, width});
+    LACT_RETURN_IF_ERROR(ops.OutputRows(first, n, rows.ptr()));
+    return shard.output_rows(first, std::move(rows));
+  };
   LACT_RETURN_IF_ERROR(ops.LoadTokens(std::move(tokens)));
   for (int i = 0; i < c.n_layers; ++i) {
     const absl::Status layer =
         RunBlock(c, model.layer(i), shard, ops, kept ? &kept->layers[i] : nullptr,
-                 out ? &out->layers[i] : nullptr);
+                 out ? &out->layers[i] : nullptr, i + 1 == c.n_layers ? output_tile : TileStep());
     if (!layer.ok()) {
       return absl::Status(layer.code(),
                           absl::StrCat("layer ", i + 1, " of ", c.n_layers, ": ", layer.message()));
     }
     if (on_layer_done) on_layer_done(i + 1, c.n_layers);
   }
-  return ops.Output();
+  return whole;
 }
 
 }  // namespace lact

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 
+#include "absl/status/status.h"
+#include "common/tensor.h"
 #include "worker/collective/collective.h"
 
 namespace gloo::rendezvous {
@@ -30,10 +32,19 @@ struct BackendOptions {
   std::string scan_math = "fp32";             // CUDA SSD scan products: fp32 | tf32x3
 };
 
+// Takes a context's output rows as the last block finishes them: `rows`
+// holds local rows [first, first + rows.dim(0)) of the output width, handed
+// over in row order, from the thread that computes. An error ends the run
+// with it.
+using OutputRowsSink = std::function<absl::Status(int64_t first, Tensor rows)>;
+
 // What a run reports and how it is stopped.
 struct RunHooks {
   std::function<void(int, int)> on_layer_done;  // (layers done, layers in all)
   std::function<bool()> cancelled;              // polled between tiles
+  // When set, a context's outputs go here tile by tile and the run returns
+  // an empty tensor; query sets return theirs whole.
+  OutputRowsSink on_output_rows;
 };
 
 // The group a shard runs in; the ranks meet through `store` under `prefix`.
@@ -58,6 +69,7 @@ struct ShardContext {
   int64_t begin = 0;
   int64_t total = 0;
   std::function<bool()> cancelled;  // polled between tiles
+  OutputRowsSink output_rows;       // null: the outputs are returned whole
 
   bool context() const { return kind == SequenceKind::kContext; }
   bool distributed() const { return sync->size() > 1; }
