@@ -105,13 +105,7 @@ absl::StatusOr<Tensor> CpuRunner::RunContextShard(Tensor shard, int64_t begin, i
                                                   FusedState* state) {
   LACT_RETURN_IF_ERROR(CheckShard(config_, shard, begin, total));
   *state = ZeroFusedState(config_);
-  return Run(std::move(shard),
-             {.sync = sync,
-              .begin = begin,
-              .total = total,
-              .cancelled = hooks_.cancelled,
-              .output_rows = hooks_.on_output_rows},
-             grads, nullptr, state);
+  return Run(std::move(shard), ContextShard(sync, begin, total, hooks_), grads, nullptr, state);
 }
 
 absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state) {

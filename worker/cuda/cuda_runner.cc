@@ -63,13 +63,7 @@ absl::StatusOr<Tensor> CudaRunner::RunContextShard(Tensor shard, int64_t begin, 
         "a sharded run needs a gradient all-reduce over the same group");
   }
   *state = ZeroFusedState(config_);
-  return Run(std::move(shard),
-             {.sync = sync,
-              .begin = begin,
-              .total = total,
-              .cancelled = hooks_.cancelled,
-              .output_rows = hooks_.on_output_rows},
-             grads, nullptr, state);
+  return Run(std::move(shard), ContextShard(sync, begin, total, hooks_), grads, nullptr, state);
 }
 
 absl::StatusOr<Tensor> CudaRunner::RunQuery(Tensor query, const FusedState& state) {

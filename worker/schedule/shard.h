@@ -76,6 +76,16 @@ struct ShardContext {
   bool Cancelled() const { return cancelled && cancelled(); }
 };
 
+// Rows [begin, begin + L) of a context of `total`, run with `hooks`.
+inline ShardContext ContextShard(Collective* sync, int64_t begin, int64_t total,
+                                 const RunHooks& hooks) {
+  return {.sync = sync,
+          .begin = begin,
+          .total = total,
+          .cancelled = hooks.cancelled,
+          .output_rows = hooks.on_output_rows};
+}
+
 // Time spent in the gradient all-reduce and the part of it the compute
 // waited for (the rest was hidden behind the BiMamba scans).
 struct OverlapStats {
