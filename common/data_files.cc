@@ -310,14 +310,16 @@ absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t wid
   return CreateTokenFile(path, rows, width, WireType::kF32);
 }
 
-absl::StatusOr<OutputRowsWriter> OutputRowsWriter::Open(const std::string& path, int64_t rows,
-                                                        int64_t width, int64_t begin, int64_t n) {
+absl::StatusOr<std::unique_ptr<OutputRowsWriter>> OutputRowsWriter::Open(const std::string& path,
+                                                                         int64_t rows,
+                                                                         int64_t width,
+                                                                         int64_t begin, int64_t n) {
   const int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     return absl::NotFoundError(
         absl::StrCat("cannot open output '", path, "': ", std::strerror(errno)));
   }
-  OutputRowsWriter writer(path, fd);
+  std::unique_ptr<OutputRowsWriter> writer(new OutputRowsWriter(path, fd));
   struct stat st;
   if (fstat(fd, &st) != 0) return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
   std::string prefix(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), 1 << 16), '\0');
@@ -332,42 +334,26 @@ absl::StatusOr<OutputRowsWriter> OutputRowsWriter::Open(const std::string& path,
                      "] .npy (changed while the job ran?)"));
   }
   const uint64_t row_bytes = static_cast<uint64_t>(width) * sizeof(float);
-  writer.next_ = npy.data_offset + static_cast<uint64_t>(begin) * row_bytes;
-  writer.end_ = writer.next_ + static_cast<uint64_t>(n) * row_bytes;
-  writer.row_bytes_ = row_bytes;
+  writer->next_ = npy.data_offset + static_cast<uint64_t>(begin) * row_bytes;
+  writer->end_ = writer->next_ + static_cast<uint64_t>(n) * row_bytes;
+  writer->row_bytes_ = row_bytes;
   // The aligned middle of a large range goes straight to the disk.
-  const uint64_t first = (writer.next_ + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
-  const uint64_t last = writer.end_ / kDirectBlock * kDirectBlock;
-  writer.direct_begin_ = writer.direct_end_ = writer.end_;
-  if (writer.end_ - writer.next_ >= kDirectMinBytes && first < last) {
+  const uint64_t first = (writer->next_ + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
+  const uint64_t last = writer->end_ / kDirectBlock * kDirectBlock;
+  writer->direct_begin_ = writer->direct_end_ = writer->end_;
+  if (writer->end_ - writer->next_ >= kDirectMinBytes && first < last) {
     void* raw = nullptr;
     const int direct = open(path.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
     if (direct >= 0 && posix_memalign(&raw, kDirectBlock, kBounceBytes) == 0) {
-      writer.direct_fd_ = direct;
-      writer.bounce_.reset(static_cast<char*>(raw));
-      writer.direct_begin_ = first;
-      writer.direct_end_ = last;
-      writer.bounce_offset_ = first;
+      writer->direct_fd_ = direct;
+      writer->bounce_.reset(static_cast<char*>(raw));
+      writer->direct_begin_ = first;
+      writer->direct_end_ = last;
     } else if (direct >= 0) {
       close(direct);
     }
   }
   return writer;
-}
-
-OutputRowsWriter::OutputRowsWriter(OutputRowsWriter&& other) noexcept
-    : path_(std::move(other.path_)),
-      fd_(other.fd_),
-      direct_fd_(other.direct_fd_),
-      bounce_(std::move(other.bounce_)),
-      row_bytes_(other.row_bytes_),
-      next_(other.next_),
-      end_(other.end_),
-      direct_begin_(other.direct_begin_),
-      direct_end_(other.direct_end_),
-      bounce_offset_(other.bounce_offset_),
-      bounce_used_(other.bounce_used_) {
-  other.fd_ = other.direct_fd_ = -1;
 }
 
 OutputRowsWriter::~OutputRowsWriter() {
@@ -391,34 +377,33 @@ absl::Status OutputRowsWriter::Append(const float* src, int64_t n) {
       take = std::min({size, direct_end_ - next_, kBounceBytes - bounce_used_});
       std::memcpy(bounce_.get() + bounce_used_, bytes, take);
       bounce_used_ += take;
-      if (bounce_used_ == kBounceBytes || next_ + take == direct_end_)
-        LACT_RETURN_IF_ERROR(FlushBounce());
     }
     bytes += take;
     size -= take;
     next_ += take;
+    if (bounce_used_ == kBounceBytes || (bounce_used_ > 0 && next_ == direct_end_))
+      LACT_RETURN_IF_ERROR(FlushBounce());
   }
   return absl::OkStatus();
 }
 
 absl::Status OutputRowsWriter::FlushBounce() {
+  const uint64_t offset = next_ - bounce_used_;
   for (uint64_t done = 0; done < bounce_used_;) {
     const ssize_t written = pwrite(direct_fd_, bounce_.get() + done, bounce_used_ - done,
-                                   static_cast<off_t>(bounce_offset_ + done));
+                                   static_cast<off_t>(offset + done));
     if (written < 0 && errno == EINTR) continue;
     if (written < 0 && errno == EINVAL) {  // alignment this file system will not take
       LACT_RETURN_IF_ERROR(
-          FullPwrite(fd_, bounce_.get() + done, bounce_used_ - done, bounce_offset_ + done, path_));
+          FullPwrite(fd_, bounce_.get() + done, bounce_used_ - done, offset + done, path_));
       break;
     }
     if (written <= 0) {
-      return absl::DataLossError(absl::StrCat("writing '", path_, "' at byte ",
-                                              bounce_offset_ + done, ": ",
+      return absl::DataLossError(absl::StrCat("writing '", path_, "' at byte ", offset + done, ": ",
                                               std::strerror(written < 0 ? errno : EIO)));
     }
     done += static_cast<uint64_t>(written);
   }
-  bounce_offset_ += bounce_used_;
   bounce_used_ = 0;
   return absl::OkStatus();
 }
@@ -433,10 +418,10 @@ absl::Status OutputRowsWriter::Finish() {
 
 absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
                             const float* src, int64_t n) {
-  LACT_ASSIGN_OR_RETURN(OutputRowsWriter writer,
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<OutputRowsWriter> writer,
                         OutputRowsWriter::Open(path, rows, width, begin, n));
-  LACT_RETURN_IF_ERROR(writer.Append(src, n));
-  return writer.Finish();
+  LACT_RETURN_IF_ERROR(writer->Append(src, n));
+  return writer->Finish();
 }
 
 absl::StatusOr<TokenFileWriter> TokenFileWriter::Open(const std::string& path, int64_t rows,

@@ -66,14 +66,14 @@ absl::Status CreateTokenFile(const std::string& path, int64_t rows, int64_t widt
 // 8 MiB aligned writes; the partial blocks at its two ends (shared with
 // the neighbouring shards' rows or the header) go through the page cache.
 // Shards of one file may be written at once from several processes.
-// Movable; one thread at a time.
+// One thread at a time.
 class OutputRowsWriter {
  public:
-  static absl::StatusOr<OutputRowsWriter> Open(const std::string& path, int64_t rows, int64_t width,
-                                               int64_t begin, int64_t n);
-  OutputRowsWriter(OutputRowsWriter&& other) noexcept;
-  OutputRowsWriter& operator=(OutputRowsWriter&&) = delete;
+  static absl::StatusOr<std::unique_ptr<OutputRowsWriter>> Open(const std::string& path,
+                                                                int64_t rows, int64_t width,
+                                                                int64_t begin, int64_t n);
   OutputRowsWriter(const OutputRowsWriter&) = delete;
+  OutputRowsWriter& operator=(const OutputRowsWriter&) = delete;
   ~OutputRowsWriter();
 
   // The next `n` rows (n * width floats); OUT_OF_RANGE past the range.
@@ -91,9 +91,9 @@ class OutputRowsWriter {
   int direct_fd_ = -1;  // O_DIRECT, when the range has an aligned middle
   std::unique_ptr<char, decltype(&std::free)> bounce_{nullptr, &std::free};
   uint64_t row_bytes_ = 0;
-  uint64_t next_ = 0, end_ = 0;                   // file offsets: the next byte, the range's end
-  uint64_t direct_begin_ = 0, direct_end_ = 0;    // the aligned middle
-  uint64_t bounce_offset_ = 0, bounce_used_ = 0;  // where the bounce buffer goes, its bytes
+  uint64_t next_ = 0, end_ = 0;                 // file offsets: the next byte, the range's end
+  uint64_t direct_begin_ = 0, direct_end_ = 0;  // the aligned middle
+  uint64_t bounce_used_ = 0;  // the bounce buffer holds [next_ - bounce_used_, next_)
 };
 
 // Rows [begin, begin + n) of `src` written whole through an OutputRowsWriter.

@@ -10,12 +10,12 @@ absl::StatusOr<std::unique_ptr<OutputFileStream>> OutputFileStream::Open(const s
                                                                          int64_t rows,
                                                                          int64_t width,
                                                                          int64_t begin, int64_t n) {
-  LACT_ASSIGN_OR_RETURN(OutputRowsWriter writer,
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<OutputRowsWriter> writer,
                         OutputRowsWriter::Open(path, rows, width, begin, n));
   return std::unique_ptr<OutputFileStream>(new OutputFileStream(std::move(writer)));
 }
 
-OutputFileStream::OutputFileStream(OutputRowsWriter writer)
+OutputFileStream::OutputFileStream(std::unique_ptr<OutputRowsWriter> writer)
     : writer_(std::move(writer)), thread_([this] { Run(); }) {}
 
 OutputFileStream::~OutputFileStream() {
@@ -41,7 +41,7 @@ absl::Status OutputFileStream::Finish() {
       },
       this));
   if (!failure_.ok()) return failure_;
-  failure_ = writer_.Finish();  // the thread is idle: nothing is queued
+  failure_ = writer_->Finish();  // the thread is idle: nothing is queued
   return failure_;
 }
 
@@ -64,7 +64,7 @@ void OutputFileStream::Run() {
       queued_.pop_front();
       writing_ = true;
     }
-    const absl::Status written = writer_.Append(rows.ptr(), rows.rank() == 2 ? rows.dim(0) : 0);
+    const absl::Status written = writer_->Append(rows.ptr(), rows.rank() == 2 ? rows.dim(0) : 0);
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (written.ok()) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -42,10 +43,10 @@ class OutputFileStream {
   int64_t bytes_written() const;
 
  private:
-  explicit OutputFileStream(OutputRowsWriter writer);
+  explicit OutputFileStream(std::unique_ptr<OutputRowsWriter> writer);
   void Run();
 
-  OutputRowsWriter writer_;  // the thread's
+  std::unique_ptr<OutputRowsWriter> writer_;  // the thread's
   mutable absl::Mutex mu_;
   std::deque<Tensor> queued_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

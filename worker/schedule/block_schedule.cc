@@ -103,10 +103,12 @@ absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const 
                                 const std::function<void(int, int)>& on_layer_done) {
   const int64_t width = c.output_width();
   Tensor whole;  // the outputs, unless they go to shard.output_rows
-  if (!shard.output_rows) whole = Tensor({ops.tokens(), width});
   // In the last block each tile's output rows are made once its MLP is done.
   const TileStep output_tile = [&](int64_t first, int64_t n) -> absl::Status {
-    if (!shard.output_rows) return ops.OutputRows(first, n, whole.ptr() + first * width);
+    if (!shard.output_rows) {
+      if (whole.size() == 0) whole = Tensor({ops.tokens(), width});  // at the first tile
+      return ops.OutputRows(first, n, whole.ptr() + first * width);
+    }
     Tensor rows({n, width});
     LACT_RETURN_IF_ERROR(ops.OutputRows(first, n, rows.ptr()));
     return shard.output_rows(first, std::move(rows));
