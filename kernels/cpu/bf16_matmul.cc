@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <dnnl.hpp>
@@ -84,17 +85,37 @@ void Pack(const float* x, int64_t ld, int64_t rows, int64_t cols, std::vector<ui
 }
 
 struct Primitive {
-  explicit Primitive(const dnnl::matmul::primitive_desc& pd)
-      : matmul(pd), a(pd.src_desc()), b(pd.weights_desc()), c(pd.dst_desc()) {}
+  Primitive(const dnnl::matmul::primitive_desc& pd, bool dense_c)
+      : matmul(pd), a(pd.src_desc()), b(pd.weights_desc()), c(pd.dst_desc()), dense_c(dense_c) {}
   dnnl::matmul matmul;
   memory::desc a, b, c;
+  // Whether C goes through a dense [m, n] scratch (see Create).
+  bool dense_c;
 };
+
+// The primitive for `s`. oneDNN 2.6 runs its bf16 brgemm kernels only on a
+// dense C: one whose rows are wider than n (a head's columns of a wider
+// tensor) falls back to gemm:jit at about half the rate, so such a C goes
+// through a dense scratch where that makes the brgemm kernel run.
+Primitive Create(const Shape& s) {
+  dnnl::matmul::primitive_desc pd = Describe(s);
+  const int64_t n = std::get<3>(s), ldc = std::get<5>(s);
+  if (ldc != n && std::string(pd.impl_info_str()).rfind("brg", 0) != 0) {
+    Shape dense = s;
+    std::get<5>(dense) = n;
+    dnnl::matmul::primitive_desc dense_pd = Describe(dense);
+    if (std::string(dense_pd.impl_info_str()).rfind("brg", 0) == 0)
+      return Primitive(dense_pd, true);
+  }
+  return Primitive(pd, false);
+}
 
 // One thread's primitives, stream and packing scratch.
 struct ThreadState {
   std::map<Shape, Primitive> primitives;
   dnnl::stream stream{Engine()};
   std::vector<uint16_t> a, b;
+  std::vector<float> c;  // a dense C, for a primitive with dense_c
 };
 
 }  // namespace
@@ -153,17 +174,28 @@ bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
     auto it = state.primitives.find(shape);
     if (it == state.primitives.end()) {
       if (state.primitives.size() >= static_cast<size_t>(kMaxPrimitives)) state.primitives.clear();
-      it = state.primitives.emplace(shape, Primitive(Describe(shape))).first;
+      it = state.primitives.emplace(shape, Create(shape)).first;
     }
     Pack(a, lda, trans_a ? k : m, trans_a ? m : k, &state.a);
     Pack(b, ldb, trans_b ? n : k, trans_b ? k : n, &state.b);
     const Primitive& p = it->second;
+    float* out = c;
+    if (p.dense_c) {
+      state.c.resize(m * n);
+      out = state.c.data();
+      if (beta != 0.0f) {
+        for (int64_t r = 0; r < m; ++r) std::copy_n(c + r * ldc, n, out + r * n);
+      }
+    }
     memory src(p.a, Engine(), state.a.data());
     memory weights(p.b, Engine(), state.b.data());
-    memory dst(p.c, Engine(), c);
+    memory dst(p.c, Engine(), out);
     p.matmul.execute(state.stream,
                      {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     state.stream.wait();
+    if (p.dense_c) {
+      for (int64_t r = 0; r < m; ++r) std::copy_n(out + r * n, n, c + r * ldc);
+    }
     return true;
   } catch (const std::exception&) {
     return false;  // oneDNN fails as it creates or checks, before it writes C

@@ -9,7 +9,9 @@
 //
 // Primitives are created once per shape, thread count and thread and
 // reused (at most kMaxPrimitives per thread; past that the cache starts
-// over); the packing scratch is per thread. Called inside a parallel
+// over); the packing scratch is per thread, as is a dense C for a result
+// whose rows are strided where only a dense one runs on the bf16 kernels
+// (bf16_matmul.cc). Called inside a parallel
 // region (a row slice) a matmul runs on the calling thread only.
 #ifndef LACT_KERNELS_CPU_BF16_MATMUL_H_
 #define LACT_KERNELS_CPU_BF16_MATMUL_H_
