@@ -15,8 +15,9 @@ namespace {
 // Tokens per block: after the projection of the whole segment (one large
 // GEMM), the conv, scan and gated norm run block by block, so that a
 // block's conv output and scan output (about 1.2 MB for preset:small) are
-// still in the core's cache for the pass after the one that wrote them. A multiple of the SSD
-// chunk, so the blocks chunk the segment as one call would.
+// still in the core's cache for the pass after the one that wrote them.
+// A multiple of the SSD chunk, so the blocks chunk the segment as one call
+// would.
 constexpr int64_t kBlockRows = 256;
 
 // ws->xbc = silu(conv(proj xBC columns)); ws->dt = softplus(dt + dt_bias).
