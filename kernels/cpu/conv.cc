@@ -7,6 +7,35 @@
 
 namespace lact::cpu {
 
+namespace {
+
+// One output row: o[c] = silu(bias[c] + sum_j w[j, c] in[j][c]), the taps
+// summed in j order in a register, o written once.
+template <int W>
+void ConvRow(const float* const* in, const float* wt, const float* bias, int64_t C, float* o) {
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) {
+    float acc = bias[c];
+    for (int j = 0; j < W; ++j) acc += wt[j * C + c] * in[j][c];
+    o[c] = Silu(acc);
+  }
+}
+
+void ConvRowAnyWidth(const float* const* in, const float* wt, const float* bias, int64_t C, int W,
+                     float* o) {
+  std::copy(bias, bias + C, o);
+  for (int j = 0; j < W; ++j) {
+    const float* wj = wt + j * C;
+    const float* ij = in[j];
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] += wj[c] * ij[c];
+  }
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) o[c] = Silu(o[c]);
+}
+
+}  // namespace
+
 void CausalConvSilu(const ConvParams& p, float* history) {
   const int64_t T = p.tokens, C = p.channels;
   const int W = p.width;
@@ -14,19 +43,22 @@ void CausalConvSilu(const ConvParams& p, float* history) {
   std::vector<float> wt(static_cast<size_t>(W) * C);
   for (int64_t c = 0; c < C; ++c)
     for (int j = 0; j < W; ++j) wt[j * C + c] = p.weight[c * W + j];
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    float* o = p.out + t * p.ldo;
-    std::copy(p.bias, p.bias + C, o);
-    for (int j = 0; j < W; ++j) {
-      const int64_t src = t - (W - 1) + j;  // < 0: from history
-      const float* in = src >= 0 ? p.u + src * p.ldu : history + (W - 1 + src) * C;
-      const float* wj = wt.data() + j * C;
-#pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] += wj[c] * in[c];
+#pragma omp parallel
+  {
+    std::vector<const float*> in(W);  // the rows of the W taps
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int j = 0; j < W; ++j) {
+        const int64_t src = t - (W - 1) + j;  // < 0: from history
+        in[j] = src >= 0 ? p.u + src * p.ldu : history + (W - 1 + src) * C;
+      }
+      float* o = p.out + t * p.ldo;
+      if (W == 4) {
+        ConvRow<4>(in.data(), wt.data(), p.bias, C, o);
+      } else {
+        ConvRowAnyWidth(in.data(), wt.data(), p.bias, C, W, o);
+      }
     }
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = Silu(o[c]);
   }
   AdvanceConvHistory(p.u, p.ldu, T, C, W, history);
 }
