@@ -19,6 +19,7 @@
 #include "common/half.h"
 #include "common/random.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
 
 namespace lact::cpu {
@@ -162,9 +163,39 @@ TEST_F(Bf16MatmulTest, GemmDispatchesBf16OperandsToTheMatmul) {
   ASSERT_GT(std::abs(direct - matmul), 1e-4f * std::abs(direct)) << "the matmul did not round";
   EXPECT_EQ(dot(Operands::kFp32, 1.0f), direct);
   EXPECT_EQ(dot(Operands::kBf16, 1.0f), matmul);
-  EXPECT_EQ(dot(Operands::kBf16, 2.0f), 2.0f * direct) << "alpha != 1 is sgemm's";
+  // alpha != 1 is sgemm's, on copies of the operands rounded as the matmul
+  // would round them (RoundForBf16Gemm leaves operands unrounded for it).
+  std::vector<float> ra = a, rb = b;
+  RoundRowsToBf16(ra.data(), k, 1, k);
+  RoundRowsToBf16(rb.data(), k, 1, k);
+  float rounded = 0;
+  Gemm(false, true, 1, 1, k, 2.0f, ra.data(), k, rb.data(), k, 0.0f, &rounded, 1);
+  ASSERT_NE(rounded, 2.0f * direct);
+  EXPECT_EQ(dot(Operands::kBf16, 2.0f), rounded) << "alpha != 1: sgemm on rounded copies";
   SetBf16Matmul(false);
   EXPECT_EQ(dot(Operands::kBf16, 1.0f), direct);
+  SetBf16Matmul(was_on);
+}
+
+// An operand made ready for the bf16 GEMMs is rounded in place for the
+// emulation, and left for the matmul to round where the matmul runs.
+TEST(Bf16Matmul, RoundForBf16GemmRoundsOnlyForTheEmulation) {
+  const bool was_on = Bf16MatmulOn();
+  Random random(5);
+  std::vector<float> x(3 * 40);
+  for (float& v : x) v = static_cast<float>(random.Normal());
+  std::vector<float> want = x;
+  RoundRowsToBf16(want.data(), 40, 3, 33);  // 33 of each row's 40 columns
+  SetBf16Matmul(false);
+  std::vector<float> emulated = x;
+  RoundForBf16Gemm(emulated.data(), 40, 3, 33);
+  EXPECT_EQ(emulated, want);
+  if (HasBf16Matmul()) {
+    SetBf16Matmul(true);
+    std::vector<float> matmul = x;
+    RoundForBf16Gemm(matmul.data(), 40, 3, 33);
+    EXPECT_EQ(matmul, x);
+  }
   SetBf16Matmul(was_on);
 }
 

@@ -3,9 +3,12 @@
 #include <cblas.h>
 #include <dnnl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "kernels/cpu/bf16_matmul.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
 
 namespace lact::cpu {
@@ -13,7 +16,19 @@ namespace {
 
 std::atomic<SgemmLibrary> sgemm_library{SgemmLibrary::kOneDnn};
 
+// rows x cols of x (leading dimension ld), rounded to bf16, dense.
+std::vector<float> RoundedCopy(const float* x, int64_t ld, int64_t rows, int64_t cols) {
+  std::vector<float> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x + r * ld, cols, out.begin() + r * cols);
+  RoundRowsToBf16(out.data(), cols, rows, cols);
+  return out;
+}
+
 }  // namespace
+
+void RoundForBf16Gemm(float* x, int64_t ld, int64_t rows, int64_t cols) {
+  if (!Bf16MatmulOn()) RoundRowsToBf16(x, ld, rows, cols);
+}
 
 void SetSgemmLibrary(SgemmLibrary library) { sgemm_library = library; }
 
@@ -34,8 +49,18 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc) {
-  if (operands == Operands::kBf16 && alpha == 1.0f && Bf16MatmulOn() &&
-      MatmulBf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc)) {
+  if (operands == Operands::kBf16 && Bf16MatmulOn()) {
+    if (alpha == 1.0f && MatmulBf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc)) {
+      return;
+    }
+    // The matmul did not take it, and the operands may be unrounded
+    // (RoundForBf16Gemm leaves them to the matmul): sgemm on rounded copies.
+    if (m == 0 || n == 0) return;
+    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    const std::vector<float> ra = RoundedCopy(a, lda, a_rows, a_cols);
+    const std::vector<float> rb = RoundedCopy(b, ldb, b_rows, b_cols);
+    Gemm(trans_a, trans_b, m, n, k, alpha, ra.data(), a_cols, rb.data(), b_cols, beta, c, ldc);
     return;
   }
   Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -13,9 +13,18 @@ namespace lact::cpu {
 
 // What a model's GEMMs are fed: float32 operands (the default and the
 // parity mode), or operands rounded to bf16 with float32 accumulation (the
-// bf16 mode, the CUDA backend's contract; RoundRowsToBf16 in elementwise.h).
-// The callers round; these wrappers multiply what they are given.
+// bf16 mode, the CUDA backend's contract). The weights come rounded
+// (RoundRowsToBf16 in elementwise.h); each activation that only GEMMs read
+// goes through RoundForBf16Gemm below as it is made.
 enum class Operands { kFp32, kBf16 };
+
+// Rows [0, rows) of a bf16-mode GEMM operand (row stride ld), made ready
+// for Gemm(Operands::kBf16, ...): rounded to bf16 in place where the
+// products run as sgemm on rounded values (the emulation), left as they are
+// where they run on the bf16 matmul (Bf16MatmulOn(), bf16_matmul.h), which
+// rounds each operand as it packs it, to nearest even as RoundRowsToBf16
+// does: the same products, without a pass over the operand.
+void RoundForBf16Gemm(float* x, int64_t ld, int64_t rows, int64_t cols);
 
 // Which library's sgemm Gemm calls: oneDNN's (the default) or OpenBLAS's,
 // process-wide (the baseline bench_ops measures beside it). Call between
@@ -28,11 +37,12 @@ void SetSgemmLibrary(SgemmLibrary library);
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// The same for a model's operands. With Operands::kBf16 (both operands
-// rounded already) and alpha 1 it runs on the CPU's bf16 matmul where
-// Bf16MatmulOn() and MatmulBf16 takes the call (bf16_matmul.h); otherwise
-// it is sgemm, whose products of the rounded values are the same, exact in
-// float32.
+// The same for a model's operands. With Operands::kBf16 (operands made
+// ready by RoundForBf16Gemm, or rounded) and alpha 1 it runs on the CPU's
+// bf16 matmul where Bf16MatmulOn() and MatmulBf16 takes the call
+// (bf16_matmul.h); otherwise it is sgemm, whose products of the rounded
+// values are the same, exact in float32 (on rounded copies of the operands
+// where Bf16MatmulOn() left them unrounded).
 void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc);

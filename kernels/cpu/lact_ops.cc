@@ -65,9 +65,9 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
       }
     }
     if (operands == Operands::kBf16) {
-      RoundRowsToBf16(g, dhh, T, dhh);
-      RoundRowsToBf16(u, dhh, T, dhh);
-      RoundRowsToBf16(dH, dhh, T, dhh);
+      RoundForBf16Gemm(g, dhh, T, dhh);
+      RoundForBf16Gemm(u, dhh, T, dhh);
+      RoundForBf16Gemm(dH, dhh, T, dhh);
     }
     Gemm(operands, true, false, dh, dhh, T, 1.0f, v, 2 * D, u, dhh, 1.0f, grads.dw1 + head * mat,
          dhh);  // V^T (LR1 Hd)
@@ -124,7 +124,7 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
     Gemm(operands, false, true, T, dhh, dh, 1.0f, qh, D, fast.w2 + head * mat, dh, 0.0f, u, dhh);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < T * dhh; ++i) g[i] = Silu(g[i]) * u[i];
-    if (operands == Operands::kBf16) RoundRowsToBf16(g, dhh, T, dhh);
+    if (operands == Operands::kBf16) RoundForBf16Gemm(g, dhh, T, dhh);
     Gemm(operands, false, true, T, dh, dhh, 1.0f, g, dhh, fast.w1 + head * mat, dhh, 0.0f,
          o + head * dh, D);
   }

@@ -53,7 +53,7 @@ void CpuOps::RoundFastWeights() {
 }
 
 void CpuOps::RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const {
-  if (operands_ == cpu::Operands::kBf16) cpu::RoundRowsToBf16(x, ld, n, cols);
+  if (operands_ == cpu::Operands::kBf16) cpu::RoundForBf16Gemm(x, ld, n, cols);
 }
 
 cpu::FastGradsRef CpuOps::Grads() {
@@ -98,6 +98,11 @@ absl::Status CpuOps::OutputRows(int64_t first, int64_t n, float* out) {
 absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {
   const Tensor& rows = a == Activation::kResidual ? x_ : a == Activation::kNormed ? h_ : acc_;
   std::copy_n(rows.ptr() + first * c_.d_model, n * c_.d_model, out);
+  // h as its GEMMs take it: rounded in the bf16 mode (RoundOperand may have
+  // left that to the bf16 matmul).
+  if (a == Activation::kNormed && operands_ == cpu::Operands::kBf16) {
+    cpu::RoundRowsToBf16(out, c_.d_model, n, c_.d_model);
+  }
   return absl::OkStatus();
 }
 

@@ -1,12 +1,15 @@
 // The CPU backend's BackendOps (backend_ops.h): float32 on oneDNN and
 // OpenMP, the kernels of kernels/cpu. With cpu::Operands::kBf16 every GEMM
 // operand is rounded to bf16 before its GEMM (the reference's
-// bf16_operands; the bf16 matmul or float32 sgemm, bf16_matmul.h): the model's weights must come
-// rounded (RoundGemmWeights- ToBf16 in cpu_runner.h); the ops round each activation that only GEMMs
-// read (h, the mixer's y, k|v, q, the hidden factors, o, the MLP's inputs)
-// once, in place, and keep a rounded copy of the fast weights beside their
-// float32 masters. The SSD scan, norms and states stay float32. The
-// activations are host tensors; the
+// bf16_operands; the bf16 matmul or float32 sgemm, bf16_matmul.h): the
+// model's weights must come rounded (RoundGemmWeightsToBf16 in
+// cpu_runner.h); each activation that only GEMMs read (h, the mixer's y,
+// k|v, q, the hidden factors, o, the MLP's inputs) goes through
+// cpu::RoundForBf16Gemm once as it is made (rounded in place for the
+// emulation, rounded by the bf16 matmul as it packs it otherwise; ReadRows
+// returns h rounded either way), and the ops keep a rounded copy of the
+// fast weights beside their float32 masters. The SSD scan, norms and states
+// stay float32. The activations are host tensors; the
 // tile scratch is allocated on first use and kept for the sequence. The
 // LaCT update and apply and the MLP split a tile's rows into one slice per
 // thread (cpu::ForRowSlices), each slice's GEMMs on its own core; the
@@ -65,7 +68,8 @@ class CpuOps final : public BackendOps {
   cpu::FastWeightsRef Fast() const;
   // After fast_ changed: its rounded copy, in the bf16 mode.
   void RoundFastWeights();
-  // In the bf16 mode: rows [0, n) of a GEMM operand, rounded in place.
+  // In the bf16 mode: rows [0, n) of a GEMM operand, made ready for its
+  // GEMMs (cpu::RoundForBf16Gemm).
   void RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const;
   cpu::FastGradsRef Grads();
 
