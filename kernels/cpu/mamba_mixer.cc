@@ -1,6 +1,5 @@
 #include "kernels/cpu/mamba_mixer.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/blas.h"
@@ -11,14 +10,6 @@
 namespace lact::cpu {
 
 namespace {
-
-// Tokens per block: after the projection of the whole segment (one large
-// GEMM), the conv, scan and gated norm run block by block, so that a
-// block's conv output and scan output (about 1.2 MB for preset:small) are
-// still in the core's cache for the pass after the one that wrote them.
-// A multiple of the SSD chunk, so the blocks chunk the segment as one call
-// would.
-constexpr int64_t kBlockRows = 256;
 
 // ws->xbc = silu(conv(proj xBC columns)); ws->dt = softplus(dt + dt_bias).
 // `proj` holds the xBC columns at `xbc_col` and dt right after them.
@@ -70,33 +61,29 @@ std::vector<float> NegExp(const float* a_log, int64_t n) {
 void MambaSummarySegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
                          MixerStateView state, float* log_decay, MixerWorkspace* ws,
                          Operands operands) {
+  if (T == 0) return;
   const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows(), cols = R - di;
-  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
   ws->proj.resize(T * cols);
   Linear(h, D, T, D, w.in_proj + di * D, cols, ws->proj.data(), cols, 0.0f,
          operands);  // rows x, B, C, dt
-  for (int64_t b0 = 0; b0 < T; b0 += kBlockRows) {
-    const int64_t n = std::min(kBlockRows, T - b0);
-    ConvAndDt(c, w, ws->proj.data() + b0 * cols, cols, 0, n, state.conv, ws);
-    SsdScanStateOnly(ScanOf(c, *ws, n, a.data(), nullptr, nullptr), state.ssm, log_decay);
-  }
+  ConvAndDt(c, w, ws->proj.data(), cols, 0, T, state.conv, ws);
+  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
+  SsdScanStateOnly(ScanOf(c, *ws, T, a.data(), nullptr, nullptr), state.ssm, log_decay);
 }
 
 void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
                        MixerStateView state, MixerWorkspace* ws, float* y, float* log_decay,
                        Operands operands) {
+  if (T == 0) return;
   const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows();
-  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
   ws->proj.resize(T * R);
-  Linear(h, D, T, D, w.in_proj, R, ws->proj.data(), R, 0.0f, operands);
-  for (int64_t b0 = 0; b0 < T; b0 += kBlockRows) {
-    const int64_t n = std::min(kBlockRows, T - b0);
-    const float* proj = ws->proj.data() + b0 * R;
-    float* yb = y + b0 * di;
-    ConvAndDt(c, w, proj, R, di, n, state.conv, ws);
-    SsdScan(ScanOf(c, *ws, n, a.data(), w.d_skip, yb), state.ssm, log_decay);
-    GatedRmsNormRows(yb, di, proj, R, n, di, w.norm);
-  }
+  float* proj = ws->proj.data();
+  Linear(h, D, T, D, w.in_proj, R, proj, R, 0.0f, operands);
+  ConvAndDt(c, w, proj, R, di, T, state.conv, ws);
+  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
+  SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, log_decay);
+
+  GatedRmsNormRows(y, di, proj, R, T, di, w.norm);
 }
 
 }  // namespace lact::cpu
