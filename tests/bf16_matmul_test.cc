@@ -109,6 +109,11 @@ TEST_F(Bf16MatmulTest, EveryLayoutAgainstFloat64) {
       {false, true, 1, 1, 1, 0, 0.0f},       // one element
       {false, true, 513, 6, 256, 2, 0.0f},   // six outputs (the learning rates)
       {false, true, 40, 129, 1, 7, 1.0f},    // a one-long reduction
+      // A head's columns of a wider result (the fast-weight apply's
+      // output), written and accumulated: oneDNN's brgemm takes only a
+      // dense C, so these go through the dense scratch where it runs.
+      {false, true, 300, 128, 256, 128, 0.0f},
+      {false, true, 300, 128, 256, 128, 1.0f},
   };
   uint64_t seed = 11;
   for (const Case& c : cases) Check(c, /*raw_operands=*/false, seed += 10);
