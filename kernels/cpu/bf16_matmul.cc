@@ -98,14 +98,16 @@ struct Primitive {
 // tensor) falls back to gemm:jit at about half the rate, so such a C goes
 // through a dense scratch where that makes the brgemm kernel run.
 Primitive Create(const Shape& s) {
+  const auto brgemm = [](const dnnl::matmul::primitive_desc& pd) {
+    return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+  };
   dnnl::matmul::primitive_desc pd = Describe(s);
   const int64_t n = std::get<3>(s), ldc = std::get<5>(s);
-  if (ldc != n && std::string(pd.impl_info_str()).rfind("brg", 0) != 0) {
+  if (ldc != n && !brgemm(pd)) {
     Shape dense = s;
     std::get<5>(dense) = n;
     dnnl::matmul::primitive_desc dense_pd = Describe(dense);
-    if (std::string(dense_pd.impl_info_str()).rfind("brg", 0) == 0)
-      return Primitive(dense_pd, true);
+    if (brgemm(dense_pd)) return Primitive(dense_pd, true);
   }
   return Primitive(pd, false);
 }

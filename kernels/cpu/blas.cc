@@ -55,7 +55,6 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
     }
     // The matmul did not take it, and the operands may be unrounded
     // (RoundForBf16Gemm leaves them to the matmul): sgemm on rounded copies.
-    if (m == 0 || n == 0) return;
     const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
     const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
     const std::vector<float> ra = RoundedCopy(a, lda, a_rows, a_cols);

@@ -10,28 +10,16 @@ namespace lact::cpu {
 namespace {
 
 // One output row: o[c] = silu(bias[c] + sum_j w[j, c] in[j][c]), the taps
-// summed in j order in a register, o written once.
-template <int W>
-void ConvRow(const float* const* in, const float* wt, const float* bias, int64_t C, float* o) {
+// summed in j order in a register, o written once. Inlined, so a constant
+// W (the presets' 4) unrolls the tap loop.
+inline void ConvRow(const float* const* in, const float* wt, const float* bias, int64_t C, int W,
+                    float* o) {
 #pragma omp simd
   for (int64_t c = 0; c < C; ++c) {
     float acc = bias[c];
     for (int j = 0; j < W; ++j) acc += wt[j * C + c] * in[j][c];
     o[c] = Silu(acc);
   }
-}
-
-void ConvRowAnyWidth(const float* const* in, const float* wt, const float* bias, int64_t C, int W,
-                     float* o) {
-  std::copy(bias, bias + C, o);
-  for (int j = 0; j < W; ++j) {
-    const float* wj = wt + j * C;
-    const float* ij = in[j];
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] += wj[c] * ij[c];
-  }
-#pragma omp simd
-  for (int64_t c = 0; c < C; ++c) o[c] = Silu(o[c]);
 }
 
 }  // namespace
@@ -54,9 +42,9 @@ void CausalConvSilu(const ConvParams& p, float* history) {
       }
       float* o = p.out + t * p.ldo;
       if (W == 4) {
-        ConvRow<4>(in.data(), wt.data(), p.bias, C, o);
+        ConvRow(in.data(), wt.data(), p.bias, C, 4, o);
       } else {
-        ConvRowAnyWidth(in.data(), wt.data(), p.bias, C, W, o);
+        ConvRow(in.data(), wt.data(), p.bias, C, W, o);
       }
     }
   }
