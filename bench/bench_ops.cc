@@ -5,7 +5,8 @@
 // (where the CPU has one), and the layer beside its emulation. Also the
 // selective scan against a straightforward per-token recurrence over the
 // same data.
-//   bench_ops [--threads N] [--tokens T] [--json FILE]
+//   bench_ops [--threads N] [--tokens T] [--tile N] [--json FILE]
+// --tile: the layer rows' tile (default the CPU runner's, kDefaultCpuTileTokens).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -120,14 +121,16 @@ struct Row {
 };
 
 int Main(int argc, char** argv) {
-  absl::StatusOr<Flags> flags =
-      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"threads", "tokens", "json"});
+  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                                             {"threads", "tokens", "tile", "json"});
   if (!flags.ok()) {
     std::fprintf(stderr, "bench_ops: %s\n", std::string(flags.status().message()).c_str());
     return 2;
   }
   const int threads = static_cast<int>(flags->Int("threads", 0, 0, 1024).value_or(0));
   const int64_t T = flags->Int("tokens", 16384, 64, 1 << 22).value_or(16384);
+  const int64_t tile =
+      flags->Int("tile", kDefaultCpuTileTokens, 1, 1 << 22).value_or(kDefaultCpuTileTokens);
   cpu::SetNumThreads(threads);
   const ModelConfig c = *PresetConfig("small");
   const Model model = *MakePresetModel("small", 1);
@@ -254,7 +257,7 @@ int Main(int argc, char** argv) {
     LayerState st = fs.layers[0];
     (void)RunBlock(c, lw, shard, o, nullptr, &st);
   };
-  CpuOps ops(model, c, T, 4096, nullptr, &overlap);
+  CpuOps ops(model, c, T, tile, nullptr, &overlap);
   load_tokens(ops);
   const auto run_layer = [&] { run_block(w, ops); };
   // In alternating rounds, so that each baseline is measured beside it
@@ -263,7 +266,7 @@ int Main(int argc, char** argv) {
   // layer on OpenBLAS's sgemm; the bf16 mode's layer, and where the CPU
   // has a bf16 matmul, the emulation beside it (cpu::SetBf16Matmul(false)).
   const bool compare_slices = cpu::NumThreads() > 1;
-  CpuOps bf16_ops(bf16_model, c, T, 4096, nullptr, &overlap, cpu::Operands::kBf16);
+  CpuOps bf16_ops(bf16_model, c, T, tile, nullptr, &overlap, cpu::Operands::kBf16);
   load_tokens(bf16_ops);
   const auto run_bf16_layer = [&] { run_block(bw, bf16_ops); };
   const bool compare_emulation = cpu::HasBf16Matmul();
@@ -308,6 +311,7 @@ int Main(int argc, char** argv) {
   nlohmann::json json;
   json["threads"] = cpu::NumThreads();
   json["tokens"] = T;
+  json["tile"] = tile;
   json["sgemm_gflops"] = yardstick / 1e9;
   json["sgemm_runs"] = yardstick_runs;
   json["sgemm_onednn_gflops"] = sgemm.onednn / 1e9;
@@ -315,10 +319,11 @@ int Main(int argc, char** argv) {
   json["bf16_matmul_gflops"] = bf16_yardstick / 1e9;
   json["bf16_matmul_kernel"] = cpu::Bf16MatmulKernel();
   std::printf(
-      "preset:small, %lld tokens, %d threads; yardsticks 2048^3 (best of %d runs): sgemm %.1f "
+      "preset:small, %lld tokens (layer tiles of %lld), %d threads; yardsticks 2048^3 (best of %d "
+      "runs): sgemm %.1f "
       "GFLOP/s (oneDNN %.1f, OpenBLAS %.1f), bf16 matmul %.1f GFLOP/s (%s)\n",
-      static_cast<long long>(T), cpu::NumThreads(), yardstick_runs, yardstick / 1e9,
-      sgemm.onednn / 1e9, sgemm.openblas / 1e9, bf16_yardstick / 1e9,
+      static_cast<long long>(T), static_cast<long long>(tile), cpu::NumThreads(), yardstick_runs,
+      yardstick / 1e9, sgemm.onednn / 1e9, sgemm.openblas / 1e9, bf16_yardstick / 1e9,
       cpu::Bf16MatmulKernel().c_str());
   // A fraction of the bf16 matmul rate, or "-" where there is none.
   const auto of_bf16 = [&](double rate) {

@@ -47,8 +47,9 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
   const std::string backend = flags.Get("backend").value_or("cpu");
   // A GPU wants far bigger tiles than a CPU core's caches.
-  LACT_ASSIGN_OR_RETURN(int64_t tile, flags.Int("tile-tokens", backend == "cuda" ? 65536 : 4096, 1,
-                                                int64_t{1} << 24));
+  LACT_ASSIGN_OR_RETURN(
+      int64_t tile, flags.Int("tile-tokens", backend == "cuda" ? 65536 : kDefaultCpuTileTokens, 1,
+                              int64_t{1} << 24));
   LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
   const BackendOptions backend_options{.backend = backend,
                                        .threads = static_cast<int>(threads),

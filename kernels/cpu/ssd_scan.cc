@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/small_gemm.h"
 
 namespace lact::cpu {
 namespace {
@@ -15,61 +16,80 @@ namespace {
 // Tokens per SSD chunk: the intra-chunk part costs kChunk^2 per token, the
 // state hand-off P*N per chunk. For preset:small 32 ran a 4,096-token scan
 // 1.15x faster than 64 on one core and 1.06x on two, and 1.5x faster than
-// 128: the intra-chunk product halves, and GEMMs with a 32-long sum still
-// run near sgemm's small-matrix rate.
+// 128: the intra-chunk product halves, and SmallGemm's register blocks
+// stay full with a 32-long sum.
 constexpr int64_t kChunk = 32;
 
+// out[c, r] = in[r, c] for r < rows, c < cols (row strides ld_in, ld_out),
+// in 16 x 16 blocks: one side of a transpose is strided, and the blocks keep
+// its cache lines in use.
+void Transpose(const float* in, int64_t ld_in, int64_t rows, int64_t cols, float* out,
+               int64_t ld_out) {
+  constexpr int64_t kBlock = 16;
+  for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      if (r0 + kBlock <= rows && c0 + kBlock <= cols) {
+        for (int64_t r = r0; r < r0 + kBlock; ++r)
+          for (int64_t c = c0; c < c0 + kBlock; ++c) out[c * ld_out + r] = in[r * ld_in + c];
+        continue;
+      }
+      for (int64_t r = r0; r < std::min(rows, r0 + kBlock); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kBlock); ++c)
+          out[c * ld_out + r] = in[r * ld_in + c];
+    }
+  }
+}
+
+// A thread's scratch for SsdScan's chunks.
+struct ChunkScratch {
+  explicit ChunkScratch(int64_t N) : bt(N * kChunk), cb(kChunk * kChunk), m(kChunk * kChunk) {}
+  std::vector<float> bt, cb, m;
+  float cum[kChunk], dt[kChunk], e[kChunk], w[kChunk];
+};
+
 // One chunk of `n` tokens at t0 for head h, given cb = C B^T of the chunk
-// (row stride kChunk) and cs = this head's columns of C S^T with the state
-// the chunk starts from (row stride ld): writes y, this head's columns of xw
-// (the decay-weighted inputs for the state update, row stride ld), decays
-// this head's state by the chunk's product and returns the chunk's log decay.
-float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb,
-                    const float* cs, float* xw, int64_t ld, float* cum, float* m, float* state) {
+// (row stride kChunk) and st = this head's state transposed ([N, P], row
+// stride ld_st): writes y, advances st past the chunk and returns the
+// chunk's log decay.
+float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb, float* st,
+                    int64_t ld_st, ChunkScratch* s) {
   const int64_t P = p.head_dim, N = p.d_state;
   const float a = p.a[h];
   float run = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    run += p.dt[(t0 + i) * p.lddt + h] * a;
-    cum[i] = run;
+    s->dt[i] = p.dt[(t0 + i) * p.lddt + h];
+    run += s->dt[i] * a;
+    s->cum[i] = run;
   }
-  // M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i.
+  // M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i, and D on the
+  // diagonal besides, so that M @ X includes the skip term D x.
+  const float d = p.d_skip != nullptr ? p.d_skip[h] : 0.0f;
+  float* m = s->m.data();
   for (int64_t i = 0; i < n; ++i) {
     float* mi = m + i * n;
-    for (int64_t j = 0; j <= i; ++j)
-      mi[j] = cb[i * kChunk + j] * FastExp(cum[i] - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
-    std::fill(mi + i + 1, mi + n, 0.0f);
+    const float* cbi = cb + i * kChunk;
+    const float ci = s->cum[i];
+    // Whole rows vectorise better than triangles; the exp past the diagonal
+    // is finite (FastExp clamps) and dropped.
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = cbi[j] * FastExp(ci - s->cum[j]) * s->dt[j];
+      mi[j] = j < i ? v : j == i ? v + d : 0.0f;
+    }
   }
   const float* xc = p.x + t0 * p.ldx + h * P;
   float* yc = p.y + t0 * p.ldy + h * P;
-  // y = M @ X: a full GEMM over M's zeroed upper half does twice a
-  // triangular multiply's arithmetic, but on oneDNN's kernels (blas.h)
-  // it runs faster, and it needs no copy of X. (A non-finite x would now
-  // reach the rows before it in its chunk, through 0 * inf; tokens are
-  // checked finite where they enter, and the scan's own values stay so.)
-  Gemm(false, false, n, P, n, 1.0f, m, n, xc, p.ldx, 0.0f, yc, p.ldy);
-  const float d = p.d_skip != nullptr ? p.d_skip[h] : 0.0f;
-  for (int64_t i = 0; i < n; ++i) {  // y += exp(cum_i) C_i S^T + D x
-    const float e = std::exp(cum[i]);
-    const float* csi = cs + i * ld;
-    const float* xi = xc + i * p.ldx;
-    float* yi = yc + i * p.ldy;
+  SmallGemm(n, P, n, m, n, 1, xc, p.ldx, 0.0f, yc, p.ldy, /*lower=*/true);  // y = M X
+  // y += diag(exp(cum)) C S^T.
 #pragma omp simd
-    for (int64_t q = 0; q < P; ++q) yi[q] += e * csi[q] + d * xi[q];
-  }
-  // S = exp(cum_last) S + (X^T diag(w)) B with w_j = exp(cum_last - cum_j) dt_j;
-  // here the decay and the weighted inputs, the product for all heads after.
-  const float last = cum[n - 1];
-  for (int64_t j = 0; j < n; ++j) {
-    const float w = FastExp(last - cum[j]) * p.dt[(t0 + j) * p.lddt + h];
-    const float* xj = xc + j * p.ldx;
-    float* xwj = xw + j * ld;
+  for (int64_t i = 0; i < n; ++i) s->e[i] = FastExp(s->cum[i]);
+  SmallGemm(n, P, N, p.c + t0 * p.ldc, p.ldc, 1, st, ld_st, 1.0f, yc, p.ldy, false, s->e);
+  // S^T = exp(cum_last) S^T + B^T diag(w) X with w_j = exp(cum_last - cum_j) dt_j.
+  const float last = s->cum[n - 1];
 #pragma omp simd
-    for (int64_t q = 0; q < P; ++q) xwj[q] = w * xj[q];
-  }
-  const float decay = std::exp(last);
-  float* sh = state + h * P * N;
-  for (int64_t i = 0; i < P * N; ++i) sh[i] *= decay;
+  for (int64_t j = 0; j < n; ++j) s->w[j] = FastExp(last - s->cum[j]) * s->dt[j];
+  SmallGemm(N, P, n, p.b + t0 * p.ldb, 1, p.ldb, xc, p.ldx, std::exp(last), st, ld_st, false,
+            nullptr, s->w);
   return last;
 }
 
@@ -77,32 +97,34 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
 
 void SsdScan(const ScanParams& p, float* state, float* log_decay) {
   const int64_t T = p.tokens, N = p.d_state, P = p.head_dim;
-  // Each thread takes a contiguous group of heads through all chunks. Per
-  // chunk: C B^T (one B/C group for all heads), C S^T and the state update
-  // as GEMMs over the thread's heads at once, the masked M @ X per head.
-  // BLAS calls inside the parallel region run on the calling thread.
+  // Each thread takes a contiguous group of heads through all chunks, with
+  // each head's state transposed ([N, P], head after head) so that every product
+  // of a chunk is a row-major SmallGemm: per chunk C B^T once (one B/C
+  // group for all heads), then per head the masked M @ X, C S^T and the
+  // state update.
 #pragma omp parallel
   {
     const int threads = omp_get_num_threads(), tid = omp_get_thread_num();
     const int h0 = p.heads * tid / threads, h1 = p.heads * (tid + 1) / threads;
     const int64_t gp = int64_t{h1 - h0} * P;
-    float* group_state = state + int64_t{h0} * P * N;
-    std::vector<float> cb(kChunk * kChunk), cs(kChunk * gp), xw(kChunk * gp), cum(kChunk),
-        m(kChunk * kChunk);
-    std::vector<float> total(h1 - h0, 0.0f);
+    ChunkScratch scratch(N);
+    std::vector<float> st(N * gp), total(h1 - h0, 0.0f);
+    for (int h = h0; h < h1; ++h)
+      Transpose(state + h * P * N, N, P, N, st.data() + (h - h0) * N * P, P);
     for (int64_t t0 = 0; t0 < T && gp > 0; t0 += kChunk) {
       const int64_t n = std::min(kChunk, T - t0);
-      const float* cc = p.c + t0 * p.ldc;
-      const float* bc = p.b + t0 * p.ldb;
-      Gemm(false, true, n, n, N, 1.0f, cc, p.ldc, bc, p.ldb, 0.0f, cb.data(), kChunk);
-      Gemm(false, true, n, gp, N, 1.0f, cc, p.ldc, group_state, N, 0.0f, cs.data(), gp);
+      float* bt = scratch.bt.data();  // B^T, zero past the chunk's n columns
+      if (n < kChunk) std::fill(scratch.bt.begin(), scratch.bt.end(), 0.0f);
+      Transpose(p.b + t0 * p.ldb, p.ldb, n, N, bt, kChunk);
+      SmallGemm(n, kChunk, N, p.c + t0 * p.ldc, p.ldc, 1, bt, kChunk, 0.0f, scratch.cb.data(),
+                kChunk);  // C B^T
       for (int h = h0; h < h1; ++h) {
-        const int64_t col = int64_t{h - h0} * P;
-        total[h - h0] += ScanChunkHead(p, h, t0, n, cb.data(), cs.data() + col, xw.data() + col, gp,
-                                       cum.data(), m.data(), state);
+        total[h - h0] += ScanChunkHead(p, h, t0, n, scratch.cb.data(),
+                                       st.data() + int64_t{h - h0} * N * P, P, &scratch);
       }
-      Gemm(true, false, gp, N, n, 1.0f, xw.data(), gp, bc, p.ldb, 1.0f, group_state, N);
     }
+    for (int h = h0; h < h1; ++h)
+      Transpose(st.data() + (h - h0) * N * P, P, N, P, state + h * P * N, N);
     if (log_decay != nullptr) {
       for (int h = h0; h < h1; ++h) log_decay[h] += total[h - h0];
     }

@@ -91,7 +91,7 @@ CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const Backen
       operands_(options.precision == "bf16" ? cpu::Operands::kBf16 : cpu::Operands::kFp32),
       rounded_(std::move(bf16_weights)),
       threads_(options.threads),
-      tile_(options.tile_tokens > 0 ? options.tile_tokens : 4096),
+      tile_(options.tile_tokens > 0 ? options.tile_tokens : kDefaultCpuTileTokens),
       hooks_(std::move(hooks)) {}
 
 absl::StatusOr<Tensor> CpuRunner::RunContext(Tensor context, FusedState* state) {

@@ -24,7 +24,7 @@ namespace lact {
 struct BackendOptions {
   std::string backend = "cpu";                // cpu | cuda
   int threads = 0;                            // CPU compute threads, 0 = all cores
-  int64_t tile_tokens = 0;                    // 0: the backend's default (CPU 4096, CUDA 65536)
+  int64_t tile_tokens = 0;                    // 0: the backend's default (CPU 1024, CUDA 65536)
   int device = 0;                             // CUDA device
   std::string precision = "fp32";             // CUDA GEMM precision: fp32 | bf16
   std::string collective = "gloo";            // CUDA workers' transport: gloo | nccl

@@ -1,0 +1,149 @@
+#include "kernels/cpu/small_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace lact::cpu {
+namespace {
+
+// A vector register's floats, and the row block that fills the register
+// file: kRows x kVecs accumulators plus kVecs of B (32 zmm with AVX-512,
+// 16 ymm without).
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+constexpr int kRows = 6;
+#else
+constexpr int kLanes = 8;
+constexpr int kRows = 3;
+#endif
+constexpr int kVecs = 4;
+
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+
+Vec Load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+void Store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+
+// The operands and scales of one SmallGemm call.
+struct Args {
+  const float* a;
+  int64_t a_row, a_col;
+  const float* b;
+  int64_t ldb;
+  float beta;
+  float* c;
+  int64_t ldc;
+  const float* row_scale;
+  const float* depth_scale;
+};
+
+// R rows x V vectors of C, from row i and column j on.
+template <int R, int V>
+void Block(const Args& g, int64_t i, int64_t j, int64_t depth) {
+  const float* a = g.a + i * g.a_row;
+  const int64_t a_row = g.a_row, a_col = g.a_col, ldb = g.ldb;
+  const float* b = g.b + j;
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = Vec{};
+  for (int64_t k = 0; k < depth; ++k) {
+    const float* bk = b + k * ldb;
+    Vec bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = Load(bk + v * kLanes);
+    if (g.depth_scale != nullptr) {
+      for (int v = 0; v < V; ++v) bv[v] *= g.depth_scale[k];
+    }
+    const float* ak = a + k * a_col;
+    for (int r = 0; r < R; ++r) {
+      const float s = ak[r * a_row];
+      for (int v = 0; v < V; ++v) acc[r][v] += s * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float scale = g.row_scale != nullptr ? g.row_scale[i + r] : 1.0f;
+    for (int v = 0; v < V; ++v) {
+      float* p = g.c + (i + r) * g.ldc + j + v * kLanes;
+      const Vec sum = scale * acc[r][v];
+      Store(p, g.beta == 0.0f ? sum : sum + g.beta * Load(p));
+    }
+  }
+}
+
+// The columns [first, cols) that fill no vector, one at a time.
+void Tail(const Args& g, int64_t rows, int64_t first, int64_t cols, int64_t depth, bool lower) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t d = lower ? std::min(depth, i + 1) : depth;
+    const float scale = g.row_scale != nullptr ? g.row_scale[i] : 1.0f;
+    for (int64_t j = first; j < cols; ++j) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < d; ++k) {
+        const float bk = g.b[k * g.ldb + j] * (g.depth_scale != nullptr ? g.depth_scale[k] : 1.0f);
+        sum += g.a[i * g.a_row + k * g.a_col] * bk;
+      }
+      float& out = g.c[i * g.ldc + j];
+      out = g.beta == 0.0f ? scale * sum : scale * sum + g.beta * out;
+    }
+  }
+}
+
+// Every row block of the V vectors of columns from j on.
+template <int V>
+void Rows(const Args& g, int64_t rows, int64_t j, int64_t depth, bool lower) {
+  int64_t i = 0;
+  for (; i + kRows <= rows; i += kRows)
+    Block<kRows, V>(g, i, j, lower ? std::min(depth, i + kRows) : depth);
+  const int64_t d = lower ? std::min(depth, rows) : depth;
+  switch (rows - i) {
+    case 1:
+      Block<1, V>(g, i, j, d);
+      break;
+    case 2:
+      Block<2, V>(g, i, j, d);
+      break;
+#if defined(__AVX512F__)
+    case 3:
+      Block<3, V>(g, i, j, d);
+      break;
+    case 4:
+      Block<4, V>(g, i, j, d);
+      break;
+    case 5:
+      Block<5, V>(g, i, j, d);
+      break;
+#endif
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void SmallGemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row,
+               int64_t a_col, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+               bool lower, const float* row_scale, const float* depth_scale) {
+  if (rows <= 0 || cols <= 0) return;
+  const Args g{a, a_row, a_col, b, ldb, beta, c, ldc, row_scale, depth_scale};
+  int64_t j = 0;
+  for (; j + kVecs * kLanes <= cols; j += kVecs * kLanes) Rows<kVecs>(g, rows, j, depth, lower);
+  switch ((cols - j) / kLanes) {
+    case 1:
+      Rows<1>(g, rows, j, depth, lower);
+      break;
+    case 2:
+      Rows<2>(g, rows, j, depth, lower);
+      break;
+    case 3:
+      Rows<3>(g, rows, j, depth, lower);
+      break;
+    default:
+      break;
+  }
+  j += (cols - j) / kLanes * kLanes;
+  if (j < cols) Tail(g, rows, j, cols, depth, lower);
+}
+
+}  // namespace lact::cpu
