@@ -18,6 +18,7 @@
 
 #include "common/half.h"
 #include "common/random.h"
+#include "kernels/cpu/bf16_copies.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
@@ -219,6 +220,64 @@ TEST(Bf16Matmul, OffItIsSgemm) {
   Gemm(false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, direct.data(), n);
   Gemm(Operands::kBf16, false, true, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, bf16.data(), n);
   EXPECT_EQ(bf16, direct);
+  SetBf16Matmul(was_on);
+}
+
+// A copy is found for any range inside one array put there, at its offset,
+// and for nothing that reaches past that array; a second Put replaces it.
+TEST(Bf16Copies, FindsRangesInsideOneArrayOnly) {
+  std::vector<float> first(100), second(50);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = static_cast<float>(i);
+  for (size_t i = 0; i < second.size(); ++i) second[i] = static_cast<float>(1000 + i);
+  Bf16Copies copies;
+  EXPECT_EQ(copies.Find(first.data(), 1), nullptr) << "nothing put yet";
+  copies.Put(first.data(), 100);
+  copies.Put(second.data(), 50);
+  EXPECT_EQ(copies.size(), 2);
+  const uint16_t* whole = copies.Find(first.data(), 100);
+  ASSERT_NE(whole, nullptr);
+  const uint16_t* middle = copies.Find(first.data() + 40, 60);
+  ASSERT_EQ(middle, whole + 40);
+  EXPECT_EQ(middle[0], FloatToBFloat16(40.0f));
+  EXPECT_EQ(copies.Find(first.data() + 40, 61), nullptr) << "past the array's end";
+  EXPECT_EQ(copies.Find(first.data() + 100, 1), nullptr) << "just past the array";
+  const uint16_t* other = copies.Find(second.data() + 49, 1);
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(*other, FloatToBFloat16(1049.0f));
+  second[49] = 7.0f;
+  EXPECT_EQ(*copies.Find(second.data() + 49, 1), FloatToBFloat16(1049.0f)) << "until Put again";
+  copies.Put(second.data(), 50);
+  EXPECT_EQ(*copies.Find(second.data() + 49, 1), FloatToBFloat16(7.0f));
+  EXPECT_EQ(copies.size(), 2);
+}
+
+// With copies of its operands, Gemm(Operands::kBf16) on the matmul reads
+// the copies, not the float arrays: changed arrays with their old copies
+// give the old product, bit for bit; a strided operand is packed instead.
+TEST_F(Bf16MatmulTest, GemmReadsOperandsFromTheirCopies) {
+  const bool was_on = Bf16MatmulOn();
+  SetBf16Matmul(true);
+  const int64_t m = 70, n = 48, k = 96;
+  std::vector<float> a = Matrix(m, k, 0, 21), w = Matrix(n, k, 0, 22);
+  std::vector<float> packed(m * n), copied(m * n);
+  Gemm(Operands::kBf16, false, true, m, n, k, 1.0f, a.data(), k, w.data(), k, 0.0f, packed.data(),
+       n);
+  Bf16Copies copies;
+  copies.Put(a.data(), m * k);
+  copies.Put(w.data(), n * k);
+  std::fill(a.begin(), a.end(), 1.0f);
+  std::fill(w.begin(), w.end(), 1.0f);
+  const Operands with = Operands::kBf16.With(&copies);
+  EXPECT_EQ(with, Operands::kBf16);
+  EXPECT_EQ(with.copies(), &copies);
+  EXPECT_EQ(Operands::kFp32.With(&copies).copies(), nullptr) << "float32 operands have no copies";
+  Gemm(with, false, true, m, n, k, 1.0f, a.data(), k, w.data(), k, 0.0f, copied.data(), n);
+  EXPECT_EQ(copied, packed);
+  // B's first 48 columns with row stride 96: not dense, packed from w's
+  // (now all-ones) values.
+  std::vector<float> strided(m * n);
+  Gemm(with, false, false, m, n, n, 1.0f, a.data(), k, w.data(), k, 0.0f, strided.data(), n);
+  for (float v : strided) ASSERT_EQ(v, 48.0f);
   SetBf16Matmul(was_on);
 }
 

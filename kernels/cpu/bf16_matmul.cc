@@ -167,7 +167,8 @@ bool Bf16MatmulOn() {
 }
 
 bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
-                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                const uint16_t* a_bf16, const uint16_t* b_bf16) {
   if (m == 0 || n == 0) return true;
   if (k == 0 || (beta != 0.0f && beta != 1.0f) || !HasBf16Matmul()) return false;
   try {
@@ -178,8 +179,17 @@ bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
       if (state.primitives.size() >= static_cast<size_t>(kMaxPrimitives)) state.primitives.clear();
       it = state.primitives.emplace(shape, Create(shape)).first;
     }
-    Pack(a, lda, trans_a ? k : m, trans_a ? m : k, &state.a);
-    Pack(b, ldb, trans_b ? n : k, trans_b ? k : n, &state.b);
+    // A and B as the primitive takes them: dense bf16 (Describe).
+    const uint16_t* pa = a_bf16;
+    if (pa == nullptr || lda != (trans_a ? m : k)) {
+      Pack(a, lda, trans_a ? k : m, trans_a ? m : k, &state.a);
+      pa = state.a.data();
+    }
+    const uint16_t* pb = b_bf16;
+    if (pb == nullptr || ldb != (trans_b ? k : n)) {
+      Pack(b, ldb, trans_b ? n : k, trans_b ? k : n, &state.b);
+      pb = state.b.data();
+    }
     const Primitive& p = it->second;
     float* out = c;
     if (p.dense_c) {
@@ -189,8 +199,9 @@ bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
         for (int64_t r = 0; r < m; ++r) std::copy_n(c + r * ldc, n, out + r * n);
       }
     }
-    memory src(p.a, Engine(), state.a.data());
-    memory weights(p.b, Engine(), state.b.data());
+    // oneDNN takes a handle to non-const memory; a matmul only reads it.
+    memory src(p.a, Engine(), const_cast<uint16_t*>(pa));
+    memory weights(p.b, Engine(), const_cast<uint16_t*>(pb));
     memory dst(p.c, Engine(), out);
     p.matmul.execute(state.stream,
                      {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});

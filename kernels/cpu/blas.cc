@@ -50,13 +50,19 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc) {
   if (operands == Operands::kBf16 && Bf16MatmulOn()) {
-    if (alpha == 1.0f && MatmulBf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc)) {
+    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    const Bf16Copies* copies = operands.copies();
+    const uint16_t* a_bf16 =
+        copies != nullptr ? copies->Find(a, (a_rows - 1) * lda + a_cols) : nullptr;
+    const uint16_t* b_bf16 =
+        copies != nullptr ? copies->Find(b, (b_rows - 1) * ldb + b_cols) : nullptr;
+    if (alpha == 1.0f &&
+        MatmulBf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, a_bf16, b_bf16)) {
       return;
     }
     // The matmul did not take it, and the operands may be unrounded
     // (RoundForBf16Gemm leaves them to the matmul): sgemm on rounded copies.
-    const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
-    const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
     const std::vector<float> ra = RoundedCopy(a, lda, a_rows, a_cols);
     const std::vector<float> rb = RoundedCopy(b, ldb, b_rows, b_cols);
     Gemm(trans_a, trans_b, m, n, k, alpha, ra.data(), a_cols, rb.data(), b_cols, beta, c, ldc);

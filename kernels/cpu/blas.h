@@ -9,14 +9,39 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/bf16_copies.h"
+
 namespace lact::cpu {
 
-// What a model's GEMMs are fed: float32 operands (the default and the
-// parity mode), or operands rounded to bf16 with float32 accumulation (the
-// bf16 mode, the CUDA backend's contract). The weights come rounded
-// (RoundRowsToBf16 in elementwise.h); each activation that only GEMMs read
-// goes through RoundForBf16Gemm below as it is made.
-enum class Operands { kFp32, kBf16 };
+// What a model's GEMMs are fed: float32 operands (Operands::kFp32, the
+// default and the parity mode), or operands rounded to bf16 with float32
+// accumulation (Operands::kBf16, the bf16 mode, the CUDA backend's
+// contract). The weights come rounded (RoundRowsToBf16 in elementwise.h);
+// each activation that only GEMMs read goes through RoundForBf16Gemm below
+// as it is made. A bf16 mode may carry bf16 copies of some operands (the
+// model's weights, bf16_copies.h), which the bf16 matmul then reads in
+// place of packing them; the copies outlive every GEMM given them.
+class Operands {
+ public:
+  static const Operands kFp32, kBf16;
+
+  // This mode, with `copies` (bf16 modes only; null for none).
+  Operands With(const Bf16Copies* copies) const {
+    return Operands(bf16_, bf16_ ? copies : nullptr);
+  }
+  const Bf16Copies* copies() const { return copies_; }
+
+  // The same mode, whatever copies either carries.
+  bool operator==(const Operands& other) const { return bf16_ == other.bf16_; }
+
+ private:
+  constexpr explicit Operands(bool bf16, const Bf16Copies* copies = nullptr)
+      : bf16_(bf16), copies_(copies) {}
+  bool bf16_;
+  const Bf16Copies* copies_;
+};
+inline constexpr Operands Operands::kFp32{false};
+inline constexpr Operands Operands::kBf16{true};
 
 // Rows [0, rows) of a bf16-mode GEMM operand (row stride ld), made ready
 // for Gemm(Operands::kBf16, ...): rounded to bf16 in place where the
@@ -40,7 +65,8 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // The same for a model's operands. With Operands::kBf16 (operands made
 // ready by RoundForBf16Gemm, or rounded) and alpha 1 it runs on the CPU's
 // bf16 matmul where Bf16MatmulOn() and MatmulBf16 takes the call
-// (bf16_matmul.h); otherwise it is sgemm, whose products of the rounded
+// (bf16_matmul.h), reading an operand from `operands`' copies where they
+// hold it; otherwise it is sgemm, whose products of the rounded
 // values are the same, exact in float32 (on rounded copies of the operands
 // where Bf16MatmulOn() left them unrounded).
 void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -7,6 +7,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
+#include "worker/cpu/cpu_runner.h"
 
 namespace lact {
 namespace {
@@ -28,10 +29,17 @@ CpuOps::CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t
       c_(c),
       grads_collective_(grads),
       stats_(stats),
-      operands_(operands),
+      operands_(operands.With(&bf16_copies_)),
       log_decay_(c.ssm_heads()),
       fast_(3 * FastSize()),
-      grads_(3 * FastSize()) {}
+      grads_(3 * FastSize()) {
+  if (operands_ != cpu::Operands::kBf16) return;
+  // The GEMM weights (rounded at load: the same values) as bf16, once.
+  for (const auto& [name, t] : model.tensors()) {
+    if (IsGemmWeight(name)) bf16_copies_.Put(t.ptr(), t.size());
+  }
+  fast_bf16_.resize(fast_.size());
+}
 
 CpuOps::~CpuOps() {
   if (reducing_.valid()) reducing_.wait();
@@ -48,8 +56,10 @@ cpu::FastWeightsRef CpuOps::Fast() const {
 
 void CpuOps::RoundFastWeights() {
   if (operands_ != cpu::Operands::kBf16) return;
-  fast_bf16_ = fast_;
-  cpu::RoundRowsToBf16(fast_bf16_.data(), 0, 1, static_cast<int64_t>(fast_bf16_.size()));
+  std::copy(fast_.begin(), fast_.end(), fast_bf16_.begin());
+  const int64_t size = static_cast<int64_t>(fast_bf16_.size());
+  cpu::RoundRowsToBf16(fast_bf16_.data(), 0, 1, size);
+  bf16_copies_.Put(fast_bf16_.data(), size);
 }
 
 void CpuOps::RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const {

@@ -8,7 +8,10 @@
 // cpu::RoundForBf16Gemm once as it is made (rounded in place for the
 // emulation, rounded by the bf16 matmul as it packs it otherwise; ReadRows
 // returns h rounded either way), and the ops keep a rounded copy of the
-// fast weights beside their float32 masters. The SSD scan, norms and states
+// fast weights beside their float32 masters. The ops make bf16 copies of
+// the model's matrices and of the rounded fast weights (cpu::Bf16Copies),
+// which the bf16 matmul reads instead of packing them on each call: the
+// model must not change while the ops live. The SSD scan, norms and states
 // stay float32. The activations are host tensors; the
 // tile scratch is allocated on first use and kept for the sequence. The
 // LaCT update and apply and the MLP split a tile's rows into one slice per
@@ -93,6 +96,9 @@ class CpuOps final : public BackendOps {
   const ModelConfig& c_;
   Collective* grads_collective_;
   OverlapStats* stats_;
+  // bf16 copies of the GEMM weights and of fast_bf16_ (the bf16 mode), which
+  // operands_ carries to the bf16 matmul.
+  cpu::Bf16Copies bf16_copies_;
   const cpu::Operands operands_;
   Tensor x_, h_, acc_;  // [L, D]
   // The scan state and its scratch.
@@ -101,7 +107,7 @@ class CpuOps final : public BackendOps {
   cpu::MixerWorkspace mixer_ws_;
   // The fast weights (w0 | w1 | w2) and their gradients.
   std::vector<float> fast_, grads_;
-  std::vector<float> fast_bf16_;  // fast_ rounded, in the bf16 mode
+  std::vector<float> fast_bf16_;  // fast_ rounded, in the bf16 mode (its size fixed)
   std::future<absl::Status> reducing_;
   std::vector<SliceScratch> slices_;
 };
