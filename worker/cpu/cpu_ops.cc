@@ -121,6 +121,7 @@ absl::Status CpuOps::BeginBlock(const LayerWeights& w) {
   cpu::RmsNormRows(x_.ptr(), D, L, D, w.norm1, h_.ptr(), D);
   RoundOperand(h_.ptr(), D, L, D);  // h is read by GEMMs only
   std::fill(acc_.data.begin(), acc_.data.end(), 0.0f);
+  held_dir_ = -1;
   return absl::OkStatus();
 }
 
@@ -159,21 +160,68 @@ absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fir
   Grow(&y_, tile() * di);
   cpu::MambaMixerSegment(c_, m, rows, n, state, &mixer_ws_, y_.data(),
                          summarize ? log_decay_.data() : nullptr, operands_);
+  if (operands_ == cpu::Operands::kBf16) {
+    ProjectEach(w, dir, first, n);
+    return absl::OkStatus();
+  }
+  if (held_dir_ < 0) held_dir_ = dir;
+  if (dir == held_dir_) {
+    HoldOutputs(dir, first, n);
+  } else {
+    ProjectSum(w, dir, first, n);
+  }
+  return absl::OkStatus();
+}
+
+void CpuOps::ProjectEach(const LayerWeights& w, Direction dir, int64_t first, int64_t n) {
+  const int64_t D = c_.d_model, di = c_.d_inner();
   RoundOperand(y_.data(), di, n, di);
   float* acc = acc_.ptr() + first * D;
   if (dir == kForward) {
     cpu::Linear(y_.data(), di, n, di, w.out_proj, D, acc, D, 1.0f, operands_);
-    return absl::OkStatus();
+    return;
   }
-  Grow(&mixed_, tile() * D);
-  cpu::Linear(y_.data(), di, n, di, w.out_proj, D, mixed_.data(), D, 0.0f, operands_);
+  Grow(&summed_, tile() * D);
+  cpu::Linear(y_.data(), di, n, di, w.out_proj, D, summed_.data(), D, 0.0f, operands_);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float* dst = acc + (n - 1 - i) * D;
-    const float* src = mixed_.data() + i * D;
+    const float* src = summed_.data() + i * D;
     for (int64_t k = 0; k < D; ++k) dst[k] += src[k];
   }
-  return absl::OkStatus();
+}
+
+void CpuOps::ProjectSum(const LayerWeights& w, Direction dir, int64_t first, int64_t n) {
+  const int64_t D = c_.d_model, di = c_.d_inner();
+  Grow(&summed_, tile() * di);
+  float* sum = summed_.data();
+  const int64_t low = std::min(D, di), high = di - low;
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j) {
+    const float* mine = OutputRow(dir, n, j);
+    const float* held_low = acc_.ptr() + (first + j) * D;
+    const float* held_high = held_high_.data() + (first + j) * high;
+    float* out = sum + j * di;
+    for (int64_t k = 0; k < low; ++k) out[k] = held_low[k] + mine[k];
+    for (int64_t k = 0; k < high; ++k) out[low + k] = held_high[k] + mine[low + k];
+  }
+  cpu::Linear(sum, di, n, di, w.out_proj, D, acc_.ptr() + first * D, D, 0.0f, operands_);
+}
+
+const float* CpuOps::OutputRow(Direction dir, int64_t n, int64_t j) const {
+  return y_.data() + (dir == kForward ? j : n - 1 - j) * c_.d_inner();
+}
+
+void CpuOps::HoldOutputs(Direction dir, int64_t first, int64_t n) {
+  const int64_t D = c_.d_model, di = c_.d_inner();
+  const int64_t low = std::min(D, di), high = di - low;
+  Grow(&held_high_, tokens() * high);
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = OutputRow(dir, n, j);
+    std::copy_n(row, low, acc_.ptr() + (first + j) * D);
+    std::copy_n(row + low, high, held_high_.data() + (first + j) * high);
+  }
 }
 
 absl::Status CpuOps::LoadFastWeights(const LayerWeights& w, const LayerState* retained) {

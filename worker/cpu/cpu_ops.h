@@ -11,7 +11,12 @@
 // fast weights beside their float32 masters. The ops make bf16 copies of
 // the model's matrices and of the rounded fast weights (cpu::Bf16Copies),
 // which the bf16 matmul reads instead of packing them on each call: the
-// model must not change while the ops live. The SSD scan, norms and states
+// model must not change while the ops live. In float32 the BiMamba output
+// projection runs once, on the sum of both directions' outputs (SPEC.md
+// section 5): the first direction's are held until the second's tile
+// reaches them, in acc's memory and a [L, d_inner - D] buffer (L x D floats
+// for preset:small). The bf16 mode projects each direction's rounded
+// outputs, the float64 reference's bf16_operands form. The SSD scan, norms and states
 // stay float32. The activations are host tensors; the
 // tile scratch is allocated on first use and kept for the sequence. The
 // LaCT update and apply and the MLP split a tile's rows into one slice per
@@ -75,6 +80,19 @@ class CpuOps final : public BackendOps {
   // GEMMs (cpu::RoundForBf16Gemm).
   void RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const;
   cpu::FastGradsRef Grads();
+  // Row j (in sequence order) of the mixer's output y_ for an n-row tile of
+  // direction `dir` (y_ is in scan order).
+  const float* OutputRow(Direction dir, int64_t n, int64_t j) const;
+  // Holds the tile's outputs, rows [first, first + n) in sequence order, for
+  // the other direction's tiles to add to and project: each row's first D
+  // columns in acc_'s row (free until then), the rest in held_high_.
+  void HoldOutputs(Direction dir, int64_t first, int64_t n);
+  // The tile's outputs plus the held ones, @ out_proj^T into acc's rows.
+  void ProjectSum(const LayerWeights& w, Direction dir, int64_t first, int64_t n);
+  // The bf16 mode's: the tile's outputs, rounded, @ out_proj^T added to
+  // acc's rows (each direction's product apart, as the float64 reference's
+  // bf16_operands rounds them: the rounded sum is another rounding).
+  void ProjectEach(const LayerWeights& w, Direction dir, int64_t first, int64_t n);
 
   // One thread's scratch for its slice of a tile's rows.
   struct SliceScratch {
@@ -103,7 +121,13 @@ class CpuOps final : public BackendOps {
   Tensor x_, h_, acc_;  // [L, D]
   // The scan state and its scratch.
   MambaState scan_;
-  std::vector<float> log_decay_, reversed_, y_, mixed_;
+  std::vector<float> log_decay_, reversed_, y_;
+  // The block's first direction with outputs (-1: none yet), whose outputs
+  // are held (float32); columns D and up of its rows ([L, d_inner - D]); a
+  // tile of both directions' outputs summed (or, in the bf16 mode, of one
+  // direction's projected).
+  int held_dir_ = -1;
+  std::vector<float> held_high_, summed_;
   cpu::MixerWorkspace mixer_ws_;
   // The fast weights (w0 | w1 | w2) and their gradients.
   std::vector<float> fast_, grads_;

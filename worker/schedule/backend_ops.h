@@ -59,9 +59,13 @@ class BackendOps {
   virtual absl::Status StoreScanState(MambaState* state, float* log_decay) = 0;
   // Direction `dir`'s mixer over rows [first, first + n), taken in that
   // direction's scan order (the backward direction reads them reversed),
-  // advancing the scan state. With `outputs`, acc's rows += the mixer's
-  // output @ out_proj^T (back in sequence order); else only the state
-  // advances. With `summarize`, the log decay accumulates sum dt * A.
+  // advancing the scan state. With `outputs`, the mixer's output (back in
+  // sequence order) goes into acc's rows @ out_proj^T; else only the state
+  // advances. With `summarize`, the log decay accumulates sum dt * A. In a
+  // block each direction runs with outputs once over all rows, one after
+  // the other in either order; acc is read only after both: a backend may
+  // hold the first direction's outputs (in acc's memory) and project the
+  // sum of both once, as SPEC.md applies out_proj.
   virtual absl::Status MixerTile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                                  bool outputs, bool summarize) = 0;
 
