@@ -1,6 +1,6 @@
 // The SSD scan's register-blocked products (kernels/cpu/small_gemm.h)
 // against float64 sums: row-major and transposed A, a lower-triangular A,
-// row and depth scales, beta 0 (C unread: it starts as NaN) and 1, sizes
+// row scales, beta 0 (C unread: it starts as NaN) and 1, sizes
 // that fill no register block and no vector, strides wider than the rows,
 // and zero depth.
 #include "kernels/cpu/small_gemm.h"
@@ -53,20 +53,17 @@ void Check(const Case& c, uint64_t seed) {
   }
   const std::vector<float> b = Normal(c.depth * ldb, seed + 1);
   const std::vector<float> row_scale = Normal(c.rows, seed + 2);
-  const std::vector<float> depth_scale = Normal(c.depth, seed + 3);
   std::vector<float> out =
       c.beta == 0.0f ? std::vector<float>(c.rows * ldc, std::numeric_limits<float>::quiet_NaN())
                      : Normal(c.rows * ldc, seed + 4);
   const std::vector<float> before = out;
   SmallGemm(c.rows, c.cols, c.depth, a.data(), a_row, a_col, b.data(), ldb, c.beta, out.data(), ldc,
-            c.lower, c.scales ? row_scale.data() : nullptr,
-            c.scales ? depth_scale.data() : nullptr);
+            c.lower, c.scales ? row_scale.data() : nullptr);
   for (int64_t i = 0; i < c.rows; ++i) {
     for (int64_t j = 0; j < c.cols; ++j) {
       double sum = 0.0, magnitude = 0.0;
       for (int64_t k = 0; k < c.depth; ++k) {
-        const double term = static_cast<double>(a[i * a_row + k * a_col]) * b[k * ldb + j] *
-                            (c.scales ? depth_scale[k] : 1.0);
+        const double term = static_cast<double>(a[i * a_row + k * a_col]) * b[k * ldb + j];
         sum += term;
         magnitude += std::fabs(term);
       }

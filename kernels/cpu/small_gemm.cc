@@ -38,7 +38,6 @@ struct Args {
   float* c;
   int64_t ldc;
   const float* row_scale;
-  const float* depth_scale;
 };
 
 // R rows x V vectors of C, from row i and column j on.
@@ -54,9 +53,6 @@ void Block(const Args& g, int64_t i, int64_t j, int64_t depth) {
     const float* bk = b + k * ldb;
     Vec bv[V];
     for (int v = 0; v < V; ++v) bv[v] = Load(bk + v * kLanes);
-    if (g.depth_scale != nullptr) {
-      for (int v = 0; v < V; ++v) bv[v] *= g.depth_scale[k];
-    }
     const float* ak = a + k * a_col;
     for (int r = 0; r < R; ++r) {
       const float s = ak[r * a_row];
@@ -81,8 +77,7 @@ void Tail(const Args& g, int64_t rows, int64_t first, int64_t cols, int64_t dept
     for (int64_t j = first; j < cols; ++j) {
       float sum = 0.0f;
       for (int64_t k = 0; k < d; ++k) {
-        const float bk = g.b[k * g.ldb + j] * (g.depth_scale != nullptr ? g.depth_scale[k] : 1.0f);
-        sum += g.a[i * g.a_row + k * g.a_col] * bk;
+        sum += g.a[i * g.a_row + k * g.a_col] * g.b[k * g.ldb + j];
       }
       float& out = g.c[i * g.ldc + j];
       out = g.beta == 0.0f ? scale * sum : scale * sum + g.beta * out;
@@ -124,9 +119,9 @@ void Rows(const Args& g, int64_t rows, int64_t j, int64_t depth, bool lower) {
 
 void SmallGemm(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t a_row,
                int64_t a_col, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-               bool lower, const float* row_scale, const float* depth_scale) {
+               bool lower, const float* row_scale) {
   if (rows <= 0 || cols <= 0) return;
-  const Args g{a, a_row, a_col, b, ldb, beta, c, ldc, row_scale, depth_scale};
+  const Args g{a, a_row, a_col, b, ldb, beta, c, ldc, row_scale};
   int64_t j = 0;
   for (; j + kVecs * kLanes <= cols; j += kVecs * kLanes) Rows<kVecs>(g, rows, j, depth, lower);
   switch ((cols - j) / kLanes) {

@@ -42,8 +42,9 @@ void Transpose(const float* in, int64_t ld_in, int64_t rows, int64_t cols, float
 
 // A thread's scratch for SsdScan's chunks.
 struct ChunkScratch {
-  explicit ChunkScratch(int64_t N) : bt(N * kChunk), cb(kChunk * kChunk), m(kChunk * kChunk) {}
-  std::vector<float> bt, cb, m;
+  ChunkScratch(int64_t N, int64_t P)
+      : bt(N * kChunk), cb(kChunk * kChunk), m(kChunk * kChunk), xw(kChunk * P) {}
+  std::vector<float> bt, cb, m, xw;
   float cum[kChunk], dt[kChunk], e[kChunk], w[kChunk];
 };
 
@@ -84,12 +85,20 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) s->e[i] = FastExp(s->cum[i]);
   SmallGemm(n, P, N, p.c + t0 * p.ldc, p.ldc, 1, st, ld_st, 1.0f, yc, p.ldy, false, s->e);
-  // S^T = exp(cum_last) S^T + B^T diag(w) X with w_j = exp(cum_last - cum_j) dt_j.
+  // S^T = exp(cum_last) S^T + B^T (diag(w) X) with w_j = exp(cum_last - cum_j) dt_j,
+  // diag(w) X made once (scaling B's rows inside the product would redo it
+  // for every block of S^T's rows).
   const float last = s->cum[n - 1];
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) s->w[j] = FastExp(last - s->cum[j]) * s->dt[j];
-  SmallGemm(N, P, n, p.b + t0 * p.ldb, 1, p.ldb, xc, p.ldx, std::exp(last), st, ld_st, false,
-            nullptr, s->w);
+  float* xw = s->xw.data();
+  for (int64_t j = 0; j < n; ++j) {
+    const float wj = s->w[j];
+    const float* xj = xc + j * p.ldx;
+#pragma omp simd
+    for (int64_t q = 0; q < P; ++q) xw[j * P + q] = wj * xj[q];
+  }
+  SmallGemm(N, P, n, p.b + t0 * p.ldb, 1, p.ldb, xw, P, std::exp(last), st, ld_st);
   return last;
 }
 
@@ -107,7 +116,7 @@ void SsdScan(const ScanParams& p, float* state, float* log_decay) {
     const int threads = omp_get_num_threads(), tid = omp_get_thread_num();
     const int h0 = p.heads * tid / threads, h1 = p.heads * (tid + 1) / threads;
     const int64_t gp = int64_t{h1 - h0} * P;
-    ChunkScratch scratch(N);
+    ChunkScratch scratch(N, P);
     std::vector<float> st(N * gp), total(h1 - h0, 0.0f);
     for (int h = h0; h < h1; ++h)
       Transpose(state + h * P * N, N, P, N, st.data() + (h - h0) * N * P, P);
