@@ -46,21 +46,30 @@ void Block(const Args& g, int64_t i, int64_t j, int64_t depth) {
   const float* a = g.a + i * g.a_row;
   const int64_t a_row = g.a_row, a_col = g.a_col, ldb = g.ldb;
   const float* b = g.b + j;
+  // The loops over r and v unrolled, so that acc lives in registers (not
+  // on the stack, zeroed and reloaded around the k loop).
   Vec acc[R][V];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[r][v] = Vec{};
   for (int64_t k = 0; k < depth; ++k) {
     const float* bk = b + k * ldb;
     Vec bv[V];
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) bv[v] = Load(bk + v * kLanes);
     const float* ak = a + k * a_col;
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float s = ak[r * a_row];
+#pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] += s * bv[v];
     }
   }
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const float scale = g.row_scale != nullptr ? g.row_scale[i + r] : 1.0f;
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
       float* p = g.c + (i + r) * g.ldc + j + v * kLanes;
       const Vec sum = scale * acc[r][v];
