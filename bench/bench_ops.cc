@@ -161,20 +161,18 @@ int Main(int argc, char** argv) {
   }
   const Model& bf16_model = *rounded;
   const LayerWeights& bw = bf16_model.layer(0);
-  // Its GEMM weights as bf16, once, as the CPU backend keeps them.
-  cpu::Bf16Copies bf16_copies;
-  for (const auto& [name, t] : bf16_model.tensors()) {
-    if (IsGemmWeight(name)) bf16_copies.Put(t.ptr(), t.size());
-  }
+  // The linear layers' weights packed once, as the CPU backend runs them.
+  cpu::PackedWeights packed;
   // A GEMM op, `times` times, in float32 (the model's weights) and in the
   // bf16 mode (its rounded weights).
   // `bf16_times` (0: `times`) for an op the bf16 mode runs more often.
   const auto gemm_row = [&](const std::string& op, double flops, int times,
                             const std::function<void(cpu::Operands, const LayerWeights&)>& fn,
                             int bf16_times = 0) {
-    Row r{op, times * BestSeconds([&] { fn(cpu::Operands::kFp32, w); }), flops};
+    Row r{op, times * BestSeconds([&] { fn(cpu::Operands::kFp32.With(nullptr, &packed), w); }),
+          flops};
     r.bf16_seconds = (bf16_times > 0 ? bf16_times : times) *
-                     BestSeconds([&] { fn(cpu::Operands::kBf16.With(&bf16_copies), bw); });
+                     BestSeconds([&] { fn(cpu::Operands::kBf16.With(nullptr, &packed), bw); });
     rows.push_back(r);
   };
   std::vector<float> h = Normal(T * D, 3), proj(T * R), xbc(T * C), y(T * di), out(T * D);

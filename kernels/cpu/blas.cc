@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/threading.h"
 
 namespace lact::cpu {
@@ -73,9 +74,19 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
 
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta, Operands operands) {
+  // The bf16 mode's emulation multiplies its rounded operands in float32
+  // (RoundForBf16Gemm rounded x in place), as Gemm would.
+  // The OpenBLAS baseline (SetSgemmLibrary) runs every float32 product on it.
+  const bool bf16_matmul = operands.bf16() && Bf16MatmulOn();
+  PackedWeights* packed =
+      !bf16_matmul && sgemm_library == SgemmLibrary::kOpenBlas ? nullptr : operands.packed();
   ForRowSlices(rows, kMinSliceRows, [&](int64_t begin, int64_t n, int) {
-    Gemm(operands, false, true, n, out, in, 1.0f, x + begin * ldx, ldx, w, in, beta,
-         y + begin * ldy, ldy);
+    const float* xs = x + begin * ldx;
+    float* ys = y + begin * ldy;
+    if (packed != nullptr && packed->Linear(xs, ldx, n, in, w, out, ys, ldy, beta, bf16_matmul)) {
+      return;
+    }
+    Gemm(operands, false, true, n, out, in, 1.0f, xs, ldx, w, in, beta, ys, ldy);
   });
 }
 

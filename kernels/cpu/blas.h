@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/bf16_copies.h"
+#include "kernels/cpu/packed_weights.h"
 
 namespace lact::cpu {
 
@@ -18,27 +19,34 @@ namespace lact::cpu {
 // accumulation (Operands::kBf16, the bf16 mode, the CUDA backend's
 // contract). The weights come rounded (RoundRowsToBf16 in elementwise.h);
 // each activation that only GEMMs read goes through RoundForBf16Gemm below
-// as it is made. A bf16 mode may carry bf16 copies of some operands (the
-// model's weights, bf16_copies.h), which the bf16 matmul then reads in
-// place of packing them; the copies outlive every GEMM given them.
+// as it is made. Either mode may carry the model's weights packed for
+// oneDNN's matmul kernels (packed_weights.h), which Linear then runs on;
+// the bf16 mode also bf16 copies of other fixed operands (the fast
+// weights, bf16_copies.h), which the bf16 matmul then reads in place of
+// packing them. What a mode carries outlives every GEMM given it.
 class Operands {
  public:
   static const Operands kFp32, kBf16;
 
-  // This mode, with `copies` (bf16 modes only; null for none).
-  Operands With(const Bf16Copies* copies) const {
-    return Operands(bf16_, bf16_ ? copies : nullptr);
+  // This mode, with `copies` (kept in a bf16 mode only) and `packed` (null
+  // for none).
+  Operands With(const Bf16Copies* copies, PackedWeights* packed = nullptr) const {
+    return Operands(bf16_, bf16_ ? copies : nullptr, packed);
   }
   const Bf16Copies* copies() const { return copies_; }
+  PackedWeights* packed() const { return packed_; }
+  bool bf16() const { return bf16_; }
 
-  // The same mode, whatever copies either carries.
+  // The same mode, whatever either carries.
   bool operator==(const Operands& other) const { return bf16_ == other.bf16_; }
 
  private:
-  constexpr explicit Operands(bool bf16, const Bf16Copies* copies = nullptr)
-      : bf16_(bf16), copies_(copies) {}
+  constexpr explicit Operands(bool bf16, const Bf16Copies* copies = nullptr,
+                              PackedWeights* packed = nullptr)
+      : bf16_(bf16), copies_(copies), packed_(packed) {}
   bool bf16_;
   const Bf16Copies* copies_;
+  PackedWeights* packed_;
 };
 inline constexpr Operands Operands::kFp32{false};
 inline constexpr Operands Operands::kBf16{true};
@@ -77,7 +85,9 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
 // With kMinSliceRows rows or more for each thread, its rows are split one
 // slice per thread (ForRowSlices in threading.h), each slice a single-threaded GEMM;
 // otherwise (or inside a slice) it is one GEMM, threaded by its library.
-// Each GEMM is the Operands overload of Gemm above.
+// Each GEMM runs on `operands`' packed weights where it carries them and
+// they take the call (PackedWeights::Linear), else it is the Operands
+// overload of Gemm above.
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta = 0.0f, Operands operands = Operands::kFp32);
 

@@ -7,7 +7,6 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
-#include "worker/cpu/cpu_runner.h"
 
 namespace lact {
 namespace {
@@ -29,16 +28,11 @@ CpuOps::CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t
       c_(c),
       grads_collective_(grads),
       stats_(stats),
-      operands_(operands.With(&bf16_copies_)),
+      operands_(operands.With(&bf16_copies_, &packed_weights_)),
       log_decay_(c.ssm_heads()),
       fast_(3 * FastSize()),
       grads_(3 * FastSize()) {
-  if (operands_ != cpu::Operands::kBf16) return;
-  // The GEMM weights (rounded at load: the same values) as bf16, once.
-  for (const auto& [name, t] : model.tensors()) {
-    if (IsGemmWeight(name)) bf16_copies_.Put(t.ptr(), t.size());
-  }
-  fast_bf16_.resize(fast_.size());
+  if (operands_ == cpu::Operands::kBf16) fast_bf16_.resize(fast_.size());
 }
 
 CpuOps::~CpuOps() {

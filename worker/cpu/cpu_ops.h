@@ -8,10 +8,11 @@
 // cpu::RoundForBf16Gemm once as it is made (rounded in place for the
 // emulation, rounded by the bf16 matmul as it packs it otherwise; ReadRows
 // returns h rounded either way), and the ops keep a rounded copy of the
-// fast weights beside their float32 masters. The ops make bf16 copies of
-// the model's matrices and of the rounded fast weights (cpu::Bf16Copies),
-// which the bf16 matmul reads instead of packing them on each call: the
-// model must not change while the ops live. In float32 the BiMamba output
+// fast weights beside their float32 masters. The linear layers run on the
+// model's weights packed once for oneDNN's matmul kernels
+// (cpu::PackedWeights), and the bf16 matmul reads a bf16 copy of the
+// rounded fast weights (cpu::Bf16Copies) instead of packing them on each
+// call: the model must not change while the ops live. In float32 the BiMamba output
 // projection runs once, on the sum of both directions' outputs (SPEC.md
 // section 5): the first direction's are held until the second's tile
 // reaches them, in acc's memory and a [L, d_inner - D] buffer (L x D floats
@@ -114,8 +115,10 @@ class CpuOps final : public BackendOps {
   const ModelConfig& c_;
   Collective* grads_collective_;
   OverlapStats* stats_;
-  // bf16 copies of the GEMM weights and of fast_bf16_ (the bf16 mode), which
-  // operands_ carries to the bf16 matmul.
+  // The model's linear-layer weights packed for oneDNN's matmul (on first
+  // use), and bf16 copies of fast_bf16_ (the bf16 mode), which operands_
+  // carries to the GEMMs.
+  cpu::PackedWeights packed_weights_;
   cpu::Bf16Copies bf16_copies_;
   const cpu::Operands operands_;
   Tensor x_, h_, acc_;  // [L, D]

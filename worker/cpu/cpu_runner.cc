@@ -19,18 +19,16 @@
 
 namespace lact {
 
-bool IsGemmWeight(const std::string& name) {
-  for (const char* suffix : {"in_proj.weight", "out_proj.weight", "qkv.weight", "lr.weight",
-                             "o_proj.weight", "gate.weight", "up.weight", "down.weight"}) {
-    if (absl::EndsWith(name, suffix)) return true;
-  }
-  return name == "embed.weight" || name == "head.weight";
-}
-
 absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model) {
   std::map<std::string, Tensor> tensors = model.tensors();
   for (auto& [name, t] : tensors) {
-    if (IsGemmWeight(name)) {
+    bool gemm = false;
+    for (const char* suffix : {"in_proj.weight", "out_proj.weight", "qkv.weight", "lr.weight",
+                               "o_proj.weight", "gate.weight", "up.weight", "down.weight"}) {
+      gemm = gemm || absl::EndsWith(name, suffix);
+    }
+    gemm = gemm || name == "embed.weight" || name == "head.weight";
+    if (gemm) {
       const int64_t cols = t.size() / t.dim(0);  // [out, in] matrices, rows in parallel
       cpu::RoundRowsToBf16(t.ptr(), cols, t.dim(0), cols);
     }

@@ -36,9 +36,6 @@ namespace lact {
 // SSM parameters and the initial fast weights are unchanged.
 absl::StatusOr<Model> RoundGemmWeightsToBf16(const Model& model);
 
-// Whether the model tensor `name` is one of those GEMM weights.
-bool IsGemmWeight(const std::string& name);
-
 // The same, made once per shared model in this process and kept while
 // `model` lives (a worker runs many jobs of the models its cache keeps;
 // preset:base's copy takes seconds and 0.9 GiB). Thread-safe; a caller

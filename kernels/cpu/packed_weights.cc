@@ -1,0 +1,154 @@
+#include "kernels/cpu/packed_weights.h"
+
+#include <omp.h>
+
+#include <dnnl.hpp>
+#include <string>
+#include <vector>
+
+#include "common/half.h"
+#include "kernels/cpu/bf16_matmul.h"
+
+namespace lact::cpu {
+namespace {
+
+using dnnl::memory;
+
+dnnl::engine& Engine() {
+  static dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+memory::data_type Type(bool bf16) {
+  return bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+bool Brgemm(const dnnl::matmul::primitive_desc& pd) {
+  return std::string(pd.impl_info_str()).rfind("brg", 0) == 0;
+}
+
+// The row count the weights' layout is asked for with; oneDNN's choice of
+// layout does not depend on it (checked for every shape each primitive is
+// made for, below).
+constexpr int64_t kProbeRows = 512;
+
+// A matmul's shape and thread count: what a primitive is made for. The
+// weights' layout is a function of (in, out, bf16) on this CPU.
+using Shape = std::tuple<int64_t, int64_t, bool, int64_t, int64_t, int64_t, bool, int>;
+
+struct Primitive {
+  bool ok = false;  // false: oneDNN runs no brgemm kernel on the packed layout
+  dnnl::matmul matmul;
+  memory::desc src, dst;
+};
+
+// One thread's primitives, stream and bf16 packing scratch.
+struct ThreadState {
+  std::map<Shape, Primitive> primitives;
+  dnnl::stream stream{Engine()};
+  std::vector<uint16_t> x;
+};
+
+}  // namespace
+
+struct PackedWeights::Weight {
+  memory::desc desc;
+  memory data;
+};
+
+PackedWeights::PackedWeights() = default;
+PackedWeights::~PackedWeights() = default;
+
+int64_t PackedWeights::size() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& [key, weight] : weights_) n += weight != nullptr;
+  return n;
+}
+
+const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = weights_.find(key);
+  if (it != weights_.end()) return it->second.get();
+  std::unique_ptr<Weight>& slot = weights_[key];
+  const auto [w, out, in, bf16] = key;
+  // w[out, in] row-major is B[in, out] with strides {1, in}.
+  const memory::desc plain({in, out}, Type(bf16), memory::dims{1, in});
+  const memory::desc src({kProbeRows, in}, Type(bf16), memory::dims{in, 1});
+  const memory::desc dst({kProbeRows, out}, memory::data_type::f32, memory::dims{out, 1});
+  const memory::desc any({in, out}, Type(bf16), memory::format_tag::any);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), Engine());
+  if (!Brgemm(pd)) return nullptr;
+  std::vector<uint16_t> rounded;
+  void* from = const_cast<float*>(w);  // oneDNN takes non-const handles; a reorder reads them
+  if (bf16) {
+    rounded.resize(out * in);
+    for (int64_t i = 0; i < out * in; ++i) rounded[i] = FloatToBFloat16(w[i]);
+    from = rounded.data();
+  }
+  auto weight = std::make_unique<Weight>();
+  weight->desc = pd.weights_desc();
+  weight->data = memory(weight->desc, Engine());
+  memory source(plain, Engine(), from);
+  dnnl::stream stream(Engine());
+  dnnl::reorder(source, weight->data).execute(stream, source, weight->data);
+  stream.wait();
+  slot = std::move(weight);
+  return slot.get();
+}
+
+bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
+                           int64_t out, float* y, int64_t ldy, float beta, bool bf16) {
+  if (rows == 0) return true;
+  if (rows < 0 || in <= 0 || out <= 0 || (beta != 0.0f && beta != 1.0f)) return false;
+  if (bf16 && !HasBf16Matmul()) return false;
+  try {
+    const Weight* weight = Get({w, out, in, bf16});
+    if (weight == nullptr) return false;
+    thread_local ThreadState state;
+    const int64_t src_ld = bf16 ? in : ldx;  // bf16 rows are packed densely
+    const Shape shape{in, out, bf16, rows, src_ld, ldy, beta != 0.0f, omp_get_max_threads()};
+    auto it = state.primitives.find(shape);
+    if (it == state.primitives.end()) {
+      if (state.primitives.size() >= static_cast<size_t>(kMaxPrimitives)) state.primitives.clear();
+      Primitive p;
+      p.src = memory::desc({rows, in}, Type(bf16), memory::dims{src_ld, 1});
+      p.dst = memory::desc({rows, out}, memory::data_type::f32, memory::dims{ldy, 1});
+      dnnl::primitive_attr attr;
+      if (beta != 0.0f) {
+        dnnl::post_ops sum;
+        sum.append_sum(1.0f);
+        attr.set_post_ops(sum);
+      }
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, weight->desc, p.dst), attr,
+                                            Engine());
+      p.ok = Brgemm(pd) && pd.weights_desc() == weight->desc;
+      if (p.ok) p.matmul = dnnl::matmul(pd);
+      it = state.primitives.emplace(shape, std::move(p)).first;
+    }
+    const Primitive& p = it->second;
+    if (!p.ok) return false;
+    void* src = const_cast<float*>(x);  // read only
+    if (bf16) {
+      state.x.resize(rows * in);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * ldx;
+        uint16_t* o = state.x.data() + r * in;
+#pragma omp simd
+        for (int64_t i = 0; i < in; ++i) o[i] = FloatToBFloat16(xr[i]);
+      }
+      src = state.x.data();
+    }
+    memory src_mem(p.src, Engine(), src);
+    memory dst_mem(p.dst, Engine(), y);
+    p.matmul.execute(
+        state.stream,
+        {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weight->data}, {DNNL_ARG_DST, dst_mem}});
+    state.stream.wait();
+    return true;
+  } catch (const dnnl::error&) {
+    return false;  // oneDNN fails as it creates or checks, before it writes y
+  }
+}
+
+}  // namespace lact::cpu
