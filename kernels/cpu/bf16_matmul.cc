@@ -11,16 +11,12 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu/dnnl_engine.h"
 
 namespace lact::cpu {
 namespace {
 
 using dnnl::memory;
-
-dnnl::engine& Engine() {
-  static dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
 
 // A matmul's shape, and the thread count it runs with: what a primitive
 // is created for (oneDNN fixes a primitive's threads when it is made).
@@ -40,7 +36,7 @@ dnnl::matmul::primitive_desc Describe(const Shape& s) {
     sum.append_sum(1.0f);
     attr.set_post_ops(sum);
   }
-  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, Engine());
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, DnnlEngine());
 }
 
 struct Probe {
@@ -115,7 +111,7 @@ Primitive Create(const Shape& s) {
 // One thread's primitives, stream and packing scratch.
 struct ThreadState {
   std::map<Shape, Primitive> primitives;
-  dnnl::stream stream{Engine()};
+  dnnl::stream stream{DnnlEngine()};
   std::vector<uint16_t> a, b;
   std::vector<float> c;  // a dense C, for a primitive with dense_c
 };
@@ -200,9 +196,9 @@ bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
       }
     }
     // oneDNN takes a handle to non-const memory; a matmul only reads it.
-    memory src(p.a, Engine(), const_cast<uint16_t*>(pa));
-    memory weights(p.b, Engine(), const_cast<uint16_t*>(pb));
-    memory dst(p.c, Engine(), out);
+    memory src(p.a, DnnlEngine(), const_cast<uint16_t*>(pa));
+    memory weights(p.b, DnnlEngine(), const_cast<uint16_t*>(pb));
+    memory dst(p.c, DnnlEngine(), out);
     p.matmul.execute(state.stream,
                      {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
     state.stream.wait();

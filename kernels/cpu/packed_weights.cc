@@ -7,17 +7,13 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu/dnnl_engine.h"
 #include "kernels/cpu/bf16_matmul.h"
 
 namespace lact::cpu {
 namespace {
 
 using dnnl::memory;
-
-dnnl::engine& Engine() {
-  static dnnl::engine* const engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  return *engine;
-}
 
 memory::data_type Type(bool bf16) {
   return bf16 ? memory::data_type::bf16 : memory::data_type::f32;
@@ -45,7 +41,7 @@ struct Primitive {
 // One thread's primitives, stream and bf16 packing scratch.
 struct ThreadState {
   std::map<Shape, Primitive> primitives;
-  dnnl::stream stream{Engine()};
+  dnnl::stream stream{DnnlEngine()};
   std::vector<uint16_t> x;
 };
 
@@ -77,7 +73,7 @@ const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
   const memory::desc src({kProbeRows, in}, Type(bf16), memory::dims{in, 1});
   const memory::desc dst({kProbeRows, out}, memory::data_type::f32, memory::dims{out, 1});
   const memory::desc any({in, out}, Type(bf16), memory::format_tag::any);
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), Engine());
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), DnnlEngine());
   if (!Brgemm(pd)) return nullptr;
   std::vector<uint16_t> rounded;
   void* from = const_cast<float*>(w);  // oneDNN takes non-const handles; a reorder reads them
@@ -88,9 +84,9 @@ const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
   }
   auto weight = std::make_unique<Weight>();
   weight->desc = pd.weights_desc();
-  weight->data = memory(weight->desc, Engine());
-  memory source(plain, Engine(), from);
-  dnnl::stream stream(Engine());
+  weight->data = memory(weight->desc, DnnlEngine());
+  memory source(plain, DnnlEngine(), from);
+  dnnl::stream stream(DnnlEngine());
   dnnl::reorder(source, weight->data).execute(stream, source, weight->data);
   stream.wait();
   slot = std::move(weight);
@@ -121,7 +117,7 @@ bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in
         attr.set_post_ops(sum);
       }
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.src, weight->desc, p.dst), attr,
-                                            Engine());
+                                            DnnlEngine());
       p.ok = Brgemm(pd) && pd.weights_desc() == weight->desc;
       if (p.ok) p.matmul = dnnl::matmul(pd);
       it = state.primitives.emplace(shape, std::move(p)).first;
@@ -139,8 +135,8 @@ bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in
       }
       src = state.x.data();
     }
-    memory src_mem(p.src, Engine(), src);
-    memory dst_mem(p.dst, Engine(), y);
+    memory src_mem(p.src, DnnlEngine(), src);
+    memory dst_mem(p.dst, DnnlEngine(), y);
     p.matmul.execute(
         state.stream,
         {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weight->data}, {DNNL_ARG_DST, dst_mem}});
