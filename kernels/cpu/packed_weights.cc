@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/half.h"
-#include "kernels/cpu/dnnl_engine.h"
 #include "kernels/cpu/bf16_matmul.h"
+#include "kernels/cpu/dnnl_engine.h"
 
 namespace lact::cpu {
 namespace {
