@@ -66,7 +66,8 @@ const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
   absl::MutexLock lock(&mu_);
   auto it = weights_.find(key);
   if (it != weights_.end()) return it->second.get();
-  std::unique_ptr<Weight>& slot = weights_[key];
+  // Recorded only once packed, or known to have no brgemm kernel: a throw
+  // below (oneDNN, memory) leaves the weight to be tried again.
   const auto [w, out, in, bf16] = key;
   // w[out, in] row-major is B[in, out] with strides {1, in}.
   const memory::desc plain({in, out}, Type(bf16), memory::dims{1, in});
@@ -74,7 +75,10 @@ const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
   const memory::desc dst({kProbeRows, out}, memory::data_type::f32, memory::dims{out, 1});
   const memory::desc any({in, out}, Type(bf16), memory::format_tag::any);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any, dst), DnnlEngine());
-  if (!Brgemm(pd)) return nullptr;
+  if (!Brgemm(pd)) {
+    weights_[key] = nullptr;
+    return nullptr;
+  }
   std::vector<uint16_t> rounded;
   void* from = const_cast<float*>(w);  // oneDNN takes non-const handles; a reorder reads them
   if (bf16) {
@@ -89,8 +93,7 @@ const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
   dnnl::stream stream(DnnlEngine());
   dnnl::reorder(source, weight->data).execute(stream, source, weight->data);
   stream.wait();
-  slot = std::move(weight);
-  return slot.get();
+  return (weights_[key] = std::move(weight)).get();
 }
 
 bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
@@ -142,8 +145,10 @@ bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in
         {{DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weight->data}, {DNNL_ARG_DST, dst_mem}});
     state.stream.wait();
     return true;
-  } catch (const dnnl::error&) {
-    return false;  // oneDNN fails as it creates or checks, before it writes y
+  } catch (const std::exception&) {
+    // oneDNN fails (or memory runs out) as it creates, packs or checks,
+    // before it writes y.
+    return false;
   }
 }
 

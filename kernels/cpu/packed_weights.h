@@ -36,8 +36,8 @@ class PackedWeights {
   // to bf16 as it is packed, float32 accumulation, as MatmulBf16 computes).
   // Row-major with leading dimensions ldx, ldy. Returns false, leaving y as
   // it was, where it does not run: another beta, an empty product, or no
-  // brgemm kernel in oneDNN for the shape or this CPU (the caller then uses
-  // sgemm or MatmulBf16).
+  // brgemm kernel in oneDNN for the shape or this CPU, or oneDNN or an
+  // allocation failing (the caller then uses sgemm or MatmulBf16).
   bool Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
               float* y, int64_t ldy, float beta, bool bf16);
 
@@ -48,7 +48,7 @@ class PackedWeights {
   struct Weight;
   using Key = std::tuple<const float*, int64_t, int64_t, bool>;  // w, out, in, bf16
   // The packed weight for `key`, packed now if it is new; null where oneDNN
-  // has no brgemm kernel for it.
+  // has no brgemm kernel for it. Throws what oneDNN or an allocation throws.
   const Weight* Get(const Key& key);
 
   mutable absl::Mutex mu_;

@@ -70,8 +70,8 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
     float* mi = m + i * n;
     const float* cbi = cb + i * kChunk;
     const float ci = s->cum[i];
-    // Whole rows vectorise better than triangles; the exp past the diagonal
-    // is finite (FastExp clamps) and dropped.
+    // Whole rows vectorise better than triangles; past the diagonal the
+    // exp is finite (FastExp clamps), v may not be, and the select drops it.
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
       const float v = cbi[j] * FastExp(ci - s->cum[j]) * s->dt[j];

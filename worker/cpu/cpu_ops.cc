@@ -22,13 +22,14 @@ void Grow(std::vector<float>* v, int64_t size) {
 }  // namespace
 
 CpuOps::CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t tile,
-               Collective* grads, OverlapStats* stats, cpu::Operands operands)
+               Collective* grads, OverlapStats* stats, cpu::Operands operands,
+               cpu::PackedWeights* packed)
     : BackendOps(tokens, tile),
       model_(model),
       c_(c),
       grads_collective_(grads),
       stats_(stats),
-      operands_(operands.With(&bf16_copies_, &packed_weights_)),
+      operands_(operands.With(&bf16_copies_, packed != nullptr ? packed : &own_packed_)),
       log_decay_(c.ssm_heads()),
       fast_(3 * FastSize()),
       grads_(3 * FastSize()) {

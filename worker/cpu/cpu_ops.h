@@ -43,9 +43,12 @@ namespace lact {
 
 class CpuOps final : public BackendOps {
  public:
-  // `grads` (may be null for a group of one) and `stats` outlive the ops.
+  // `grads` (may be null for a group of one), `stats` and `packed` outlive
+  // the ops. `packed` holds the model's weights packed for the matmul (a
+  // runner's, kept across its sequences); null: the ops pack their own.
   CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t tile, Collective* grads,
-         OverlapStats* stats, cpu::Operands operands = cpu::Operands::kFp32);
+         OverlapStats* stats, cpu::Operands operands = cpu::Operands::kFp32,
+         cpu::PackedWeights* packed = nullptr);
   ~CpuOps() override;
 
   absl::Status LoadTokens(Tensor tokens) override;
@@ -116,9 +119,9 @@ class CpuOps final : public BackendOps {
   Collective* grads_collective_;
   OverlapStats* stats_;
   // The model's linear-layer weights packed for oneDNN's matmul (on first
-  // use), and bf16 copies of fast_bf16_ (the bf16 mode), which operands_
-  // carries to the GEMMs.
-  cpu::PackedWeights packed_weights_;
+  // use; unused when the caller gave its own), and bf16 copies of
+  // fast_bf16_ (the bf16 mode), which operands_ carries to the GEMMs.
+  cpu::PackedWeights own_packed_;
   cpu::Bf16Copies bf16_copies_;
   const cpu::Operands operands_;
   Tensor x_, h_, acc_;  // [L, D]

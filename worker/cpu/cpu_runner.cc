@@ -125,7 +125,7 @@ absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, const ShardContext& shard, 
     rounded_ = std::make_shared<const Model>(std::move(rounded));
   }
   const Model& model = rounded_ != nullptr ? *rounded_ : model_;
-  CpuOps ops(model, config_, tokens.dim(0), tile_, grads, &overlap_, operands_);
+  CpuOps ops(model, config_, tokens.dim(0), tile_, grads, &overlap_, operands_, &packed_);
   return RunModel(model, config_, shard, std::move(tokens), ops, kept, out, hooks_.on_layer_done);
 }
 

@@ -26,6 +26,7 @@
 #include "common/model.h"
 #include "common/tensor.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/packed_weights.h"
 #include "worker/collective/collective.h"
 #include "worker/schedule/shard.h"
 
@@ -88,6 +89,9 @@ class CpuRunner {
   ModelConfig config_;
   cpu::Operands operands_;
   std::shared_ptr<const Model> rounded_;  // the bf16 mode's weights
+  // The weights packed for the matmul once for all of this runner's
+  // sequences (a context and the queries against it).
+  cpu::PackedWeights packed_;
   int threads_;
   int64_t tile_;
   RunHooks hooks_;
