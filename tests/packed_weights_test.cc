@@ -3,7 +3,8 @@
 // row strides wider than the rows, accumulation into y, one row and a
 // ragged row count, an output six wide (the learning rates), a sub-block
 // of a weight's rows (the key and value rows of qkv), repeated calls on the
-// cached primitive, two threads packing and multiplying at once; and what
+// cached primitive, x given as bf16, two threads packing and multiplying at
+// once; and what
 // it declines (strided rows too), leaving y as it was.
 #include "kernels/cpu/packed_weights.h"
 
@@ -107,6 +108,28 @@ TEST_P(PackedWeightsTest, MatchesFloat64SumsOnEveryShape) {
     }
   }
   EXPECT_EQ(packed.size(), 5);
+}
+
+// x given as bf16 values: the product Linear makes from the float32 x it
+// rounds, bit for bit (the same packed weight and primitive).
+TEST(PackedWeights, Bf16RowsGivenAsBf16) {
+  if (!HasBf16Matmul()) GTEST_SKIP() << "no bf16 matmul here: " << Bf16MatmulKernel();
+  PackedWeights packed;
+  const int64_t rows = 300, in = 256, out = 128;
+  const std::vector<float> w = Normal(out * in, 15, true), x = Normal(rows * in, 16);
+  std::vector<uint16_t> x16(rows * in);
+  for (int64_t i = 0; i < rows * in; ++i) x16[i] = FloatToBFloat16(x[i]);
+  for (float beta : {0.0f, 1.0f}) {
+    std::vector<float> from_f32 = Normal(rows * out, 17), from_bf16 = from_f32;
+    ASSERT_TRUE(
+        packed.Linear(x.data(), in, rows, in, w.data(), out, from_f32.data(), out, beta, true));
+    ASSERT_TRUE(
+        packed.LinearBf16(x16.data(), rows, in, w.data(), out, from_bf16.data(), out, beta));
+    EXPECT_EQ(from_bf16, from_f32) << "beta " << beta;
+  }
+  std::vector<float> y(4 * out, 3.0f);
+  EXPECT_FALSE(packed.LinearBf16(x16.data(), 4, in, w.data(), out, y.data(), out, 0.5f));
+  for (float v : y) EXPECT_EQ(v, 3.0f);
 }
 
 TEST_P(PackedWeightsTest, ASubBlockOfAWeightsRowsIsItsOwnWeight) {

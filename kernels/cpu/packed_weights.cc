@@ -98,6 +98,16 @@ const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
 
 bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
                            int64_t out, float* y, int64_t ldy, float beta, bool bf16) {
+  return Multiply({x, nullptr, ldx}, rows, in, w, out, y, ldy, beta, bf16);
+}
+
+bool PackedWeights::LinearBf16(const uint16_t* x, int64_t rows, int64_t in, const float* w,
+                               int64_t out, float* y, int64_t ldy, float beta) {
+  return Multiply({nullptr, x, in}, rows, in, w, out, y, ldy, beta, /*bf16=*/true);
+}
+
+bool PackedWeights::Multiply(const Source& x, int64_t rows, int64_t in, const float* w, int64_t out,
+                             float* y, int64_t ldy, float beta, bool bf16) {
   if (rows == 0) return true;
   if (rows < 0 || in <= 0 || out <= 0 || (beta != 0.0f && beta != 1.0f)) return false;
   if (bf16 && !HasBf16Matmul()) return false;
@@ -105,7 +115,7 @@ bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in
     const Weight* weight = Get({w, out, in, bf16});
     if (weight == nullptr) return false;
     thread_local ThreadState state;
-    const int64_t src_ld = bf16 ? in : ldx;  // bf16 rows are packed densely
+    const int64_t src_ld = bf16 ? in : x.ld;  // bf16 rows are dense
     const Shape shape{in, out, bf16, rows, src_ld, ldy, beta != 0.0f, omp_get_max_threads()};
     auto it = state.primitives.find(shape);
     if (it == state.primitives.end()) {
@@ -127,11 +137,13 @@ bool PackedWeights::Linear(const float* x, int64_t ldx, int64_t rows, int64_t in
     }
     const Primitive& p = it->second;
     if (!p.ok) return false;
-    void* src = const_cast<float*>(x);  // read only
-    if (bf16) {
+    // oneDNN takes non-const handles; a matmul only reads its source.
+    void* src = x.bf16 != nullptr ? static_cast<void*>(const_cast<uint16_t*>(x.bf16))
+                                  : static_cast<void*>(const_cast<float*>(x.f32));
+    if (bf16 && x.bf16 == nullptr) {  // float32 rows, packed to bf16 here
       state.x.resize(rows * in);
       for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x + r * ldx;
+        const float* xr = x.f32 + r * x.ld;
         uint16_t* o = state.x.data() + r * in;
 #pragma omp simd
         for (int64_t i = 0; i < in; ++i) o[i] = FloatToBFloat16(xr[i]);

@@ -41,11 +41,25 @@ class PackedWeights {
   bool Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
               float* y, int64_t ldy, float beta, bool bf16);
 
+  // The same with x given as bf16 values ([rows, in], dense): the bf16
+  // product without a float32 x to read and round (the caller made x as
+  // bf16).
+  bool LinearBf16(const uint16_t* x, int64_t rows, int64_t in, const float* w, int64_t out,
+                  float* y, int64_t ldy, float beta);
+
   // The weights packed so far, for tests.
   int64_t size() const;
 
  private:
   struct Weight;
+  // A product's x: float32 rows (row stride ld), or dense bf16 ones.
+  struct Source {
+    const float* f32;
+    const uint16_t* bf16;
+    int64_t ld;
+  };
+  bool Multiply(const Source& x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
+                int64_t ldy, float beta, bool bf16);
   using Key = std::tuple<const float*, int64_t, int64_t, bool>;  // w, out, in, bf16
   // The packed weight for `key`, packed now if it is new; null where oneDNN
   // has no brgemm kernel for it. Throws what oneDNN or an allocation throws.

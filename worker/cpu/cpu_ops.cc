@@ -1,9 +1,12 @@
 #include "worker/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <utility>
 
+#include "common/half.h"
+#include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
@@ -339,9 +342,23 @@ void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScrat
   RoundOperand(normed, D, n, D);
   cpu::Linear(normed, D, n, D, w.mlp_gate, F, gate, F, 0.0f, operands_);
   cpu::Linear(normed, D, n, D, w.mlp_up, F, s->up.data(), F, 0.0f, operands_);
+  if (operands_ == cpu::Operands::kBf16 && cpu::Bf16MatmulOn()) {
+    // The hidden rows made as bf16 (the down projection's operand), not
+    // written as float32 for the matmul to read and round.
+    if (static_cast<int64_t>(s->hidden16.size()) < n * F) s->hidden16.resize(n * F);
+    uint16_t* hidden = s->hidden16.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
-  RoundOperand(gate, F, n, F);
+    for (int64_t i = 0; i < n * F; ++i) hidden[i] = FloatToBFloat16(cpu::Silu(gate[i]) * up[i]);
+    if (operands_.packed()->LinearBf16(hidden, n, F, w.mlp_down, D, x, D, 1.0f)) return;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n * F; ++i) {  // declined: the same values as float32, exactly
+      gate[i] = std::bit_cast<float>(static_cast<uint32_t>(hidden[i]) << 16);
+    }
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
+    RoundOperand(gate, F, n, F);
+  }
   cpu::Linear(gate, F, n, F, w.mlp_down, D, x, D, 1.0f, operands_);
 }
 

@@ -104,6 +104,7 @@ class CpuOps final : public BackendOps {
     std::vector<float> grads;         // dw0 | dw1 | dw2 of slices after the first
     cpu::LactWorkspace lact;
     std::vector<float> normed, gate, up;  // MLP
+    std::vector<uint16_t> hidden16;       // the MLP's hidden rows as bf16 (the bf16 matmul)
   };
   // One scratch per thread, grown before a parallel region.
   void GrowSlices();
