@@ -1,16 +1,13 @@
 #include "kernels/cpu/bf16_copies.h"
 
-#include <iterator>
-
-#include "common/half.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace lact::cpu {
 
 void Bf16Copies::Put(const float* array, int64_t count) {
   std::vector<uint16_t>& bits = copies_[array];
   bits.resize(count);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < count; ++i) bits[i] = FloatToBFloat16(array[i]);
+  PackRowsToBf16(array, count, 1, count, bits.data());
 }
 
 const uint16_t* Bf16Copies::Find(const float* p, int64_t extent) const {

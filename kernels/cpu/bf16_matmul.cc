@@ -10,8 +10,8 @@
 #include <tuple>
 #include <vector>
 
-#include "common/half.h"
 #include "kernels/cpu/dnnl_engine.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace lact::cpu {
 namespace {
@@ -71,13 +71,7 @@ std::atomic<int> use_matmul{-1};
 // rows x cols of x (leading dimension ld), packed densely as bf16.
 void Pack(const float* x, int64_t ld, int64_t rows, int64_t cols, std::vector<uint16_t>* out) {
   out->resize(rows * cols);
-  uint16_t* o = out->data();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * ld;
-    uint16_t* orow = o + r * cols;
-#pragma omp simd
-    for (int64_t i = 0; i < cols; ++i) orow[i] = FloatToBFloat16(xr[i]);
-  }
+  PackRowsToBf16(x, ld, rows, cols, out->data());
 }
 
 struct Primitive {

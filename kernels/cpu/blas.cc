@@ -74,9 +74,10 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
 
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta, Operands operands) {
-  // The bf16 mode's emulation multiplies its rounded operands in float32
-  // (RoundForBf16Gemm rounded x in place), as Gemm would.
-  // The OpenBLAS baseline (SetSgemmLibrary) runs every float32 product on it.
+  // Packed products are float32 except on the bf16 matmul: the bf16 mode's
+  // emulation multiplies its rounded operands (RoundForBf16Gemm rounded x
+  // in place) in float32, as Gemm would. The OpenBLAS baseline
+  // (SetSgemmLibrary) runs every float32 product on OpenBLAS.
   const bool bf16_matmul = operands.bf16() && Bf16MatmulOn();
   PackedWeights* packed =
       !bf16_matmul && sgemm_library == SgemmLibrary::kOpenBlas ? nullptr : operands.packed();

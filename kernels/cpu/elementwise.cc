@@ -61,6 +61,15 @@ void SiluRows(float* x, int64_t ldx, int64_t rows, int64_t cols) {
   }
 }
 
+void PackRowsToBf16(const float* x, int64_t ldx, int64_t rows, int64_t cols, uint16_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    uint16_t* o = out + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) o[c] = FloatToBFloat16(xr[c]);
+  }
+}
+
 void RoundRowsToBf16(float* x, int64_t ldx, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {

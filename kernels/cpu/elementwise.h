@@ -61,6 +61,11 @@ void SiluRows(float* x, int64_t ldx, int64_t rows, int64_t cols);
 // bf16 GEMM with float32 accumulation does.
 void RoundRowsToBf16(float* x, int64_t ldx, int64_t rows, int64_t cols);
 
+// out[r * cols + c] = x[r, c] as bf16 bits (nearest even), rows x cols of
+// x (row stride ldx) packed densely: a bf16 product's operand. On the
+// calling thread (the callers run inside row slices).
+void PackRowsToBf16(const float* x, int64_t ldx, int64_t rows, int64_t cols, uint16_t* out);
+
 }  // namespace lact::cpu
 
 #endif  // LACT_KERNELS_CPU_ELEMENTWISE_H_

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "common/half.h"
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/dnnl_engine.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace lact::cpu {
 namespace {
@@ -83,7 +83,7 @@ const PackedWeights::Weight* PackedWeights::Get(const Key& key) {
   void* from = const_cast<float*>(w);  // oneDNN takes non-const handles; a reorder reads them
   if (bf16) {
     rounded.resize(out * in);
-    for (int64_t i = 0; i < out * in; ++i) rounded[i] = FloatToBFloat16(w[i]);
+    PackRowsToBf16(w, in, out, in, rounded.data());
     from = rounded.data();
   }
   auto weight = std::make_unique<Weight>();
@@ -142,12 +142,7 @@ bool PackedWeights::Multiply(const Source& x, int64_t rows, int64_t in, const fl
                                   : static_cast<void*>(const_cast<float*>(x.f32));
     if (bf16 && x.bf16 == nullptr) {  // float32 rows, packed to bf16 here
       state.x.resize(rows * in);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* xr = x.f32 + r * x.ld;
-        uint16_t* o = state.x.data() + r * in;
-#pragma omp simd
-        for (int64_t i = 0; i < in; ++i) o[i] = FloatToBFloat16(xr[i]);
-      }
+      PackRowsToBf16(x.f32, x.ld, rows, in, state.x.data());
       src = state.x.data();
     }
     memory src_mem(p.src, DnnlEngine(), src);
