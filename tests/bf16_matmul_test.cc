@@ -281,5 +281,51 @@ TEST_F(Bf16MatmulTest, GemmReadsOperandsFromTheirCopies) {
   SetBf16Matmul(was_on);
 }
 
+// GemmBf16 on operands given as bf16 bits, against float64 sums of their
+// values: every transpose, accumulation, on the matmul where this CPU has
+// one and on its sgemm fallback (the operands widened) everywhere, and the
+// two agree to float32 accumulation.
+TEST(Bf16Matmul, GemmBf16OnBitsAgainstFloat64) {
+  const bool was_on = Bf16MatmulOn();
+  for (const bool matmul : {true, false}) {
+    if (matmul && !HasBf16Matmul()) continue;
+    SetBf16Matmul(matmul);
+    for (const Case& c : std::vector<Case>{{false, true, 70, 130, 96, 0, 0.0f},
+                                           {false, false, 65, 128, 33, 0, 1.0f},
+                                           {true, false, 128, 64, 300, 0, 1.0f},
+                                           {true, true, 17, 19, 23, 0, 0.0f}}) {
+      const int64_t a_rows = c.trans_a ? c.k : c.m, a_cols = c.trans_a ? c.m : c.k;
+      const int64_t b_rows = c.trans_b ? c.n : c.k, b_cols = c.trans_b ? c.k : c.n;
+      const std::vector<float> a = Matrix(a_rows, a_cols, 0, 31), b = Matrix(b_rows, b_cols, 0, 32);
+      std::vector<uint16_t> a16(a.size()), b16(b.size());
+      PackRowsToBf16(a.data(), a_cols, a_rows, a_cols, a16.data());
+      PackRowsToBf16(b.data(), b_cols, b_rows, b_cols, b16.data());
+      const int64_t ldc = c.n + 3;  // C's rows wider than n
+      std::vector<float> out = Matrix(c.m, ldc, 0, 33);
+      const std::vector<float> before = out;
+      GemmBf16(c.trans_a, c.trans_b, c.m, c.n, c.k, a16.data(), b16.data(), c.beta, out.data(),
+               ldc);
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) {
+          double sum = 0, magnitude = 0;
+          for (int64_t p = 0; p < c.k; ++p) {
+            const double x = c.trans_a ? a[p * a_cols + i] : a[i * a_cols + p];
+            const double y = c.trans_b ? b[j * b_cols + p] : b[p * b_cols + j];
+            sum += x * y;
+            magnitude += std::abs(x * y);
+          }
+          const double want = sum + c.beta * before[i * ldc + j];
+          ASSERT_LE(std::abs(out[i * ldc + j] - want), 1e-5 * (magnitude + std::abs(want)))
+              << (matmul ? "matmul" : "sgemm") << " C[" << i << ", " << j << "] trans " << c.trans_a
+              << c.trans_b;
+        }
+        for (int64_t j = c.n; j < ldc; ++j)
+          ASSERT_EQ(out[i * ldc + j], before[i * ldc + j]) << "padding of row " << i << " written";
+      }
+    }
+  }
+  SetBf16Matmul(was_on);
+}
+
 }  // namespace
 }  // namespace lact::cpu

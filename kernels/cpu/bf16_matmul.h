@@ -57,10 +57,11 @@ constexpr int kMaxPrimitives = 256;
 // values should be bf16 (others are rounded to nearest even as they are
 // packed). Where `a_bf16` (or `b_bf16`) is given and A (B) is dense (its
 // leading dimension its row length), it is A's (B's) values as bf16, laid
-// out as A (B), and is read in place of packing A (B). Returns false, leaving C as it was, where it
-// cannot run: no HasBf16Matmul(), k == 0, another beta, or oneDNN failing (an exception it throws
-// does not escape); the caller then uses sgemm (Gemm in blas.h does), whose numerics on rounded
-// operands are the same.
+// out as A (B), and is read in place of packing A (B); `a` (`b`) is then
+// not read and may be null. Returns false, leaving C as it was, where it
+// cannot run: no HasBf16Matmul(), k == 0, another beta, or oneDNN failing
+// (an exception it throws does not escape); the caller then uses sgemm
+// (Gemm in blas.h does), whose numerics on rounded operands are the same.
 bool MatmulBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a,
                 int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
                 const uint16_t* a_bf16 = nullptr, const uint16_t* b_bf16 = nullptr);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <vector>
 
+#include "common/half.h"
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/packed_weights.h"
@@ -70,6 +71,22 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
     return;
   }
   Gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void GemmBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+              const uint16_t* b, float beta, float* c, int64_t ldc) {
+  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  if (Bf16MatmulOn() &&
+      MatmulBf16(trans_a, trans_b, m, n, k, nullptr, lda, nullptr, ldb, beta, c, ldc, a, b)) {
+    return;
+  }
+  const auto widen = [](const uint16_t* bits, int64_t count) {
+    std::vector<float> out(count);
+    for (int64_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(bits[i]);
+    return out;
+  };
+  const std::vector<float> wa = widen(a, m * k), wb = widen(b, k * n);
+  Gemm(trans_a, trans_b, m, n, k, 1.0f, wa.data(), lda, wb.data(), ldb, beta, c, ldc);
 }
 
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,

@@ -81,6 +81,16 @@ void Gemm(Operands operands, bool trans_a, bool trans_b, int64_t m, int64_t n, i
           float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
           float* c, int64_t ldc);
 
+// C[m, n] = op(A) @ op(B) + beta * C, beta 0 or 1, for operands made as
+// bf16 values by the caller, dense (each one's leading dimension its row
+// length as op leaves it: k for A, n for B; m for a transposed A, k for a
+// transposed B), with float32 accumulation: a bf16-mode product without
+// float32 operands to read and round. On the bf16 matmul where
+// Bf16MatmulOn() and it takes the call (MatmulBf16), else sgemm on the operands widened to float32,
+// exactly: the same products.
+void GemmBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+              const uint16_t* b, float beta, float* c, int64_t ldc);
+
 // A linear layer: y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
 // With kMinSliceRows rows or more for each thread, its rows are split one
 // slice per thread (ForRowSlices in threading.h), each slice a single-threaded GEMM;

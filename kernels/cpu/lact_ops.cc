@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/half.h"
+#include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 
@@ -29,6 +31,90 @@ void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int6
   L2NormGroups(q, D, T, c.ttt_heads(), c.ttt.head_dim);
 }
 
+namespace {
+
+void Put(float v, float* out) { *out = v; }
+void Put(float v, uint16_t* out) { *out = FloatToBFloat16(v); }
+
+// The chunk gradient's factors for one head, from G = K w0^T, U = K w2^T
+// and dH = V w1 ([T, dhh] each): LR0 dG, LR1 Hd and LR2 dU (the token's
+// learning rates folded into the left factor of each outer product),
+// written as float32 (in place allowed) or as bf16.
+template <typename Out>
+void GradFactors(const float* lr, int64_t lr_ld, int64_t T, int64_t dhh, const float* g,
+                 const float* u, const float* dH, Out* g_out, Out* u_out, Out* dh_out) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lrt = lr + t * lr_ld;
+    const float lr0 = lrt[0], lr1 = lrt[1], lr2 = lrt[2];
+    const int64_t row = t * dhh;
+#pragma omp simd
+    for (int64_t i = 0; i < dhh; ++i) {
+      const float gv = g[row + i], uv = u[row + i], dhv = dH[row + i];
+      const float sg = Sigmoid(gv), silu = gv * sg;
+      Put(lr0 * dhv * uv * sg * (1.0f + gv * (1.0f - sg)), g_out + row + i);
+      Put(lr1 * silu * uv, u_out + row + i);
+      Put(lr2 * dhv * silu, dh_out + row + i);
+    }
+  }
+}
+
+// rows x cols of x (row stride ld) as dense bf16, in `out`.
+const uint16_t* Pack(const float* x, int64_t ld, int64_t rows, int64_t cols,
+                     std::vector<uint16_t>* out) {
+  if (static_cast<int64_t>(out->size()) < rows * cols) out->resize(rows * cols);
+  PackRowsToBf16(x, ld, rows, cols, out->data());
+  return out->data();
+}
+
+// The fast weights of one head ([3, mat] values at w0, w1, w2) as bf16:
+// the operands' copies where they hold them, else packed into `scratch`.
+struct HeadBits {
+  const uint16_t *w0, *w1, *w2;
+};
+HeadBits FastBits(const Operands& operands, FastWeightsRef fast, int64_t offset, int64_t mat,
+                  std::vector<uint16_t>* scratch) {
+  const Bf16Copies* copies = operands.copies();
+  const float* w[3] = {fast.w0 + offset, fast.w1 + offset, fast.w2 + offset};
+  const uint16_t* bits[3];
+  if (static_cast<int64_t>(scratch->size()) < 3 * mat) scratch->resize(3 * mat);
+  for (int m = 0; m < 3; ++m) {
+    bits[m] = copies != nullptr ? copies->Find(w[m], mat) : nullptr;
+    if (bits[m] == nullptr) {
+      PackRowsToBf16(w[m], mat, 1, mat, scratch->data() + m * mat);
+      bits[m] = scratch->data() + m * mat;
+    }
+  }
+  return {bits[0], bits[1], bits[2]};
+}
+
+// AccumulateFastWeightGrads on the bf16 matmul (lact_ops.h).
+void AccumulateGradsBf16(const ModelConfig& c, const float* kv, const float* lr, int64_t T,
+                         FastWeightsRef fast, FastGradsRef grads, LactWorkspace* ws,
+                         const Operands& operands) {
+  const int64_t D = c.d_model, ht = c.ttt_heads(), dh = c.ttt.head_dim, dhh = c.fast_hidden();
+  const int64_t mat = dh * dhh;
+  float *g = ws->g.data(), *u = ws->u.data(), *dH = ws->dh.data();
+  for (auto* v : {&ws->g16, &ws->u16, &ws->dh16}) {
+    if (static_cast<int64_t>(v->size()) < T * dhh) v->resize(T * dhh);
+  }
+  uint16_t *g16 = ws->g16.data(), *u16 = ws->u16.data(), *dh16 = ws->dh16.data();
+  for (int64_t head = 0; head < ht; ++head) {
+    const uint16_t* k = Pack(kv + head * dh, 2 * D, T, dh, &ws->k16);
+    const uint16_t* v = Pack(kv + D + head * dh, 2 * D, T, dh, &ws->v16);
+    const HeadBits w = FastBits(operands, fast, head * mat, mat, &ws->w16);
+    GemmBf16(false, true, T, dhh, dh, k, w.w0, 0.0f, g, dhh);    // G = K w0^T
+    GemmBf16(false, true, T, dhh, dh, k, w.w2, 0.0f, u, dhh);    // U = K w2^T
+    GemmBf16(false, false, T, dhh, dh, v, w.w1, 0.0f, dH, dhh);  // dH = V w1
+    GradFactors(lr + 3 * head, 3 * ht, T, dhh, g, u, dH, g16, u16, dh16);
+    GemmBf16(true, false, dh, dhh, T, v, u16, 1.0f, grads.dw1 + head * mat, dhh);
+    GemmBf16(true, false, dhh, dh, T, g16, k, 1.0f, grads.dw0 + head * mat, dh);
+    GemmBf16(true, false, dhh, dh, T, dh16, k, 1.0f, grads.dw2 + head * mat, dh);
+  }
+}
+
+}  // namespace
+
 void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const float* lr, int64_t T,
                                FastWeightsRef fast, FastGradsRef grads, LactWorkspace* ws,
                                Operands operands) {
@@ -38,6 +124,10 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
   ws->g.resize(T * dhh);
   ws->u.resize(T * dhh);
   ws->dh.resize(T * dhh);
+  if (operands.bf16() && Bf16MatmulOn()) {
+    AccumulateGradsBf16(c, kv, lr, T, fast, grads, ws, operands);
+    return;
+  }
   float *g = ws->g.data(), *u = ws->u.data(), *dH = ws->dh.data();
   for (int64_t head = 0; head < ht; ++head) {
     const float* k = kv + head * dh;
@@ -48,22 +138,7 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
     Gemm(operands, false, true, T, dhh, dh, 1.0f, k, 2 * D, w0, dh, 0.0f, g, dhh);     // G = K w0^T
     Gemm(operands, false, true, T, dhh, dh, 1.0f, k, 2 * D, w2, dh, 0.0f, u, dhh);     // U = K w2^T
     Gemm(operands, false, false, T, dhh, dh, 1.0f, v, 2 * D, w1, dhh, 0.0f, dH, dhh);  // dH = V w1
-    // In place: g <- LR0 * dG, u <- LR1 * Hd, dH <- LR2 * dU (the token's
-    // learning rates folded into the left factor of each outer product).
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
-      const float* lrt = lr + t * 3 * ht + 3 * head;
-      const float lr0 = lrt[0], lr1 = lrt[1], lr2 = lrt[2];
-      float *gt = g + t * dhh, *ut = u + t * dhh, *dht = dH + t * dhh;
-#pragma omp simd
-      for (int64_t i = 0; i < dhh; ++i) {
-        const float gv = gt[i], uv = ut[i], dhv = dht[i];
-        const float sg = Sigmoid(gv), silu = gv * sg;
-        gt[i] = lr0 * dhv * uv * sg * (1.0f + gv * (1.0f - sg));
-        ut[i] = lr1 * silu * uv;
-        dht[i] = lr2 * dhv * silu;
-      }
-    }
+    GradFactors(lr + 3 * head, 3 * ht, T, dhh, g, u, dH, g, u, dH);                    // in place
     if (operands == Operands::kBf16) {
       RoundForBf16Gemm(g, dhh, T, dhh);
       RoundForBf16Gemm(u, dhh, T, dhh);
@@ -118,6 +193,20 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
   ws->g.resize(T * dhh);
   ws->u.resize(T * dhh);
   float *g = ws->g.data(), *u = ws->u.data();
+  if (operands.bf16() && Bf16MatmulOn()) {
+    if (static_cast<int64_t>(ws->g16.size()) < T * dhh) ws->g16.resize(T * dhh);
+    uint16_t* hidden = ws->g16.data();
+    for (int64_t head = 0; head < c.ttt_heads(); ++head) {
+      const uint16_t* qh = Pack(q + head * dh, D, T, dh, &ws->k16);
+      const HeadBits w = FastBits(operands, fast, head * mat, mat, &ws->w16);
+      GemmBf16(false, true, T, dhh, dh, qh, w.w0, 0.0f, g, dhh);
+      GemmBf16(false, true, T, dhh, dh, qh, w.w2, 0.0f, u, dhh);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < T * dhh; ++i) hidden[i] = FloatToBFloat16(Silu(g[i]) * u[i]);
+      GemmBf16(false, true, T, dh, dhh, hidden, w.w1, 0.0f, o + head * dh, D);
+    }
+    return;
+  }
   for (int64_t head = 0; head < c.ttt_heads(); ++head) {
     const float* qh = q + head * dh;
     Gemm(operands, false, true, T, dhh, dh, 1.0f, qh, D, fast.w0 + head * mat, dh, 0.0f, g, dhh);

@@ -33,6 +33,9 @@ struct FastGradsRef {
 
 struct LactWorkspace {
   std::vector<float> g, u, dh;
+  // The bf16 matmul's operands, made as bf16 once per head: k (q), v, the
+  // gradient factors (the hidden rows), and fast weights without a copy.
+  std::vector<uint16_t> k16, v16, g16, u16, dh16, w16;
 };
 
 // kv[T, 2D] = (silu(h @ qkv[k|v]^T)), k l2-normalised per head;
@@ -48,7 +51,11 @@ void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int6
 
 // grads += the chunk-gradient sums over these tokens (kv, lr as produced above).
 // With Operands::kBf16 the hidden-side factors of the gradient GEMMs are
-// rounded to bf16 here; kv and `fast` must come rounded already.
+// rounded to bf16 here; kv and `fast` must come rounded already (or made
+// ready by RoundForBf16Gemm). On the bf16 matmul (Bf16MatmulOn()) each
+// head's k and v are packed to bf16 once for its five products, the
+// factors are made as bf16, and the fast weights are read from the
+// operands' copies where they hold them.
 void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const float* lr,
                                int64_t tokens, FastWeightsRef fast, FastGradsRef grads,
                                LactWorkspace* ws, Operands operands = Operands::kFp32);
@@ -60,7 +67,9 @@ void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef 
 
 // o[T, D] = f_w(q) per head (before o_norm), q[T, D] as produced by LactQuery.
 // With Operands::kBf16, silu(g) * u is rounded to bf16 here; q and `fast`
-// must come rounded already.
+// must come rounded already (or made ready by RoundForBf16Gemm). On the
+// bf16 matmul, each head's q is packed once and silu(g) * u made as bf16,
+// as above.
 void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t tokens, FastWeightsRef fast,
                       float* o, LactWorkspace* ws, Operands operands = Operands::kFp32);
 
