@@ -108,4 +108,17 @@ void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* 
   });
 }
 
+void Linear(const uint16_t* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
+            int64_t ldy, float beta, Operands operands) {
+  PackedWeights* packed = operands.packed();
+  ForRowSlices(rows, kMinSliceRows, [&](int64_t begin, int64_t n, int) {
+    const uint16_t* xs = x + begin * in;
+    float* ys = y + begin * ldy;
+    if (packed != nullptr && packed->LinearBf16(xs, n, in, w, out, ys, ldy, beta)) return;
+    std::vector<float> wide(n * in);
+    for (int64_t i = 0; i < n * in; ++i) wide[i] = BFloat16ToFloat(xs[i]);
+    Linear(wide.data(), in, n, in, w, out, ys, ldy, beta, operands);
+  });
+}
+
 }  // namespace lact::cpu

@@ -101,6 +101,13 @@ void GemmBf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const
 void Linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w, int64_t out,
             float* y, int64_t ldy, float beta = 0.0f, Operands operands = Operands::kFp32);
 
+// The same with x made as bf16 values by the caller ([rows, in], dense),
+// for the bf16 mode on the bf16 matmul: on `operands`' packed weights
+// where they take the call, else the Linear above on x widened to float32
+// (exactly: the same products).
+void Linear(const uint16_t* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
+            int64_t ldy, float beta, Operands operands);
+
 }  // namespace lact::cpu
 
 #endif  // LACT_KERNELS_CPU_BLAS_H_

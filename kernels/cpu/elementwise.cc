@@ -4,8 +4,14 @@
 
 namespace lact::cpu {
 
-void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y,
-                 int64_t ldy) {
+namespace {
+
+void Put(float v, float* out) { *out = v; }
+void Put(float v, uint16_t* out) { *out = FloatToBFloat16(v); }
+
+template <typename Out>
+void RmsNorm(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, Out* y,
+             int64_t ldy) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
@@ -13,14 +19,16 @@ void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const 
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < cols; ++c) ss += xr[c] * xr[c];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + kRmsNormEps);
-    float* yr = y + r * ldy;
+    Out* yr = y + r * ldy;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) yr[c] = xr[c] * inv * w[c];
+    for (int64_t c = 0; c < cols; ++c) Put(xr[c] * inv * w[c], yr + c);
   }
 }
 
-void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
-                      int64_t cols, const float* w) {
+// y[r] *= silu(z[r]) in place, then out[r] = rmsnorm(y[r], w).
+template <typename Out>
+void GatedRmsNorm(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows, int64_t cols,
+                  const float* w, Out* out, int64_t ldo) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * ldy;
@@ -32,9 +40,32 @@ void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_
       ss += yr[c] * yr[c];
     }
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + kRmsNormEps);
+    Out* o = out + r * ldo;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) yr[c] *= inv * w[c];
+    for (int64_t c = 0; c < cols; ++c) Put(yr[c] * (inv * w[c]), o + c);
   }
+}
+
+}  // namespace
+
+void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y,
+                 int64_t ldy) {
+  RmsNorm(x, ldx, rows, cols, w, y, ldy);
+}
+
+void RmsNormRowsToBf16(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w,
+                       uint16_t* y) {
+  RmsNorm(x, ldx, rows, cols, w, y, cols);
+}
+
+void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+                      int64_t cols, const float* w) {
+  GatedRmsNorm(y, ldy, z, ldz, rows, cols, w, y, ldy);
+}
+
+void GatedRmsNormRowsToBf16(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+                            int64_t cols, const float* w, uint16_t* out) {
+  GatedRmsNorm(y, ldy, z, ldz, rows, cols, w, out, cols);
 }
 
 void L2NormGroups(float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group) {

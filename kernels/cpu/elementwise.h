@@ -44,10 +44,20 @@ constexpr float kL2NormEps = 1e-5f;
 void RmsNormRows(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, float* y,
                  int64_t ldy);
 
+// The same rounded to bf16 (nearest even) and written as bf16 bits,
+// [rows, cols] dense: a bf16 product's operand made as it is normed.
+void RmsNormRowsToBf16(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w,
+                       uint16_t* y);
+
 // The Mamba-2 gated norm in one pass: y[r] = rmsnorm(y[r] * silu(z[r]), w)
 // over `cols` channels, in place.
 void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
                       int64_t cols, const float* w);
+
+// The same written to `out` as bf16 bits ([rows, cols] dense, rounded to
+// nearest even); y is left holding y * silu(z).
+void GatedRmsNormRowsToBf16(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+                            int64_t cols, const float* w, uint16_t* out);
 
 // x[r, g*group:(g+1)*group] /= (||.||_2 + eps) for every group, in place.
 void L2NormGroups(float* x, int64_t ldx, int64_t rows, int64_t groups, int64_t group);

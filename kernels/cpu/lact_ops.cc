@@ -9,13 +9,26 @@
 
 namespace lact::cpu {
 
-void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T,
-                    float* kv, float* lr, Operands operands) {
+namespace {
+
+// y[T, out] = h @ w^T for h as float32 rows or as bf16 ones (blas.h).
+void Project(const float* h, int64_t T, int64_t D, const float* w, int64_t out, float* y,
+             Operands operands) {
+  Linear(h, D, T, D, w, out, y, out, 0.0f, operands);
+}
+void Project(const uint16_t* h, int64_t T, int64_t D, const float* w, int64_t out, float* y,
+             Operands operands) {
+  Linear(h, T, D, w, out, y, out, 0.0f, operands);
+}
+
+template <typename H>
+void KeyValueLr(const ModelConfig& c, const LayerWeights& w, const H* h, int64_t T, float* kv,
+                float* lr, Operands operands) {
   const int64_t D = c.d_model, ht = c.ttt_heads();
-  Linear(h, D, T, D, w.qkv + D * D, 2 * D, kv, 2 * D, 0.0f, operands);
+  Project(h, T, D, w.qkv + D * D, 2 * D, kv, operands);
   SiluRows(kv, 2 * D, T, 2 * D);
   L2NormGroups(kv, 2 * D, T, ht, c.ttt.head_dim);
-  Linear(h, D, T, D, w.lr_w, 3 * ht, lr, 3 * ht, 0.0f, operands);
+  Project(h, T, D, w.lr_w, 3 * ht, lr, operands);
   const float shift = static_cast<float>(InvSoftplus(c.ttt.base_lr));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
@@ -23,12 +36,35 @@ void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h,
       lr[t * 3 * ht + j] = Softplus(lr[t * 3 * ht + j] + w.lr_b[j] + shift);
 }
 
-void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T, float* q,
-               Operands operands) {
+template <typename H>
+void Query(const ModelConfig& c, const LayerWeights& w, const H* h, int64_t T, float* q,
+           Operands operands) {
   const int64_t D = c.d_model;
-  Linear(h, D, T, D, w.qkv, D, q, D, 0.0f, operands);
+  Project(h, T, D, w.qkv, D, q, operands);
   SiluRows(q, D, T, D);
   L2NormGroups(q, D, T, c.ttt_heads(), c.ttt.head_dim);
+}
+
+}  // namespace
+
+void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T,
+                    float* kv, float* lr, Operands operands) {
+  KeyValueLr(c, w, h, T, kv, lr, operands);
+}
+
+void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const uint16_t* h, int64_t T,
+                    float* kv, float* lr, Operands operands) {
+  KeyValueLr(c, w, h, T, kv, lr, operands);
+}
+
+void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t T, float* q,
+               Operands operands) {
+  Query(c, w, h, T, q, operands);
+}
+
+void LactQuery(const ModelConfig& c, const LayerWeights& w, const uint16_t* h, int64_t T, float* q,
+               Operands operands) {
+  Query(c, w, h, T, q, operands);
 }
 
 namespace {

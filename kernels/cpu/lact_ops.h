@@ -49,6 +49,13 @@ void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const float* h,
 void LactQuery(const ModelConfig& c, const LayerWeights& w, const float* h, int64_t tokens,
                float* q, Operands operands = Operands::kFp32);
 
+// Both with h made as bf16 by the caller ([T, D] dense), for the bf16 mode
+// on the bf16 matmul (Linear's bf16 overload in blas.h).
+void LactKeyValueLr(const ModelConfig& c, const LayerWeights& w, const uint16_t* h, int64_t tokens,
+                    float* kv, float* lr, Operands operands);
+void LactQuery(const ModelConfig& c, const LayerWeights& w, const uint16_t* h, int64_t tokens,
+               float* q, Operands operands);
+
 // grads += the chunk-gradient sums over these tokens (kv, lr as produced above).
 // With Operands::kBf16 the hidden-side factors of the gradient GEMMs are
 // rounded to bf16 here; kv and `fast` must come rounded already (or made

@@ -71,19 +71,40 @@ void MambaSummarySegment(const ModelConfig& c, const MambaDirWeights& w, const f
   SsdScanStateOnly(ScanOf(c, *ws, T, a.data(), nullptr, nullptr), state.ssm, log_decay);
 }
 
+namespace {
+
+// The conv and the scan after the in projection (ws->proj, [T, R]): y the
+// scan's output before the gated norm.
+void ConvAndScan(const ModelConfig& c, const MambaDirWeights& w, int64_t T, MixerStateView state,
+                 MixerWorkspace* ws, float* y, float* log_decay) {
+  ConvAndDt(c, w, ws->proj.data(), c.in_proj_rows(), c.d_inner(), T, state.conv, ws);
+  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
+  SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, log_decay);
+}
+
+}  // namespace
+
 void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const float* h, int64_t T,
                        MixerStateView state, MixerWorkspace* ws, float* y, float* log_decay,
                        Operands operands) {
   if (T == 0) return;
   const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows();
   ws->proj.resize(T * R);
-  float* proj = ws->proj.data();
-  Linear(h, D, T, D, w.in_proj, R, proj, R, 0.0f, operands);
-  ConvAndDt(c, w, proj, R, di, T, state.conv, ws);
-  const std::vector<float> a = NegExp(w.a_log, c.ssm_heads());
-  SsdScan(ScanOf(c, *ws, T, a.data(), w.d_skip, y), state.ssm, log_decay);
+  Linear(h, D, T, D, w.in_proj, R, ws->proj.data(), R, 0.0f, operands);
+  ConvAndScan(c, w, T, state, ws, y, log_decay);
+  GatedRmsNormRows(y, di, ws->proj.data(), R, T, di, w.norm);
+}
 
-  GatedRmsNormRows(y, di, proj, R, T, di, w.norm);
+void MambaMixerSegment(const ModelConfig& c, const MambaDirWeights& w, const uint16_t* h, int64_t T,
+                       MixerStateView state, MixerWorkspace* ws, uint16_t* y, float* log_decay,
+                       Operands operands) {
+  if (T == 0) return;
+  const int64_t D = c.d_model, di = c.d_inner(), R = c.in_proj_rows();
+  ws->proj.resize(T * R);
+  ws->y.resize(T * di);
+  Linear(h, T, D, w.in_proj, R, ws->proj.data(), R, 0.0f, operands);
+  ConvAndScan(c, w, T, state, ws, ws->y.data(), log_decay);
+  GatedRmsNormRowsToBf16(ws->y.data(), di, ws->proj.data(), R, T, di, w.norm, y);
 }
 
 }  // namespace lact::cpu

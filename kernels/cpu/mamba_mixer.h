@@ -17,7 +17,7 @@
 namespace lact::cpu {
 
 struct MixerWorkspace {
-  std::vector<float> proj, xbc, dt;
+  std::vector<float> proj, xbc, dt, y;
 };
 
 // ssm: [H_s, P, N]; conv: [W-1, d_inner + 2N] (the direction's history).
@@ -33,6 +33,14 @@ struct MixerStateView {
 void MambaMixerSegment(const ModelConfig& config, const MambaDirWeights& w, const float* h,
                        int64_t tokens, MixerStateView state, MixerWorkspace* ws, float* y,
                        float* log_decay = nullptr, Operands operands = Operands::kFp32);
+
+// The same for the bf16 mode on the bf16 matmul, with h made as bf16 by
+// the caller ([T, D] dense) and y written as bf16 ([T, d_inner] dense, the
+// out projection's operand, rounded to nearest even from what the float32
+// overload writes).
+void MambaMixerSegment(const ModelConfig& config, const MambaDirWeights& w, const uint16_t* h,
+                       int64_t tokens, MixerStateView state, MixerWorkspace* ws, uint16_t* y,
+                       float* log_decay, Operands operands);
 
 // The summary pre-pass of a segment: the same projection, conv and scan but
 // only the x, B, C, dt rows and only the state. `state.ssm` and `log_decay`

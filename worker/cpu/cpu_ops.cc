@@ -33,6 +33,7 @@ CpuOps::CpuOps(const Model& model, const ModelConfig& c, int64_t tokens, int64_t
       grads_collective_(grads),
       stats_(stats),
       operands_(operands.With(&bf16_copies_, packed != nullptr ? packed : &own_packed_)),
+      bits_(operands.bf16() && cpu::Bf16MatmulOn()),
       log_decay_(c.ssm_heads()),
       fast_(3 * FastSize()),
       grads_(3 * FastSize()) {
@@ -84,7 +85,11 @@ absl::Status CpuOps::LoadTokens(Tensor tokens) {
   } else {
     x_ = std::move(tokens);
   }
-  h_ = Tensor({L, D});
+  if (bits_) {
+    h16_.resize(L * D);
+  } else {
+    h_ = Tensor({L, D});
+  }
   acc_ = Tensor({L, D});
   return absl::OkStatus();
 }
@@ -96,7 +101,9 @@ absl::Status CpuOps::OutputRows(int64_t first, int64_t n, float* out) {
     cpu::RmsNormRows(x, D, n, D, model_.final_norm(), out, D);
     return absl::OkStatus();
   }
-  float* normed = h_.ptr() + first * D;  // h is free once the block's mixers have run
+  // h is free once the block's mixers have run.
+  if (bits_) Grow(&final_normed_, n * D);
+  float* normed = bits_ ? final_normed_.data() : h_.ptr() + first * D;
   cpu::RmsNormRows(x, D, n, D, model_.final_norm(), normed, D);
   RoundOperand(normed, D, n, D);
   cpu::Linear(normed, D, n, D, model_.head(), c_.d_output, out, c_.d_output, 0.0f, operands_);
@@ -104,6 +111,11 @@ absl::Status CpuOps::OutputRows(int64_t first, int64_t n, float* out) {
 }
 
 absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {
+  if (a == Activation::kNormed && bits_) {
+    const uint16_t* h = h16_.data() + first * c_.d_model;
+    for (int64_t i = 0; i < n * c_.d_model; ++i) out[i] = BFloat16ToFloat(h[i]);
+    return absl::OkStatus();
+  }
   const Tensor& rows = a == Activation::kResidual ? x_ : a == Activation::kNormed ? h_ : acc_;
   std::copy_n(rows.ptr() + first * c_.d_model, n * c_.d_model, out);
   // h as its GEMMs take it: rounded in the bf16 mode (RoundOperand may have
@@ -116,8 +128,12 @@ absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out
 
 absl::Status CpuOps::BeginBlock(const LayerWeights& w) {
   const int64_t L = tokens(), D = c_.d_model;
-  cpu::RmsNormRows(x_.ptr(), D, L, D, w.norm1, h_.ptr(), D);
-  RoundOperand(h_.ptr(), D, L, D);  // h is read by GEMMs only
+  if (bits_) {
+    cpu::RmsNormRowsToBf16(x_.ptr(), D, L, D, w.norm1, h16_.data());
+  } else {
+    cpu::RmsNormRows(x_.ptr(), D, L, D, w.norm1, h_.ptr(), D);
+    RoundOperand(h_.ptr(), D, L, D);  // h is read by GEMMs only
+  }
   std::fill(acc_.data.begin(), acc_.data.end(), 0.0f);
   held_dir_ = -1;
   return absl::OkStatus();
@@ -138,6 +154,7 @@ absl::Status CpuOps::StoreScanState(MambaState* state, float* log_decay) {
 absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                                bool outputs, bool summarize) {
   const int64_t D = c_.d_model, di = c_.d_inner();
+  if (bits_) return MixerTileBits(w, dir, first, n, outputs, summarize);
   const float* rows = h_.ptr() + first * D;
   if (dir == kBackward) {
     Grow(&reversed_, tile() * D);
@@ -171,16 +188,50 @@ absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fir
   return absl::OkStatus();
 }
 
+absl::Status CpuOps::MixerTileBits(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                                   bool outputs, bool summarize) {
+  const int64_t D = c_.d_model, di = c_.d_inner();
+  const uint16_t* rows = h16_.data() + first * D;
+  if (dir == kBackward) {
+    if (static_cast<int64_t>(reversed16_.size()) < tile() * D) reversed16_.resize(tile() * D);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(rows + (n - 1 - i) * D, D, reversed16_.data() + i * D);
+    rows = reversed16_.data();
+  }
+  const MambaDirWeights& m = w.mamba[dir];
+  const cpu::MixerStateView state{scan_.ssm.ptr(), scan_.conv.ptr()};
+  if (!outputs) {  // the pre-pass, on h widened (exactly) to float32
+    Grow(&reversed_, tile() * D);
+    for (int64_t i = 0; i < n * D; ++i) reversed_[i] = BFloat16ToFloat(rows[i]);
+    std::vector<float> unasked(summarize ? 0 : log_decay_.size());
+    cpu::MambaSummarySegment(c_, m, reversed_.data(), n, state,
+                             summarize ? log_decay_.data() : unasked.data(), &mixer_ws_, operands_);
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(y16_.size()) < tile() * di) y16_.resize(tile() * di);
+  cpu::MambaMixerSegment(c_, m, rows, n, state, &mixer_ws_, y16_.data(),
+                         summarize ? log_decay_.data() : nullptr, operands_);
+  ProjectEach(w, dir, first, n);
+  return absl::OkStatus();
+}
+
 void CpuOps::ProjectEach(const LayerWeights& w, Direction dir, int64_t first, int64_t n) {
   const int64_t D = c_.d_model, di = c_.d_inner();
-  RoundOperand(y_.data(), di, n, di);
+  const auto project = [&](float* out, float beta) {
+    if (bits_) {
+      cpu::Linear(y16_.data(), n, di, w.out_proj, D, out, D, beta, operands_);
+    } else {
+      cpu::Linear(y_.data(), di, n, di, w.out_proj, D, out, D, beta, operands_);
+    }
+  };
+  if (!bits_) RoundOperand(y_.data(), di, n, di);
   float* acc = acc_.ptr() + first * D;
   if (dir == kForward) {
-    cpu::Linear(y_.data(), di, n, di, w.out_proj, D, acc, D, 1.0f, operands_);
+    project(acc, 1.0f);
     return;
   }
   Grow(&summed_, tile() * D);
-  cpu::Linear(y_.data(), di, n, di, w.out_proj, D, summed_.data(), D, 0.0f, operands_);
+  project(summed_.data(), 0.0f);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float* dst = acc + (n - 1 - i) * D;
@@ -250,7 +301,11 @@ void CpuOps::AccumulateRows(const LayerWeights& w, int64_t first, int64_t n, Sli
   const int64_t D = c_.d_model;
   Grow(&s->kv, n * 2 * D);
   Grow(&s->lr, n * 3 * c_.ttt_heads());
-  cpu::LactKeyValueLr(c_, w, h_.ptr() + first * D, n, s->kv.data(), s->lr.data(), operands_);
+  if (bits_) {
+    cpu::LactKeyValueLr(c_, w, h16_.data() + first * D, n, s->kv.data(), s->lr.data(), operands_);
+  } else {
+    cpu::LactKeyValueLr(c_, w, h_.ptr() + first * D, n, s->kv.data(), s->lr.data(), operands_);
+  }
   RoundOperand(s->kv.data(), 2 * D, n, 2 * D);
   cpu::AccumulateFastWeightGrads(c_, s->kv.data(), s->lr.data(), n, Fast(), grads, &s->lact,
                                  operands_);
@@ -310,7 +365,11 @@ void CpuOps::ApplyRows(const LayerWeights& w, int64_t first, int64_t n, SliceScr
   Grow(&s->q, n * D);
   Grow(&s->o, n * D);
   float *q = s->q.data(), *o = s->o.data();
-  cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q, operands_);
+  if (bits_) {
+    cpu::LactQuery(c_, w, h16_.data() + first * D, n, q, operands_);
+  } else {
+    cpu::LactQuery(c_, w, h_.ptr() + first * D, n, q, operands_);
+  }
   RoundOperand(q, D, n, D);
   cpu::ApplyFastWeights(c_, q, n, Fast(), o, &s->lact, operands_);
   for (int64_t head = 0; head < c_.ttt_heads(); ++head) {
@@ -338,11 +397,18 @@ void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScrat
   const float* up = s->up.data();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n * D; ++i) x[i] += acc[i];
-  cpu::RmsNormRows(x, D, n, D, w.norm2, normed, D);
-  RoundOperand(normed, D, n, D);
-  cpu::Linear(normed, D, n, D, w.mlp_gate, F, gate, F, 0.0f, operands_);
-  cpu::Linear(normed, D, n, D, w.mlp_up, F, s->up.data(), F, 0.0f, operands_);
-  if (operands_ == cpu::Operands::kBf16 && cpu::Bf16MatmulOn()) {
+  if (bits_) {
+    if (static_cast<int64_t>(s->normed16.size()) < n * D) s->normed16.resize(n * D);
+    cpu::RmsNormRowsToBf16(x, D, n, D, w.norm2, s->normed16.data());
+    cpu::Linear(s->normed16.data(), n, D, w.mlp_gate, F, gate, F, 0.0f, operands_);
+    cpu::Linear(s->normed16.data(), n, D, w.mlp_up, F, s->up.data(), F, 0.0f, operands_);
+  } else {
+    cpu::RmsNormRows(x, D, n, D, w.norm2, normed, D);
+    RoundOperand(normed, D, n, D);
+    cpu::Linear(normed, D, n, D, w.mlp_gate, F, gate, F, 0.0f, operands_);
+    cpu::Linear(normed, D, n, D, w.mlp_up, F, s->up.data(), F, 0.0f, operands_);
+  }
+  if (bits_) {
     // The hidden rows made as bf16 (the down projection's operand), not
     // written as float32 for the matmul to read and round.
     if (static_cast<int64_t>(s->hidden16.size()) < n * F) s->hidden16.resize(n * F);

@@ -12,7 +12,11 @@
 // model's weights packed once for oneDNN's matmul kernels
 // (cpu::PackedWeights), and the bf16 matmul reads a bf16 copy of the
 // rounded fast weights (cpu::Bf16Copies) instead of packing them on each
-// call: the model must not change while the ops live. In float32 the BiMamba output
+// call: the model must not change while the ops live. On the bf16 matmul
+// (cpu::Bf16MatmulOn()) the activations only GEMMs read are made as bf16
+// once, where they are made: h (kept as bf16 only: half h's memory), the
+// mixer's normed y, the MLP's normed input and hidden rows, LaCT's
+// per-head k, v, q and hidden factors. In float32 the BiMamba output
 // projection runs once, on the sum of both directions' outputs (SPEC.md
 // section 5): the first direction's are held until the second's tile
 // reaches them, in acc's memory and a [L, d_inner - D] buffer (L x D floats
@@ -97,6 +101,9 @@ class CpuOps final : public BackendOps {
   // acc's rows (each direction's product apart, as the float64 reference's
   // bf16_operands rounds them: the rounded sum is another rounding).
   void ProjectEach(const LayerWeights& w, Direction dir, int64_t first, int64_t n);
+  // MixerTile where bits_: on h16_, the outputs made as bf16 into y16_.
+  absl::Status MixerTileBits(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                             bool outputs, bool summarize);
 
   // One thread's scratch for its slice of a tile's rows.
   struct SliceScratch {
@@ -104,7 +111,8 @@ class CpuOps final : public BackendOps {
     std::vector<float> grads;         // dw0 | dw1 | dw2 of slices after the first
     cpu::LactWorkspace lact;
     std::vector<float> normed, gate, up;  // MLP
-    std::vector<uint16_t> hidden16;       // the MLP's hidden rows as bf16 (the bf16 matmul)
+    // The MLP's normed input and hidden rows as bf16 (the bf16 matmul).
+    std::vector<uint16_t> normed16, hidden16;
   };
   // One scratch per thread, grown before a parallel region.
   void GrowSlices();
@@ -125,7 +133,12 @@ class CpuOps final : public BackendOps {
   cpu::PackedWeights own_packed_;
   cpu::Bf16Copies bf16_copies_;
   const cpu::Operands operands_;
-  Tensor x_, h_, acc_;  // [L, D]
+  // The bf16 mode on the bf16 matmul: bf16 activations made as bf16.
+  const bool bits_;
+  Tensor x_, h_, acc_;                      // [L, D]; h_ empty where bits_ (h16_ holds h)
+  std::vector<uint16_t> h16_;               // [L, D], where bits_
+  std::vector<uint16_t> reversed16_, y16_;  // a tile of h reversed, of y (bits_)
+  std::vector<float> final_normed_;         // OutputRows' normed rows, where bits_
   // The scan state and its scratch.
   MambaState scan_;
   std::vector<float> log_decay_, reversed_, y_;
