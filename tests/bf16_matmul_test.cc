@@ -21,6 +21,7 @@
 #include "kernels/cpu/bf16_copies.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/threading.h"
 
 namespace lact::cpu {
@@ -325,6 +326,63 @@ TEST(Bf16Matmul, GemmBf16OnBitsAgainstFloat64) {
     }
   }
   SetBf16Matmul(was_on);
+}
+
+// The norms that write bf16 operands: each value within a bf16 rounding
+// of the float64 norm, and bit for bit the float32 norm's value rounded
+// to nearest even (what RoundRowsToBf16 makes of it).
+TEST(Bf16Operands, NormsWrittenAsBf16AreTheRoundedFloat32Norms) {
+  const int64_t rows = 37, cols = 96, ld = 100;
+  const std::vector<float> x = Matrix(rows, cols, ld - cols, 41, /*raw=*/true);
+  const std::vector<float> z = Matrix(rows, cols, ld - cols, 42, /*raw=*/true);
+  const std::vector<float> w = Matrix(1, cols, 0, 43, /*raw=*/true);
+  std::vector<float> plain(rows * cols), gated = x, gated_scratch = x;
+  std::vector<uint16_t> plain16(rows * cols), gated16(rows * cols);
+  RmsNormRows(x.data(), ld, rows, cols, w.data(), plain.data(), cols);
+  RmsNormRowsToBf16(x.data(), ld, rows, cols, w.data(), plain16.data());
+  GatedRmsNormRows(gated.data(), ld, z.data(), ld, rows, cols, w.data());
+  GatedRmsNormRowsToBf16(gated_scratch.data(), ld, z.data(), ld, rows, cols, w.data(),
+                         gated16.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0, gss = 0;
+    std::vector<double> g(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = x[r * ld + c], zc = z[r * ld + c];
+      g[c] = v * zc / (1 + std::exp(-zc));
+      ss += v * v;
+      gss += g[c] * g[c];
+    }
+    const double inv = 1 / std::sqrt(ss / cols + kRmsNormEps);
+    const double ginv = 1 / std::sqrt(gss / cols + kRmsNormEps);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double want = x[r * ld + c] * inv * w[c], gwant = g[c] * ginv * w[c];
+      const float got = BFloat16ToFloat(plain16[r * cols + c]);
+      const float gotg = BFloat16ToFloat(gated16[r * cols + c]);
+      ASSERT_LE(std::abs(got - want), 0x1p-8 * std::abs(want) + 1e-6) << r << ", " << c;
+      ASSERT_LE(std::abs(gotg - gwant), 0x1p-8 * std::abs(gwant) + 1e-6) << r << ", " << c;
+      ASSERT_EQ(plain16[r * cols + c], FloatToBFloat16(plain[r * cols + c])) << r << ", " << c;
+      ASSERT_EQ(gated16[r * cols + c], FloatToBFloat16(gated[r * ld + c])) << r << ", " << c;
+    }
+  }
+}
+
+// Linear on bf16 rows: bit for bit the float32 overload on the same values
+// widened, on packed weights and on the fallback (no packed weights), with
+// accumulation into y.
+TEST(Bf16Operands, LinearOnBf16RowsIsLinearOnTheirValues) {
+  const int64_t rows = 600, in = 96, out = 80;  // two row slices on two threads
+  const std::vector<float> x = Matrix(rows, in, 0, 51), w = Matrix(out, in, 0, 52);
+  std::vector<uint16_t> x16(x.size());
+  PackRowsToBf16(x.data(), in, rows, in, x16.data());
+  PackedWeights packed;
+  for (const Operands operands : {Operands::kBf16.With(nullptr, &packed), Operands::kBf16}) {
+    const std::vector<float> start = Matrix(rows, out, 0, 53);
+    std::vector<float> from_bits = start, from_floats = start;
+    Linear(x16.data(), rows, in, w.data(), out, from_bits.data(), out, 1.0f, operands);
+    Linear(x.data(), in, rows, in, w.data(), out, from_floats.data(), out, 1.0f, operands);
+    EXPECT_EQ(from_bits, from_floats) << (operands.packed() ? "packed" : "unpacked");
+    EXPECT_NE(from_bits, start);
+  }
 }
 
 }  // namespace
