@@ -8,29 +8,39 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/simd.h"
+
 namespace lact::cpu {
+
+// 2^n for integral n in [-126, 127], FastExp's scaling (Pow2 of simd.h
+// for vectors).
+inline float Pow2(float n) { return std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23); }
 
 // exp(x) for float32 without branches, so that loops calling it vectorise
 // (glibc's expf is a scalar call here): Cody-Waite reduction to
 // r in [-ln2/2, ln2/2], Cephes' degree-6 polynomial for e^r, times 2^n.
 // Relative error below 2e-7 on [-87, 88]; inputs are clamped to that range.
-inline float FastExp(float x) {
-  x = x > 88.3762626647949f ? 88.3762626647949f
-                            : x;  // not std::min: a reference defeats vectorisation
-  x = x < -87.3365447505531f ? -87.3365447505531f : x;
+// T is float or Vec (simd.h): the same operations lane by lane.
+template <typename T>
+inline T FastExpOf(T x) {
+  const T hi = T{} + 88.3762626647949f, lo = T{} - 87.3365447505531f;
+  x = x > hi ? hi : x;  // not std::min: a reference defeats vectorisation
+  x = x < lo ? lo : x;
   // Round to nearest by adding and removing 1.5 * 2^23 (std::floor is a
   // library call here and would stop vectorisation).
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  const T n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const T r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  T p = T{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return p * Pow2(n);
 }
+inline float FastExp(float x) { return FastExpOf(x); }
+inline Vec FastExp(Vec x) { return FastExpOf(x); }
 
 inline float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
 inline float Silu(float x) { return x / (1.0f + FastExp(-x)); }

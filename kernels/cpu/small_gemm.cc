@@ -1,32 +1,20 @@
 #include "kernels/cpu/small_gemm.h"
 
 #include <algorithm>
-#include <cstring>
+
+#include "kernels/cpu/simd.h"
 
 namespace lact::cpu {
 namespace {
 
-// A vector register's floats, and the row block that fills the register
-// file: kRows x kVecs accumulators plus kVecs of B (32 zmm with AVX-512,
-// 16 ymm without).
+// The row block that fills the register file: kRows x kVecs accumulators
+// plus kVecs of B (32 zmm with AVX-512, 16 ymm without).
 #if defined(__AVX512F__)
-constexpr int kLanes = 16;
 constexpr int kRows = 6;
 #else
-constexpr int kLanes = 8;
 constexpr int kRows = 3;
 #endif
 constexpr int kVecs = 4;
-
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
-
-Vec Load(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-void Store(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
 
 // The operands and scales of one SmallGemm call.
 struct Args {

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/small_gemm.h"
 
 namespace lact::cpu {
@@ -48,10 +49,14 @@ struct ChunkScratch {
   float cum[kChunk], dt[kChunk], e[kChunk], w[kChunk];
 };
 
+// A chunk's tokens in vectors of kLanes.
+constexpr int kChunkVecs = kChunk / kLanes;
+static_assert(kChunk % kLanes == 0);
+
 // One chunk of `n` tokens at t0 for head h, given cb = C B^T of the chunk
-// (row stride kChunk) and st = this head's state transposed ([N, P], row
-// stride ld_st): writes y, advances st past the chunk and returns the
-// chunk's log decay.
+// (row stride kChunk, zero past column n) and st = this head's state
+// transposed ([N, P], row stride ld_st): writes y, advances st past the
+// chunk and returns the chunk's log decay.
 float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb, float* st,
                     int64_t ld_st, ChunkScratch* s) {
   const int64_t P = p.head_dim, N = p.d_state;
@@ -62,41 +67,60 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
     run += s->dt[i] * a;
     s->cum[i] = run;
   }
+  const float last = run;
+  // A short chunk's tail: no step, no decay (finite, and w = 0 there).
+  for (int64_t i = n; i < kChunk; ++i) {
+    s->dt[i] = 0.0f;
+    s->cum[i] = last;
+  }
+  Vec cum[kChunkVecs], dt[kChunkVecs];
+  for (int v = 0; v < kChunkVecs; ++v) {
+    cum[v] = Load(s->cum + v * kLanes);
+    dt[v] = Load(s->dt + v * kLanes);
+  }
   // M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i, and D on the
-  // diagonal besides, so that M @ X includes the skip term D x.
+  // diagonal besides, so that M @ X includes the skip term D x; zero past
+  // the diagonal (the lower product reads up to its row block's end).
+  // Past the diagonal the exp is finite (FastExp clamps), the product may
+  // not be, and the select drops it.
   const float d = p.d_skip != nullptr ? p.d_skip[h] : 0.0f;
   float* m = s->m.data();
   for (int64_t i = 0; i < n; ++i) {
-    float* mi = m + i * n;
-    const float* cbi = cb + i * kChunk;
-    const float ci = s->cum[i];
-    // Whole rows vectorise better than triangles; past the diagonal the
-    // exp is finite (FastExp clamps), v may not be, and the select drops it.
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = cbi[j] * FastExp(ci - s->cum[j]) * s->dt[j];
-      mi[j] = j < i ? v : j == i ? v + d : 0.0f;
+    const Vec ci = Splat(s->cum[i]);
+    const int32_t diag = static_cast<int32_t>(i);
+    for (int v = 0; v < kChunkVecs; ++v) {
+      float* out = m + i * kChunk + v * kLanes;
+      if (v * kLanes > i) {
+        Store(out, Vec{});
+        continue;
+      }
+      const IntVec j = Iota(v * kLanes);
+      const Vec mv = Load(cb + i * kChunk + v * kLanes) * FastExp(ci - cum[v]) * dt[v];
+      Store(out, j < diag ? mv : j == diag ? mv + d : Vec{});
     }
+  }
+  // e_i = exp(cum_i) scales C S^T's rows; w_j = exp(cum_last - cum_j) dt_j
+  // weighs token j's x in the state update.
+  for (int v = 0; v < kChunkVecs; ++v) {
+    Store(s->e + v * kLanes, FastExp(cum[v]));
+    Store(s->w + v * kLanes, FastExp(last - cum[v]) * dt[v]);
   }
   const float* xc = p.x + t0 * p.ldx + h * P;
   float* yc = p.y + t0 * p.ldy + h * P;
-  SmallGemm(n, P, n, m, n, 1, xc, p.ldx, 0.0f, yc, p.ldy, /*lower=*/true);  // y = M X
-  // y += diag(exp(cum)) C S^T.
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) s->e[i] = FastExp(s->cum[i]);
+  SmallGemm(n, P, n, m, kChunk, 1, xc, p.ldx, 0.0f, yc, p.ldy, /*lower=*/true);  // y = M X
+  // y += diag(e) C S^T.
   SmallGemm(n, P, N, p.c + t0 * p.ldc, p.ldc, 1, st, ld_st, 1.0f, yc, p.ldy, false, s->e);
-  // S^T = exp(cum_last) S^T + B^T (diag(w) X) with w_j = exp(cum_last - cum_j) dt_j,
-  // diag(w) X made once (scaling B's rows inside the product would redo it
-  // for every block of S^T's rows).
-  const float last = s->cum[n - 1];
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) s->w[j] = FastExp(last - s->cum[j]) * s->dt[j];
+  // S^T = exp(cum_last) S^T + B^T (diag(w) X), diag(w) X made once
+  // (scaling B's rows inside the product would redo it for every block of
+  // S^T's rows).
   float* xw = s->xw.data();
   for (int64_t j = 0; j < n; ++j) {
     const float wj = s->w[j];
     const float* xj = xc + j * p.ldx;
-#pragma omp simd
-    for (int64_t q = 0; q < P; ++q) xw[j * P + q] = wj * xj[q];
+    float* out = xw + j * P;
+    int64_t q = 0;
+    for (; q + kLanes <= P; q += kLanes) Store(out + q, wj * Load(xj + q));
+    for (; q < P; ++q) out[q] = wj * xj[q];
   }
   SmallGemm(N, P, n, p.b + t0 * p.ldb, 1, p.ldb, xw, P, std::exp(last), st, ld_st);
   return last;
