@@ -6,12 +6,14 @@
 // selective scan against a straightforward per-token recurrence over the
 // same data.
 //   bench_ops [--threads N] [--tokens T] [--tile N] [--json FILE]
-// --tile: the layer rows' tile (default the CPU runner's, kDefaultCpuTileTokens).
+// --tile: the layer rows' tile in both precisions (default the CPU
+// runner's for each, DefaultCpuTileTokens).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,8 +131,10 @@ int Main(int argc, char** argv) {
   }
   const int threads = static_cast<int>(flags->Int("threads", 0, 0, 1024).value_or(0));
   const int64_t T = flags->Int("tokens", 16384, 64, 1 << 22).value_or(16384);
-  const int64_t tile =
-      flags->Int("tile", kDefaultCpuTileTokens, 1, 1 << 22).value_or(kDefaultCpuTileTokens);
+  const std::optional<int64_t> tile_flag =
+      flags->OptionalInt("tile", 1, 1 << 22).value_or(std::nullopt);
+  const int64_t tile = tile_flag.value_or(DefaultCpuTileTokens("fp32"));
+  const int64_t bf16_tile = tile_flag.value_or(DefaultCpuTileTokens("bf16"));
   cpu::SetNumThreads(threads);
   const ModelConfig c = *PresetConfig("small");
   const Model model = *MakePresetModel("small", 1);
@@ -281,7 +285,7 @@ int Main(int argc, char** argv) {
   // layer on OpenBLAS's sgemm; the bf16 mode's layer, and where the CPU
   // has a bf16 matmul, the emulation beside it (cpu::SetBf16Matmul(false)).
   const bool compare_slices = cpu::NumThreads() > 1;
-  CpuOps bf16_ops(bf16_model, c, T, tile, nullptr, &overlap, cpu::Operands::kBf16);
+  CpuOps bf16_ops(bf16_model, c, T, bf16_tile, nullptr, &overlap, cpu::Operands::kBf16);
   load_tokens(bf16_ops);
   const auto run_bf16_layer = [&] { run_block(bw, bf16_ops); };
   const bool compare_emulation = cpu::HasBf16Matmul();
@@ -327,6 +331,7 @@ int Main(int argc, char** argv) {
   json["threads"] = cpu::NumThreads();
   json["tokens"] = T;
   json["tile"] = tile;
+  json["bf16_tile"] = bf16_tile;
   json["sgemm_gflops"] = yardstick / 1e9;
   json["sgemm_runs"] = yardstick_runs;
   json["sgemm_onednn_gflops"] = sgemm.onednn / 1e9;
@@ -334,12 +339,13 @@ int Main(int argc, char** argv) {
   json["bf16_matmul_gflops"] = bf16_yardstick / 1e9;
   json["bf16_matmul_kernel"] = cpu::Bf16MatmulKernel();
   std::printf(
-      "preset:small, %lld tokens (layer tiles of %lld), %d threads; yardsticks 2048^3 (best of %d "
+      "preset:small, %lld tokens (layer tiles of %lld, bf16 %lld), %d threads; yardsticks 2048^3 "
+      "(best of %d "
       "runs): sgemm %.1f "
       "GFLOP/s (oneDNN %.1f, OpenBLAS %.1f), bf16 matmul %.1f GFLOP/s (%s)\n",
-      static_cast<long long>(T), static_cast<long long>(tile), cpu::NumThreads(), yardstick_runs,
-      yardstick / 1e9, sgemm.onednn / 1e9, sgemm.openblas / 1e9, bf16_yardstick / 1e9,
-      cpu::Bf16MatmulKernel().c_str());
+      static_cast<long long>(T), static_cast<long long>(tile), static_cast<long long>(bf16_tile),
+      cpu::NumThreads(), yardstick_runs, yardstick / 1e9, sgemm.onednn / 1e9, sgemm.openblas / 1e9,
+      bf16_yardstick / 1e9, cpu::Bf16MatmulKernel().c_str());
   // A fraction of the bf16 matmul rate, or "-" where there is none.
   const auto of_bf16 = [&](double rate) {
     char text[16] = "-";

@@ -46,16 +46,18 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
   const std::string backend = flags.Get("backend").value_or("cpu");
+  const std::string precision = flags.Get("precision").value_or("fp32");
   // A GPU wants far bigger tiles than a CPU core's caches.
   LACT_ASSIGN_OR_RETURN(
-      int64_t tile, flags.Int("tile-tokens", backend == "cuda" ? 65536 : kDefaultCpuTileTokens, 1,
-                              int64_t{1} << 24));
+      int64_t tile,
+      flags.Int("tile-tokens", backend == "cuda" ? 65536 : DefaultCpuTileTokens(precision), 1,
+                int64_t{1} << 24));
   LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
   const BackendOptions backend_options{.backend = backend,
                                        .threads = static_cast<int>(threads),
                                        .tile_tokens = tile,
                                        .device = static_cast<int>(device),
-                                       .precision = flags.Get("precision").value_or("fp32"),
+                                       .precision = precision,
                                        .scan_math = flags.Get("scan-math").value_or("fp32")};
   LACT_RETURN_IF_ERROR(ValidateBackend(backend_options));
 

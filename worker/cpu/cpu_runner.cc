@@ -84,6 +84,10 @@ std::string CpuBf16Mode() {
       why, ")");
 }
 
+int64_t DefaultCpuTileTokens(std::string_view precision) {
+  return precision == "bf16" ? kDefaultCpuBf16TileTokens : kDefaultCpuTileTokens;
+}
+
 CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const BackendOptions& options,
                      RunHooks hooks, std::shared_ptr<const Model> bf16_weights)
     : model_(model),
@@ -91,7 +95,8 @@ CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const Backen
       operands_(options.precision == "bf16" ? cpu::Operands::kBf16 : cpu::Operands::kFp32),
       rounded_(std::move(bf16_weights)),
       threads_(options.threads),
-      tile_(options.tile_tokens > 0 ? options.tile_tokens : kDefaultCpuTileTokens),
+      tile_(options.tile_tokens > 0 ? options.tile_tokens
+                                    : DefaultCpuTileTokens(options.precision)),
       hooks_(std::move(hooks)) {}
 
 absl::StatusOr<Tensor> CpuRunner::RunContext(Tensor context, FusedState* state) {

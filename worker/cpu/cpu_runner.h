@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/fused_state.h"
@@ -50,11 +51,15 @@ absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
 std::string CpuBf16Mode();
 
 // Tokens a layer's ops take at a time when BackendOptions::tile_tokens is
-// 0. Smaller tiles keep a tile's projections, scans and MLP hidden states
-// in cache; on an AMX Xeon 1,024 ran the preset:small layer (16K tokens)
-// 1.10x faster than 4,096 in the bf16 mode and 1.03x in fp32 on 2
-// threads, 1.17x and 1.02x on 1 (README, Performance).
+// 0, by precision ("fp32" or "bf16"). Smaller tiles keep a tile's
+// projections, scans and MLP hidden states in cache; on an AMX Xeon 1,024
+// ran the preset:small layer (16K tokens) 1.10x faster than 4,096 in the
+// bf16 mode and 1.03x in fp32 on 2 threads, 1.17x and 1.02x on 1, and
+// the bf16 mode's shorter GEMMs gain again at 512 (1.03x against 1,024),
+// where fp32 does not (README, Performance).
 constexpr int64_t kDefaultCpuTileTokens = 1024;
+constexpr int64_t kDefaultCpuBf16TileTokens = 512;
+int64_t DefaultCpuTileTokens(std::string_view precision);
 
 class CpuRunner {
  public:
