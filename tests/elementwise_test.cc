@@ -2,15 +2,19 @@
 // against float64 libm on a dense grid, as scalars and lane by lane as
 // vectors (simd.h): FastExp within 2e-7 relative on [-87, 88] and clamped
 // past it; Softplus within 3e-7 relative on [-80, 80], x itself far out
-// on the right and e^x far out on the left.
+// on the right and e^x far out on the left; SiLU and the sigmoid within
+// 3e-7; a vector written as bf16 bit for bit as each lane alone; the
+// vector loops' tails.
 #include "kernels/cpu/elementwise.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
+#include "common/half.h"
 #include "kernels/cpu/simd.h"
 
 namespace lact::cpu {
@@ -42,8 +46,9 @@ Results Evaluate(double lo, double step, int count, const std::function<float(fl
 double RelativeError(float got, double want) { return std::abs(got - want) / std::abs(want); }
 
 TEST(ElementwiseTest, FastExpWithin2e7OfLibmAndClamped) {
-  const Results r = Evaluate(-87.0, 175.0 / 160000, 160000, [](float x) { return FastExp(x); },
-                             [](Vec x) { return FastExp(x); });
+  const Results r = Evaluate(
+      -87.0, 175.0 / 160000, 160000, [](float x) { return FastExp(x); },
+      [](Vec x) { return FastExp(x); });
   double worst = 0;
   for (size_t i = 0; i < r.x.size(); ++i) {
     const double want = std::exp(r.x[i]);
@@ -58,8 +63,9 @@ TEST(ElementwiseTest, FastExpWithin2e7OfLibmAndClamped) {
 }
 
 TEST(ElementwiseTest, SoftplusWithin3e7OfLibm) {
-  const Results r = Evaluate(-80.0, 160.0 / 160000, 160000, [](float x) { return Softplus(x); },
-                             [](Vec x) { return SoftplusOf(x); });
+  const Results r = Evaluate(
+      -80.0, 160.0 / 160000, 160000, [](float x) { return Softplus(x); },
+      [](Vec x) { return SoftplusOf(x); });
   double worst = 0;
   for (size_t i = 0; i < r.x.size(); ++i) {
     const double want = std::log1p(std::exp(r.x[i]));
@@ -74,6 +80,58 @@ TEST(ElementwiseTest, SoftplusFarOut) {
     EXPECT_NEAR(Softplus(x), std::exp(double{x}), 3e-7 * std::exp(double{x})) << x;
   EXPECT_GE(Softplus(-1e6f), 0.0f);
   EXPECT_EQ(Softplus(0.0f), static_cast<float>(std::log(2.0)));
+}
+
+TEST(ElementwiseTest, SiluAndSigmoidWithin3e7OfLibm) {
+  const Results silu = Evaluate(
+      -80.0, 160.0 / 160000, 160000, [](float x) { return Silu(x); },
+      [](Vec x) { return SiluOf(x); });
+  const Results sigmoid = Evaluate(
+      -80.0, 160.0 / 160000, 160000, [](float x) { return Sigmoid(x); },
+      [](Vec x) { return SigmoidOf(x); });
+  double worst_silu = 0, worst_sigmoid = 0;
+  for (size_t i = 0; i < silu.x.size(); ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-silu.x[i]));
+    if (silu.x[i] == 0) continue;  // silu(0) = 0: checked below
+    worst_silu = std::max({worst_silu, RelativeError(silu.scalar[i], silu.x[i] * s),
+                           RelativeError(silu.vector[i], silu.x[i] * s)});
+    worst_sigmoid = std::max(
+        {worst_sigmoid, RelativeError(sigmoid.scalar[i], s), RelativeError(sigmoid.vector[i], s)});
+  }
+  EXPECT_LT(worst_silu, 3e-7);
+  EXPECT_LT(worst_sigmoid, 3e-7);
+  EXPECT_EQ(Silu(0.0f), 0.0f);
+}
+
+TEST(ElementwiseTest, VectorWrittenAsBf16AsEachLane) {
+  // Ties both ways, values near the largest finite bf16, subnormals, zeros.
+  const std::vector<float> values = {
+      1.0f,     1.00390625f, 1.01171875f, -2.5e-3f, 3.3895e38f, -1.7e-39f,  0.0f, -0.0f,
+      65537.5f, 1e-30f,      3.14159f,    -7.0e5f,  0.333333f,  1.0039063f, 2.0f, -1.5f};
+  for (size_t first = 0; first + kLanes <= values.size(); first += kLanes) {
+    const Vec v = Load(values.data() + first);
+    uint16_t bits[kLanes];
+    Put(v, bits);
+    for (int l = 0; l < kLanes; ++l) {
+      EXPECT_EQ(bits[l], FloatToBFloat16(values[first + l])) << values[first + l];
+    }
+  }
+}
+
+TEST(ElementwiseTest, VectorLoopsCoverEveryIndexOnce) {
+  for (int64_t n : {0, 1, kLanes - 1, kLanes, kLanes + 1, 5 * kLanes + 3}) {
+    std::vector<int> seen(n, 0), seen_parallel(n, 0);
+    ForEachVector(n, [&](int64_t i, auto like) {
+      const int width = std::is_same_v<decltype(like), Vec> ? kLanes : 1;
+      for (int l = 0; l < width; ++l) ++seen[i + l];
+    });
+    ParallelForEachVector(n, [&](int64_t i, auto like) {
+      const int width = std::is_same_v<decltype(like), Vec> ? kLanes : 1;
+      for (int l = 0; l < width; ++l) ++seen_parallel[i + l];
+    });
+    EXPECT_EQ(seen, std::vector<int>(n, 1)) << n;
+    EXPECT_EQ(seen_parallel, std::vector<int>(n, 1)) << n;
+  }
 }
 
 }  // namespace

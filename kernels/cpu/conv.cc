@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/simd.h"
 
 namespace lact::cpu {
 
@@ -14,12 +15,11 @@ namespace {
 // W (the presets' 4) unrolls the tap loop.
 inline void ConvRow(const float* const* in, const float* wt, const float* bias, int64_t C, int W,
                     float* o) {
-#pragma omp simd
-  for (int64_t c = 0; c < C; ++c) {
-    float acc = bias[c];
-    for (int j = 0; j < W; ++j) acc += wt[j * C + c] * in[j][c];
-    o[c] = Silu(acc);
-  }
+  ForEachVector(C, [&](int64_t c, auto like) {
+    auto acc = LoadLike(like, bias + c);
+    for (int j = 0; j < W; ++j) acc += LoadLike(like, wt + j * C + c) * LoadLike(like, in[j] + c);
+    Put(SiluOf(acc), o + c);
+  });
 }
 
 }  // namespace

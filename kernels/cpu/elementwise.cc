@@ -1,13 +1,13 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <type_traits>
+
 #include "common/half.h"
+#include "kernels/cpu/simd.h"
 
 namespace lact::cpu {
 
 namespace {
-
-void Put(float v, float* out) { *out = v; }
-void Put(float v, uint16_t* out) { *out = FloatToBFloat16(v); }
 
 template <typename Out>
 void RmsNorm(const float* x, int64_t ldx, int64_t rows, int64_t cols, const float* w, Out* y,
@@ -33,12 +33,18 @@ void GatedRmsNorm(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t ro
   for (int64_t r = 0; r < rows; ++r) {
     float* yr = y + r * ldy;
     const float* zr = z + r * ldz;
+    Vec squares{};
     float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < cols; ++c) {
-      yr[c] *= Silu(zr[c]);
-      ss += yr[c] * yr[c];
-    }
+    ForEachVector(cols, [&](int64_t c, auto like) {
+      const auto v = LoadLike(like, yr + c) * SiluOf(LoadLike(like, zr + c));
+      Put(v, yr + c);
+      if constexpr (std::is_same_v<decltype(like), Vec>) {
+        squares += v * v;
+      } else {
+        ss += v * v;
+      }
+    });
+    for (int l = 0; l < kLanes; ++l) ss += squares[l];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + kRmsNormEps);
     Out* o = out + r * ldo;
 #pragma omp simd
@@ -87,8 +93,7 @@ void SiluRows(float* x, int64_t ldx, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* v = x + r * ldx;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) v[c] = Silu(v[c]);
+    ForEachVector(cols, [&](int64_t c, auto like) { Put(SiluOf(LoadLike(like, v + c)), v + c); });
   }
 }
 

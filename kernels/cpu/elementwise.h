@@ -12,10 +12,6 @@
 
 namespace lact::cpu {
 
-// 2^n for integral n in [-126, 127], FastExp's scaling (Pow2 of simd.h
-// for vectors).
-inline float Pow2(float n) { return std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23); }
-
 // exp(x) for float32 without branches, so that loops calling it vectorise
 // (glibc's expf is a scalar call here): Cody-Waite reduction to
 // r in [-ln2/2, ln2/2], Cephes' degree-6 polynomial for e^r, times 2^n.
@@ -26,9 +22,7 @@ inline T FastExpOf(T x) {
   const T hi = T{} + 88.3762626647949f, lo = T{} - 87.3365447505531f;
   x = x > hi ? hi : x;  // not std::min: a reference defeats vectorisation
   x = x < lo ? lo : x;
-  // Round to nearest by adding and removing 1.5 * 2^23 (std::floor is a
-  // library call here and would stop vectorisation).
-  const T n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const T n = RoundToInt(x * 1.44269504088896341f);
   const T r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   T p = T{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -37,13 +31,21 @@ inline T FastExpOf(T x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * Pow2(n);
+  return ScaleByPow2(p, n);
 }
 inline float FastExp(float x) { return FastExpOf(x); }
 inline Vec FastExp(Vec x) { return FastExpOf(x); }
 
-inline float Sigmoid(float x) { return 1.0f / (1.0f + FastExp(-x)); }
-inline float Silu(float x) { return x / (1.0f + FastExp(-x)); }
+template <typename T>
+inline T SigmoidOf(T x) {
+  return 1.0f / (1.0f + FastExpOf(-x));
+}
+template <typename T>
+inline T SiluOf(T x) {
+  return x / (1.0f + FastExpOf(-x));
+}
+inline float Sigmoid(float x) { return SigmoidOf(x); }
+inline float Silu(float x) { return SiluOf(x); }
 
 // log(1 + e^x) as max(x, 0) + log1p(u), u = e^-|x| in (0, 1], without
 // library calls (so that loops vectorise): log1p(u) = 2 atanh(s) with

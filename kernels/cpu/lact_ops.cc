@@ -6,6 +6,7 @@
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/simd.h"
 
 namespace lact::cpu {
 
@@ -69,9 +70,6 @@ void LactQuery(const ModelConfig& c, const LayerWeights& w, const uint16_t* h, i
 
 namespace {
 
-void Put(float v, float* out) { *out = v; }
-void Put(float v, uint16_t* out) { *out = FloatToBFloat16(v); }
-
 // The chunk gradient's factors for one head, from G = K w0^T, U = K w2^T
 // and dH = V w1 ([T, dhh] each): LR0 dG, LR1 Hd and LR2 dU (the token's
 // learning rates folded into the left factor of each outer product),
@@ -84,14 +82,14 @@ void GradFactors(const float* lr, int64_t lr_ld, int64_t T, int64_t dhh, const f
     const float* lrt = lr + t * lr_ld;
     const float lr0 = lrt[0], lr1 = lrt[1], lr2 = lrt[2];
     const int64_t row = t * dhh;
-#pragma omp simd
-    for (int64_t i = 0; i < dhh; ++i) {
-      const float gv = g[row + i], uv = u[row + i], dhv = dH[row + i];
-      const float sg = Sigmoid(gv), silu = gv * sg;
+    ForEachVector(dhh, [&](int64_t i, auto like) {
+      const auto gv = LoadLike(like, g + row + i), uv = LoadLike(like, u + row + i),
+                 dhv = LoadLike(like, dH + row + i);
+      const auto sg = SigmoidOf(gv), silu = gv * sg;
       Put(lr0 * dhv * uv * sg * (1.0f + gv * (1.0f - sg)), g_out + row + i);
       Put(lr1 * silu * uv, u_out + row + i);
       Put(lr2 * dhv * silu, dh_out + row + i);
-    }
+    });
   }
 }
 
@@ -237,8 +235,9 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
       const HeadBits w = FastBits(operands, fast, head * mat, mat, &ws->w16);
       GemmBf16(false, true, T, dhh, dh, qh, w.w0, 0.0f, g, dhh);
       GemmBf16(false, true, T, dhh, dh, qh, w.w2, 0.0f, u, dhh);
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < T * dhh; ++i) hidden[i] = FloatToBFloat16(Silu(g[i]) * u[i]);
+      ParallelForEachVector(T * dhh, [&](int64_t i, auto like) {
+        Put(SiluOf(LoadLike(like, g + i)) * LoadLike(like, u + i), hidden + i);
+      });
       GemmBf16(false, true, T, dh, dhh, hidden, w.w1, 0.0f, o + head * dh, D);
     }
     return;
@@ -247,8 +246,9 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
     const float* qh = q + head * dh;
     Gemm(operands, false, true, T, dhh, dh, 1.0f, qh, D, fast.w0 + head * mat, dh, 0.0f, g, dhh);
     Gemm(operands, false, true, T, dhh, dh, 1.0f, qh, D, fast.w2 + head * mat, dh, 0.0f, u, dhh);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < T * dhh; ++i) g[i] = Silu(g[i]) * u[i];
+    ParallelForEachVector(T * dhh, [&](int64_t i, auto like) {
+      Put(SiluOf(LoadLike(like, g + i)) * LoadLike(like, u + i), g + i);
+    });
     if (operands == Operands::kBf16) RoundForBf16Gemm(g, dhh, T, dhh);
     Gemm(operands, false, true, T, dh, dhh, 1.0f, g, dhh, fast.w1 + head * mat, dhh, 0.0f,
          o + head * dh, D);

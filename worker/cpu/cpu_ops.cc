@@ -9,6 +9,7 @@
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/threading.h"
 
 namespace lact {
@@ -413,16 +414,19 @@ void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScrat
     // written as float32 for the matmul to read and round.
     if (static_cast<int64_t>(s->hidden16.size()) < n * F) s->hidden16.resize(n * F);
     uint16_t* hidden = s->hidden16.data();
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n * F; ++i) hidden[i] = FloatToBFloat16(cpu::Silu(gate[i]) * up[i]);
+    cpu::ParallelForEachVector(n * F, [&](int64_t i, auto like) {
+      cpu::Put(cpu::SiluOf(cpu::LoadLike(like, gate + i)) * cpu::LoadLike(like, up + i),
+               hidden + i);
+    });
     if (operands_.packed()->LinearBf16(hidden, n, F, w.mlp_down, D, x, D, 1.0f)) return;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n * F; ++i) {  // declined: the same values as float32, exactly
       gate[i] = std::bit_cast<float>(static_cast<uint32_t>(hidden[i]) << 16);
     }
   } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n * F; ++i) gate[i] = cpu::Silu(gate[i]) * up[i];
+    cpu::ParallelForEachVector(n * F, [&](int64_t i, auto like) {
+      cpu::Put(cpu::SiluOf(cpu::LoadLike(like, gate + i)) * cpu::LoadLike(like, up + i), gate + i);
+    });
     RoundOperand(gate, F, n, F);
   }
   cpu::Linear(gate, F, n, F, w.mlp_down, D, x, D, 1.0f, operands_);
