@@ -294,6 +294,7 @@ absl::Status CpuOps::StoreFastWeights(LayerState* state) {
 
 absl::Status CpuOps::ZeroGrads() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
+  for (SliceScratch& s : slices_) s.grads_live = false;
   return absl::OkStatus();
 }
 
@@ -315,28 +316,38 @@ void CpuOps::AccumulateRows(const LayerWeights& w, int64_t first, int64_t n, Sli
 absl::Status CpuOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) {
   GrowSlices();
   const int64_t size = FastSize();
-  const int slices =
-      cpu::ForRowSlices(n, cpu::kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
-        SliceScratch& s = slices_[slot];
-        cpu::FastGradsRef grads = Grads();
-        if (slot > 0) {
-          s.grads.assign(3 * size, 0.0f);
-          grads = {s.grads.data(), s.grads.data() + size, s.grads.data() + 2 * size};
-        }
-        AccumulateRows(w, first + begin, k, &s, grads);
-      });
-  if (slices == 1) return absl::OkStatus();
-  float* total = grads_.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < 3 * size; ++i) {
-    for (int slot = 1; slot < slices; ++slot) total[i] += slices_[slot].grads[i];
-  }
+  cpu::ForRowSlices(n, cpu::kMinSliceRows, [&](int64_t begin, int64_t k, int slot) {
+    SliceScratch& s = slices_[slot];
+    cpu::FastGradsRef grads = Grads();
+    if (slot > 0) {
+      if (!s.grads_live) s.grads.assign(3 * size, 0.0f);
+      s.grads_live = true;
+      grads = {s.grads.data(), s.grads.data() + size, s.grads.data() + 2 * size};
+    }
+    AccumulateRows(w, first + begin, k, &s, grads);
+  });
   return absl::OkStatus();
+}
+
+void CpuOps::FoldSliceGrads() {
+  std::vector<const float*> live;
+  for (SliceScratch& s : slices_) {
+    if (s.grads_live) live.push_back(s.grads.data());
+    s.grads_live = false;
+  }
+  if (live.empty()) return;
+  float* total = grads_.data();
+  const int64_t size = static_cast<int64_t>(grads_.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < size; ++i) {
+    for (const float* part : live) total[i] += part[i];
+  }
 }
 
 absl::Status CpuOps::StartGradAllReduce() {
   if (grads_collective_ == nullptr)
     return absl::InternalError("no gradient all-reduce in a group of one");
+  FoldSliceGrads();
   reducing_ = std::async(std::launch::async, [this] {
     const auto start = Clock::now();
     absl::Status s = grads_collective_->AllReduceSum(grads_.data(), grads_.size());
@@ -355,6 +366,7 @@ absl::Status CpuOps::FinishGradAllReduce() {
 }
 
 absl::Status CpuOps::UpdateFastWeights(const LayerWeights& w) {
+  FoldSliceGrads();
   float* f = fast_.data();
   cpu::UpdateFastWeights(c_, Grads(), {w.w0, w.w1, w.w2}, f, f + FastSize(), f + 2 * FastSize());
   RoundFastWeights();

@@ -108,7 +108,10 @@ class CpuOps final : public BackendOps {
   // One thread's scratch for its slice of a tile's rows.
   struct SliceScratch {
     std::vector<float> kv, lr, q, o;  // LaCT
-    std::vector<float> grads;         // dw0 | dw1 | dw2 of slices after the first
+    // dw0 | dw1 | dw2 of slices after the first, summed over the tiles
+    // since ZeroGrads when grads_live (FoldSliceGrads adds them to grads_).
+    std::vector<float> grads;
+    bool grads_live = false;
     cpu::LactWorkspace lact;
     std::vector<float> normed, gate, up;  // MLP
     // The MLP's normed input and hidden rows as bf16 (the bf16 matmul).
@@ -122,6 +125,9 @@ class CpuOps final : public BackendOps {
                       cpu::FastGradsRef grads);
   void ApplyRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s);
   void MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s);
+  // grads_ += every live slice's partial gradients, which then are not live:
+  // before anything reads grads_ (once per chunk, not once per tile).
+  void FoldSliceGrads();
 
   const Model& model_;
   const ModelConfig& c_;
