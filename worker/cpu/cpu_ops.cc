@@ -159,6 +159,7 @@ absl::Status CpuOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fir
   const float* rows = h_.ptr() + first * D;
   if (dir == kBackward) {
     Grow(&reversed_, tile() * D);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(rows + (n - 1 - i) * D, D, reversed_.data() + i * D);
     rows = reversed_.data();
@@ -195,6 +196,7 @@ absl::Status CpuOps::MixerTileBits(const LayerWeights& w, Direction dir, int64_t
   const uint16_t* rows = h16_.data() + first * D;
   if (dir == kBackward) {
     if (static_cast<int64_t>(reversed16_.size()) < tile() * D) reversed16_.resize(tile() * D);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i)
       std::copy_n(rows + (n - 1 - i) * D, D, reversed16_.data() + i * D);
     rows = reversed16_.data();
@@ -203,6 +205,7 @@ absl::Status CpuOps::MixerTileBits(const LayerWeights& w, Direction dir, int64_t
   const cpu::MixerStateView state{scan_.ssm.ptr(), scan_.conv.ptr()};
   if (!outputs) {  // the pre-pass, on h widened (exactly) to float32
     Grow(&reversed_, tile() * D);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n * D; ++i) reversed_[i] = BFloat16ToFloat(rows[i]);
     std::vector<float> unasked(summarize ? 0 : log_decay_.size());
     cpu::MambaSummarySegment(c_, m, reversed_.data(), n, state,
