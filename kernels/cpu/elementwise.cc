@@ -1,6 +1,7 @@
 #include "kernels/cpu/elementwise.h"
 
 #include <type_traits>
+#include <vector>
 
 #include "common/half.h"
 #include "kernels/cpu/simd.h"
@@ -25,30 +26,42 @@ void RmsNorm(const float* x, int64_t ldx, int64_t rows, int64_t cols, const floa
   }
 }
 
-// y[r] *= silu(z[r]) in place, then out[r] = rmsnorm(y[r], w).
+// out[r] = rmsnorm(y[r] * silu(z[r]), w), the gated row held in `gated`
+// (a row of cols floats: y's own where out is y, else a thread's scratch,
+// so that y is not written back).
 template <typename Out>
-void GatedRmsNorm(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows, int64_t cols,
-                  const float* w, Out* out, int64_t ldo) {
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* yr = y + r * ldy;
-    const float* zr = z + r * ldz;
-    Vec squares{};
-    float ss = 0.0f;
-    ForEachVector(cols, [&](int64_t c, auto like) {
-      const auto v = LoadLike(like, yr + c) * SiluOf(LoadLike(like, zr + c));
-      Put(v, yr + c);
-      if constexpr (std::is_same_v<decltype(like), Vec>) {
-        squares += v * v;
+void GatedRmsNorm(const float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+                  int64_t cols, const float* w, Out* out, int64_t ldo) {
+#pragma omp parallel
+  {
+    std::vector<float> scratch(std::is_same_v<Out, float> ? 0 : cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* yr = y + r * ldy;
+      const float* zr = z + r * ldz;
+      Out* o = out + r * ldo;
+      float* gated;
+      if constexpr (std::is_same_v<Out, float>) {
+        gated = o;
       } else {
-        ss += v * v;
+        gated = scratch.data();
       }
-    });
-    for (int l = 0; l < kLanes; ++l) ss += squares[l];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + kRmsNormEps);
-    Out* o = out + r * ldo;
+      Vec squares{};
+      float ss = 0.0f;
+      ForEachVector(cols, [&](int64_t c, auto like) {
+        const auto v = LoadLike(like, yr + c) * SiluOf(LoadLike(like, zr + c));
+        Put(v, gated + c);
+        if constexpr (std::is_same_v<decltype(like), Vec>) {
+          squares += v * v;
+        } else {
+          ss += v * v;
+        }
+      });
+      for (int l = 0; l < kLanes; ++l) ss += squares[l];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(cols) + kRmsNormEps);
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) Put(yr[c] * (inv * w[c]), o + c);
+      for (int64_t c = 0; c < cols; ++c) Put(gated[c] * (inv * w[c]), o + c);
+    }
   }
 }
 
@@ -69,7 +82,7 @@ void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_
   GatedRmsNorm(y, ldy, z, ldz, rows, cols, w, y, ldy);
 }
 
-void GatedRmsNormRowsToBf16(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+void GatedRmsNormRowsToBf16(const float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
                             int64_t cols, const float* w, uint16_t* out) {
   GatedRmsNorm(y, ldy, z, ldz, rows, cols, w, out, cols);
 }

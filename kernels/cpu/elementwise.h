@@ -88,8 +88,8 @@ void GatedRmsNormRows(float* y, int64_t ldy, const float* z, int64_t ldz, int64_
                       int64_t cols, const float* w);
 
 // The same written to `out` as bf16 bits ([rows, cols] dense, rounded to
-// nearest even); y is left holding y * silu(z).
-void GatedRmsNormRowsToBf16(float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
+// nearest even); y is only read.
+void GatedRmsNormRowsToBf16(const float* y, int64_t ldy, const float* z, int64_t ldz, int64_t rows,
                             int64_t cols, const float* w, uint16_t* out);
 
 // x[r, g*group:(g+1)*group] /= (||.||_2 + eps) for every group, in place.
