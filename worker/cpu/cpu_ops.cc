@@ -405,10 +405,9 @@ absl::Status CpuOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int6
 
 void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScratch* s) {
   const int64_t D = c_.d_model, F = c_.mlp_hidden;
-  Grow(&s->normed, n * D);
   Grow(&s->gate, n * F);
   Grow(&s->up, n * F);
-  float *x = x_.ptr() + first * D, *normed = s->normed.data(), *gate = s->gate.data();
+  float *x = x_.ptr() + first * D, *gate = s->gate.data();
   const float* acc = acc_.ptr() + first * D;
   const float* up = s->up.data();
 #pragma omp parallel for schedule(static)
@@ -419,6 +418,8 @@ void CpuOps::MlpRows(const LayerWeights& w, int64_t first, int64_t n, SliceScrat
     cpu::Linear(s->normed16.data(), n, D, w.mlp_gate, F, gate, F, 0.0f, operands_);
     cpu::Linear(s->normed16.data(), n, D, w.mlp_up, F, s->up.data(), F, 0.0f, operands_);
   } else {
+    Grow(&s->normed, n * D);  // the normed rows as float32 (bits_ makes them as bf16)
+    float* normed = s->normed.data();
     cpu::RmsNormRows(x, D, n, D, w.norm2, normed, D);
     RoundOperand(normed, D, n, D);
     cpu::Linear(normed, D, n, D, w.mlp_gate, F, gate, F, 0.0f, operands_);
