@@ -74,9 +74,11 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
     s->cum[i] = last;
   }
   Vec cum[kChunkVecs], dt[kChunkVecs];
+  IntVec token[kChunkVecs];  // each lane's token index j
   for (int v = 0; v < kChunkVecs; ++v) {
     cum[v] = Load(s->cum + v * kLanes);
     dt[v] = Load(s->dt + v * kLanes);
+    token[v] = Iota(v * kLanes);
   }
   // M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i, and D on the
   // diagonal besides, so that M @ X includes the skip term D x; zero past
@@ -94,9 +96,8 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
         Store(out, Vec{});
         continue;
       }
-      const IntVec j = Iota(v * kLanes);
       const Vec mv = Load(cb + i * kChunk + v * kLanes) * FastExp(ci - cum[v]) * dt[v];
-      Store(out, j < diag ? mv : j == diag ? mv + d : Vec{});
+      Store(out, token[v] < diag ? mv : token[v] == diag ? mv + d : Vec{});
     }
   }
   // e_i = exp(cum_i) scales C S^T's rows; w_j = exp(cum_last - cum_j) dt_j
@@ -118,9 +119,7 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
     const float wj = s->w[j];
     const float* xj = xc + j * p.ldx;
     float* out = xw + j * P;
-    int64_t q = 0;
-    for (; q + kLanes <= P; q += kLanes) Store(out + q, wj * Load(xj + q));
-    for (; q < P; ++q) out[q] = wj * xj[q];
+    ForEachVector(P, [&](int64_t q, auto like) { Put(wj * LoadLike(like, xj + q), out + q); });
   }
   SmallGemm(N, P, n, p.b + t0 * p.ldb, 1, p.ldb, xw, P, std::exp(last), st, ld_st);
   return last;
