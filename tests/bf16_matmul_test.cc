@@ -96,9 +96,9 @@ TEST(Bf16Matmul, ProbeMatchesTheCpu) {
   EXPECT_EQ(HasBf16Matmul(), __builtin_cpu_supports("avx512bf16") != 0) << Bf16MatmulKernel();
   std::printf("default: %s (%s)\n", Bf16MatmulOn() ? "on" : "off", Bf16MatmulReason().c_str());
   if (std::getenv("LACT_CPU_BF16_MATMUL") == nullptr) {
-    EXPECT_EQ(Bf16MatmulOn(),
-              HasBf16Matmul() && Bf16MatmulKernel().find("amx") != std::string::npos)
-        << "on by default only on AMX";
+    const bool amx = Bf16MatmulKernel().find("amx") != std::string::npos;
+    EXPECT_EQ(Bf16MatmulOn(), HasBf16Matmul() && (amx || __builtin_cpu_is("amd") != 0))
+        << "on by default on AMX and on AMD's AVX512_BF16 only";
   }
 }
 

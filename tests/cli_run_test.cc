@@ -108,8 +108,9 @@ void ExpectJsonSummaries(const std::string& server, const std::string& name,
       "run --model preset:small --context random:8 --out ", scratch, "/run.safetensors"));
   EXPECT_EQ(run["context_tokens"], 8);
   EXPECT_GT(run["tokens_per_second"].get<double>(), 0);
-  // bf16 on the CPU says how it runs on this machine: on AMX through
-  // oneDNN's bf16 matmul, elsewhere emulated (cpu_runner.h).
+  // bf16 on the CPU says how it runs on this machine: on AMX and AMD's
+  // AVX512_BF16 through oneDNN's bf16 matmul, elsewhere emulated
+  // (cpu_runner.h, bf16_matmul.h).
   CommandResult bf16 =
       RunLact(absl::StrCat("run --model preset:small --context random:8 ",
                            "--precision bf16 --out ", scratch, "/bf16.safetensors"));

@@ -129,8 +129,13 @@ const Default& GetDefault() {
   static const Default* const d = [] {
     if (!HasBf16Matmul()) return new Default{false, Bf16MatmulKernel()};
     const bool amx = Bf16MatmulKernel().find("amx") != std::string::npos;
-    std::string reason =
-        amx ? "runs on AMX" : "no AMX: not faster than sgemm; LACT_CPU_BF16_MATMUL=1 uses it";
+    __builtin_cpu_init();
+    const bool amd = __builtin_cpu_is("amd") != 0;
+    const bool on = amx || amd;
+    std::string reason = amx   ? "runs on AMX"
+                         : amd ? "AMD's AVX512_BF16: a bf16 dot product does two float32 FMAs' work"
+                               : "Intel without AMX: not faster than sgemm; LACT_CPU_BF16_MATMUL=1 "
+                                 "uses it";
     if (const char* env = std::getenv("LACT_CPU_BF16_MATMUL"); env != nullptr && *env != 0) {
       const std::string value = env;
       for (const char* yes : {"1", "true", "on", "yes"})
@@ -140,7 +145,7 @@ const Default& GetDefault() {
       reason += "; LACT_CPU_BF16_MATMUL=" + value + " ignored (allowed: 1, true, on, yes, 0, " +
                 "false, off, no)";
     }
-    return new Default{amx, reason};
+    return new Default{on, reason};
   }();
   return *d;
 }
