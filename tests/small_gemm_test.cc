@@ -84,9 +84,10 @@ void Check(const Case& c, uint64_t seed) {
 
 TEST(SmallGemmTest, MatchesFloat64SumsOnEveryPathAndShape) {
   uint64_t seed = 11;
-  // Rows that fill 0-2 register blocks and leave every remainder; columns
-  // that fill whole column blocks, part of one, and no vector at all.
-  for (int64_t rows : {1, 2, 3, 5, 6, 7, 13, 64}) {
+  // Rows that fill 0-2 register blocks (of 8 rows with AVX-512, 3
+  // without) and leave every remainder; columns that fill whole column
+  // blocks, part of one, and no vector at all.
+  for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 14, 15, 32, 64}) {
     for (int64_t cols : {1, 7, 16, 24, 40, 64, 100}) {
       for (bool transposed_a : {false, true}) {
         for (bool lower : {false, true}) {
