@@ -2,12 +2,14 @@
 // (bench/flops.h) and as a fraction of this machine's own sgemm rate at the
 // same thread count, measured in this one run; in the bf16 mode, the GEMM
 // ops and the layer also as a fraction of the same run's bf16 matmul rate
-// (where the CPU has one), and the layer beside its emulation. Also the
+// (where the CPU has one), and the layer beside its emulation. The SSD
+// scan twice: on the whole segment in one call, and a layer tile at a
+// time right after each tile's conv, as the layer runs it. Also the
 // selective scan against a straightforward per-token recurrence over the
 // same data.
 //   bench_ops [--threads N] [--tokens T] [--tile N] [--json FILE]
-// --tile: the layer rows' tile in both precisions (default the CPU
-// runner's for each, DefaultCpuTileTokens).
+// --tile: the layer rows' and the tiled scan's tile in both precisions
+// (default the CPU runner's for each, DefaultCpuTileTokens).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -218,6 +220,33 @@ int Main(int argc, char** argv) {
                        di};
   const double ssd = 2 * BestSeconds([&] { cpu::SsdScan(scan, state.data(), nullptr); });
   rows.push_back({"SSD scan (x2)", ssd, f.scan});
+  // The scan as the layer runs it: a tile at a time (the state carried),
+  // each tile's x, B and C just written by the conv, as in the layer (so
+  // in cache, where the row above reads a 16K-token segment from memory);
+  // only the scans timed.
+  double tiled_scan = 1e30;
+  for (int round = 0; round < 5; ++round) {
+    std::fill(state.begin(), state.end(), 0.0f);
+    double total = 0;
+    for (int64_t t0 = 0; t0 < T; t0 += tile) {
+      const int64_t n = std::min(tile, T - t0);
+      cpu::CausalConvSilu({n, C, c.ssm.conv_width, u.data() + t0 * C, C, w.mamba[0].conv_w,
+                           w.mamba[0].conv_b, xbc.data() + t0 * C, C},
+                          history.data());
+      cpu::ScanParams part = scan;
+      part.tokens = n;
+      part.x += t0 * C;
+      part.b += t0 * C;
+      part.c += t0 * C;
+      part.dt += t0 * hs;
+      part.y += t0 * di;
+      const auto start = Clock::now();
+      cpu::SsdScan(part, state.data(), nullptr);
+      total += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    tiled_scan = std::min(tiled_scan, total);
+  }
+  rows.push_back({"SSD scan (x2), tiles", 2 * tiled_scan, f.scan});
   rows.push_back({"gated norm (x2)", 2 * BestSeconds([&] {
                                        cpu::GatedRmsNormRows(y.data(), di, proj.data(), R, T, di,
                                                              w.mamba[0].norm);
