@@ -221,8 +221,7 @@ int Main(int argc, char** argv) {
   const double ssd = 2 * BestSeconds([&] { cpu::SsdScan(scan, state.data(), nullptr); });
   rows.push_back({"SSD scan (x2)", ssd, f.scan});
   // The scan as the layer runs it: a tile at a time (the state carried),
-  // each tile's x, B and C just written by the conv, as in the layer (so
-  // in cache, where the row above reads a 16K-token segment from memory);
+  // each tile's x, B and C just written by the conv, as in the layer;
   // only the scans timed.
   double tiled_scan = 1e30;
   for (int round = 0; round < 5; ++round) {

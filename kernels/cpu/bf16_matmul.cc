@@ -129,8 +129,7 @@ const Default& GetDefault() {
   static const Default* const d = [] {
     if (!HasBf16Matmul()) return new Default{false, Bf16MatmulKernel()};
     const bool amx = Bf16MatmulKernel().find("amx") != std::string::npos;
-    __builtin_cpu_init();
-    const bool amd = __builtin_cpu_is("amd") != 0;
+    const bool amd = __builtin_cpu_is("amd") != 0;  // GetProbe ran __builtin_cpu_init
     const bool on = amx || amd;
     std::string reason = amx   ? "runs on AMX"
                          : amd ? "AMD's AVX512_BF16: a bf16 dot product does two float32 FMAs' work"

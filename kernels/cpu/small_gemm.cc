@@ -43,7 +43,7 @@ void Block(const Args& g, int64_t i, int64_t j, int64_t depth) {
   // The loops over r and v unrolled, so that acc lives in registers (not
   // on the stack, zeroed and reloaded around the k loop).
   Vec acc[R][V];
-#pragma GCC unroll 16
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[r][v] = Vec{};
@@ -53,14 +53,14 @@ void Block(const Args& g, int64_t i, int64_t j, int64_t depth) {
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) bv[v] = Load(bk + v * kLanes);
     const float* ak = a + k * a_col;
-#pragma GCC unroll 16
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const float s = ak[r * a_row];
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] += s * bv[v];
     }
   }
-#pragma GCC unroll 16
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const float scale = g.row_scale != nullptr ? g.row_scale[i + r] : 1.0f;
 #pragma GCC unroll 4
