@@ -11,8 +11,10 @@
 // rate measured above, and on two ranks sharing the GPU, the share of the
 // gradient all-reduce hidden behind the BiMamba kernels. Prints a JSON line
 // per part as it is measured and writes them all as one object to --json;
-// exits 1 when no CUDA device is visible.
-//   bench_cuda [--json FILE] [--tokens N]
+// exits 1 when no CUDA device is visible. --quick leaves out the scan's
+// window sweep and recurrence and the two-rank model (a rerun's figures in
+// under a minute).
+//   bench_cuda [--json FILE] [--tokens N] [--quick]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -147,7 +149,8 @@ absl::StatusOr<std::pair<double, double>> GemmRates(cudaStream_t s, EventTimer& 
 
 // SsdScan on T = 65536 tokens of a preset:base-like mixer (H = 24 heads,
 // P = 64, N = 128), x, B, C column slices of one row as in the runner.
-absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, double copy_gbps) {
+absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, double copy_gbps,
+                                         bool quick) {
   const int64_t T = 65536;
   const int H = 24, P = 64, N = 128;
   const int64_t width = int64_t{H} * P, ld = width + 2 * N;
@@ -186,6 +189,22 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
                         timer.Time(s, 1, kReps, [&] { return scan(tensor, true); }));
   LACT_ASSIGN_OR_RETURN(const double state_only,
                         timer.Time(s, 1, kReps, [&] { return scan(ws, false); }));
+  const double bytes = 4.0 * (T * width + 2 * T * N + T * H + T * width + 2 * width * N);
+  const double gbps = bytes / ssd / 1e9;
+  nlohmann::json result{{"tokens", T},
+                        {"heads", H},
+                        {"head_dim", P},
+                        {"d_state", N},
+                        {"bytes", bytes},
+                        {"ms", 1e3 * ssd},
+                        {"reversed_ms", 1e3 * backward},
+                        {"head_tokens_per_s", H * T / ssd},
+                        {"tf32x3_ms", 1e3 * tf32x3},
+                        {"tf32x3_head_tokens_per_s", H * T / tf32x3},
+                        {"gbps", gbps},
+                        {"of_copy", gbps / copy_gbps},
+                        {"state_only_ms", 1e3 * state_only}};
+  if (quick) return result;
   nlohmann::json windows = nlohmann::json::array();
   for (int64_t chunks : {16, 64, 256, 1024}) {
     cuda::SsdWorkspace sized(chunks);
@@ -200,25 +219,10 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
   };
   LACT_RETURN_IF_ERROR(recurrence(64));
   LACT_ASSIGN_OR_RETURN(const double naive, timer.Time(s, 0, 1, [&] { return recurrence(T); }));
-
-  const double bytes = 4.0 * (T * width + 2 * T * N + T * H + T * width + 2 * width * N);
-  const double gbps = bytes / ssd / 1e9;
-  return nlohmann::json{{"tokens", T},
-                        {"heads", H},
-                        {"head_dim", P},
-                        {"d_state", N},
-                        {"bytes", bytes},
-                        {"ms", 1e3 * ssd},
-                        {"reversed_ms", 1e3 * backward},
-                        {"head_tokens_per_s", H * T / ssd},
-                        {"tf32x3_ms", 1e3 * tf32x3},
-                        {"tf32x3_head_tokens_per_s", H * T / tf32x3},
-                        {"gbps", gbps},
-                        {"of_copy", gbps / copy_gbps},
-                        {"state_only_ms", 1e3 * state_only},
-                        {"recurrence_ms", 1e3 * naive},
-                        {"speedup_over_recurrence", naive / ssd},
-                        {"window_sweep", windows}};
+  result["recurrence_ms"] = 1e3 * naive;
+  result["speedup_over_recurrence"] = naive / ssd;
+  result["window_sweep"] = windows;
+  return result;
 }
 
 void PrintLine(const nlohmann::json& j) {
@@ -226,7 +230,7 @@ void PrintLine(const nlohmann::json& j) {
   std::fflush(stdout);
 }
 
-absl::StatusOr<nlohmann::json> RunMicro() {
+absl::StatusOr<nlohmann::json> RunMicro(bool quick) {
   LACT_CUDA_RETURN_IF_ERROR(cudaSetDevice(0));
   cudaDeviceProp prop;
   LACT_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
@@ -237,7 +241,7 @@ absl::StatusOr<nlohmann::json> RunMicro() {
   LACT_RETURN_IF_ERROR(timer.Init());
   LACT_ASSIGN_OR_RETURN(const double copy_gbps, CopyBandwidth(s, timer));
   LACT_ASSIGN_OR_RETURN(const auto gemm, GemmRates(s, timer));
-  LACT_ASSIGN_OR_RETURN(nlohmann::json scan, ScanBench(s, timer, copy_gbps));
+  LACT_ASSIGN_OR_RETURN(nlohmann::json scan, ScanBench(s, timer, copy_gbps, quick));
   return nlohmann::json{{"device", prop.name},
                         {"copy_gbps", copy_gbps},
                         {"bf16_gemm_tflops", gemm.first},
@@ -268,7 +272,8 @@ absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_g
 
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags =
-      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"json", "tokens"});
+      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                   {"json", "tokens", "quick"}, {}, {"quick"});
   absl::StatusOr<int64_t> tokens =
       flags.ok() ? flags->Int("tokens", 1 << 20, 2, int64_t{1} << 26) : flags.status();
   if (!tokens.ok()) {
@@ -284,7 +289,8 @@ int Main(int argc, char** argv) {
     if (std::optional<std::string> path = flags->Get("json"))
       std::ofstream(*path) << all.dump(2) << "\n";
   };
-  absl::StatusOr<nlohmann::json> micro = RunMicro();
+  const bool quick = flags->Has("quick");
+  absl::StatusOr<nlohmann::json> micro = RunMicro(quick);
   if (!micro.ok()) {
     std::fprintf(stderr, "bench_cuda: %s\n", std::string(micro.status().message()).c_str());
     return 1;
@@ -293,8 +299,9 @@ int Main(int argc, char** argv) {
   all = *micro;
   save();
   // One rank with each scan math, then two ranks.
-  for (auto [ranks, scan_math] :
-       {std::pair{1, "fp32"}, std::pair{1, "tf32x3"}, std::pair{2, "fp32"}}) {
+  std::vector<std::pair<int, const char*>> runs = {{1, "fp32"}, {1, "tf32x3"}};
+  if (!quick) runs.emplace_back(2, "fp32");
+  for (auto [ranks, scan_math] : runs) {
     absl::StatusOr<nlohmann::json> model =
         RunModel(*tokens, ranks, (*micro)["bf16_gemm_tflops"].get<double>(), scan_math);
     if (!model.ok()) {
