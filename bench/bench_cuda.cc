@@ -12,9 +12,10 @@
 // gradient all-reduce hidden behind the BiMamba kernels. Prints a JSON line
 // per part as it is measured and writes them all as one object to --json;
 // exits 1 when no CUDA device is visible. --quick leaves out the scan's
-// window sweep and recurrence and the two-rank model (a rerun's figures in
-// under a minute).
-//   bench_cuda [--json FILE] [--tokens N] [--quick]
+// window sweep and recurrence, and runs the model once (one rank, fp32
+// scan): a rerun's figures in under a minute. --no-model stops after the
+// scan.
+//   bench_cuda [--json FILE] [--tokens N] [--quick] [--no-model]
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -273,7 +274,7 @@ absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_g
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags =
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                   {"json", "tokens", "quick"}, {}, {"quick"});
+                   {"json", "tokens", "quick", "no-model"}, {}, {"quick", "no-model"});
   absl::StatusOr<int64_t> tokens =
       flags.ok() ? flags->Int("tokens", 1 << 20, 2, int64_t{1} << 26) : flags.status();
   if (!tokens.ok()) {
@@ -299,8 +300,12 @@ int Main(int argc, char** argv) {
   all = *micro;
   save();
   // One rank with each scan math, then two ranks.
-  std::vector<std::pair<int, const char*>> runs = {{1, "fp32"}, {1, "tf32x3"}};
-  if (!quick) runs.emplace_back(2, "fp32");
+  std::vector<std::pair<int, const char*>> runs = {{1, "fp32"}};
+  if (!quick) {
+    runs.emplace_back(1, "tf32x3");
+    runs.emplace_back(2, "fp32");
+  }
+  if (flags->Has("no-model")) runs.clear();
   for (auto [ranks, scan_math] : runs) {
     absl::StatusOr<nlohmann::json> model =
         RunModel(*tokens, ranks, (*micro)["bf16_gemm_tflops"].get<double>(), scan_math);

@@ -1,5 +1,7 @@
 #include "worker/cuda/tile_io.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -7,6 +9,27 @@
 #include "kernels/cuda/cuda_check.h"
 
 namespace lact {
+namespace {
+
+// memcpy on up to kCopyThreads threads, in 1 MiB slices: one core copies
+// a few GB/s, and on the way down the destination's pages are often
+// touched for the first time, so a tile's host copy on one thread takes
+// longer than its DMA and the GPU's work on it.
+constexpr int kCopyThreads = 8;
+void HostCopy(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kSlice = size_t{1} << 20;
+  const int64_t slices = static_cast<int64_t>((bytes + kSlice - 1) / kSlice);
+  const int threads =
+      static_cast<int>(std::min<int64_t>({kCopyThreads, omp_get_num_procs(), slices}));
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t i = 0; i < slices; ++i) {
+    const size_t offset = static_cast<size_t>(i) * kSlice;
+    std::memcpy(static_cast<char*>(dst) + offset, static_cast<const char*>(src) + offset,
+                std::min(kSlice, bytes - offset));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<TileIo>> TileIo::Create(const cuda::CudaContext& ctx,
                                                        int64_t tile_floats) {
@@ -44,7 +67,7 @@ absl::Status TileIo::Upload(
     const size_t bytes = static_cast<size_t>(n * width) * sizeof(float);
     // The staging buffer's last DMA (tile t - 2) has read it.
     LACT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(dma_done_[k].get()));
-    std::memcpy(staging_[k].get(), host + first * width, bytes);
+    HostCopy(staging_[k].get(), host + first * width, bytes);
     // The compute stream is done with the device tile before it is refilled.
     LACT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(copy_.get(), compute_done_[k].get(), 0));
     LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tiles_[k].get(), staging_[k].get(), bytes,
@@ -67,8 +90,8 @@ absl::Status TileIo::Download(
   const auto drain = [&]() -> absl::Status {
     if (pending_rows == 0) return absl::OkStatus();
     LACT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(dma_done_[pending_k].get()));
-    std::memcpy(host + pending_first * width, staging_[pending_k].get(),
-                static_cast<size_t>(pending_rows * width) * sizeof(float));
+    HostCopy(host + pending_first * width, staging_[pending_k].get(),
+             static_cast<size_t>(pending_rows * width) * sizeof(float));
     pending_rows = 0;
     return absl::OkStatus();
   };

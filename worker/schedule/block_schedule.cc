@@ -1,9 +1,11 @@
 #include "worker/schedule/block_schedule.h"
 
 #include <algorithm>
+#include <future>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/huge_pages.h"
 #include "common/status_macros.h"
 #include "worker/schedule/bimamba_schedule.h"
 #include "worker/schedule/tiles.h"
@@ -103,10 +105,13 @@ absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const 
                                 const std::function<void(int, int)>& on_layer_done) {
   const int64_t width = c.output_width();
   Tensor whole;  // the outputs, unless they go to shard.output_rows
+  // Its buffer, zero-filled in huge pages on a thread of its own while the
+  // layers run: its first touches are then off the last layer's path.
+  std::future<Tensor> whole_buffer;
   // In the last block each tile's output rows are made once its MLP is done.
   const TileStep output_tile = [&](int64_t first, int64_t n) -> absl::Status {
     if (!shard.output_rows) {
-      if (whole.size() == 0) whole = Tensor({ops.tokens(), width});  // at the first tile
+      if (whole_buffer.valid()) whole = whole_buffer.get();  // at the first tile
       return ops.OutputRows(first, n, whole.ptr() + first * width);
     }
     Tensor rows({n, width});
@@ -114,6 +119,11 @@ absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const 
     return shard.output_rows(first, std::move(rows));
   };
   LACT_RETURN_IF_ERROR(ops.LoadTokens(std::move(tokens)));
+  if (!shard.output_rows) {
+    whole_buffer = std::async(std::launch::async, [rows = ops.tokens(), width] {
+      return HugePageTensor({rows, width});
+    });
+  }
   for (int i = 0; i < c.n_layers; ++i) {
     const absl::Status layer =
         RunBlock(c, model.layer(i), shard, ops, kept ? &kept->layers[i] : nullptr,
