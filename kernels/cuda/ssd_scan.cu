@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -51,7 +52,8 @@ constexpr int kPerThread =
     kDepth * kTile / kGemmThreads;  // tile elements each thread loads per step
 static_assert(kChunk == kTile, "a chunk's tokens are one tile of rows");
 static_assert(kChunk % kDepth == 0, "no reduction step straddles the intra-chunk and carry parts");
-static_assert(kTm == 8 && kTn == 4, "the inner loop reads two float4 of A and one of B");
+static_assert(kTm == 8 && kTn == 4,
+              "the inner loop reads two float4 of A and one of B; a row of outputs is one float4");
 static_assert(kDepth * kTile % kGemmThreads == 0 && kGemmThreads >= 32, "tile loads and warp 0");
 
 // Scratch sizing: the scan with outputs goes in windows of about kWindowFloats
@@ -61,7 +63,8 @@ constexpr int64_t kWindowFloats = int64_t{8} << 20;
 constexpr int64_t kMinWindowChunks = 16;
 constexpr int64_t kMaxWindowChunks = 4096;
 constexpr int64_t kBlocksPerSm = 16;
-constexpr int kPassBatch = 8;  // segment states PassStates has in flight per thread
+constexpr int kPassBatch =
+    8;  // segment states PassStates loads at once per thread (two batches in flight)
 
 struct ScanArgs {
   int64_t tokens;
@@ -128,6 +131,35 @@ struct GemmTiles {
   __align__(32) float a[kDepth][kTile + kPad];  // a[k][m] = A[m][k]
   __align__(32) float b[kDepth][kTile + kPad];  // b[k][n] = B[k][n]
 };
+
+// p[0, 4) as one 16-byte access where p is 16-byte aligned and all four
+// are in range (count >= 4); else element by element, those below count.
+// The epilogues' rows then go out as whole sectors: with four scalar
+// accesses each warp instruction touches every sector of its rows for a
+// quarter of their bytes.
+__device__ inline void Load4(const float* p, int count, float (&v)[4]) {
+  if (count >= 4 && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) v[q] = q < count ? p[q] : 0.0f;
+}
+
+__device__ inline void Store4(float* p, int count, const float (&v)[4]) {
+  if (count >= 4 && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    *reinterpret_cast<float4*>(p) = float4{v[0], v[1], v[2], v[3]};
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if (q < count) p[q] = v[q];
+  }
+}
 
 // First output row and column of this thread's kTm x kTn block of outputs.
 __device__ inline int TileRow0() { return threadIdx.x / (kTile / kTn) * kTm; }
@@ -308,9 +340,7 @@ __device__ void ChunkGram(const ScanArgs& args, const Window& w, int64_t chunk, 
       [&](int k, int j) { return j < n && k < N ? b_rows[j * ldb + k] : 0.0f; }, tiles, acc);
   float* gram = w.gram + chunk * kChunk * kChunk;
   const int row0 = TileRow0(), col0 = TileCol0();
-  for (int r = 0; r < kTm; ++r) {
-    for (int q = 0; q < kTn; ++q) gram[(row0 + r) * kChunk + col0 + q] = acc[r][q];
-  }
+  for (int r = 0; r < kTm; ++r) Store4(gram + (row0 + r) * kChunk + col0, kTn, acc[r]);
 }
 
 // The state that one segment of chunks reaches from zero, for one head and
@@ -368,13 +398,10 @@ __device__ void SegmentState(const ScanArgs& args, const Window& w, int64_t inde
         tiles, acc);
   }
   float* out = w.states + (segment * H + h) * static_cast<int64_t>(N) * P;
-  const int row0 = TileRow0(), col0 = TileCol0();
+  const int row0 = TileRow0(), p = p0 + TileCol0();
   for (int r = 0; r < kTm; ++r) {
     const int row = n0 + row0 + r;
-    for (int q = 0; q < kTn; ++q) {
-      const int p = p0 + col0 + q;
-      if (row < N && p < P) out[static_cast<int64_t>(row) * P + p] = acc[r][q];
-    }
+    if (row < N) Store4(out + static_cast<int64_t>(row) * P + p, P - p, acc[r]);
   }
   if (threadIdx.x == 0 && ptile == 0 && ntile == 0) w.decay[segment * H + h] = log_decay;
 }
@@ -420,11 +447,20 @@ __global__ void PassStatesKernel(int heads, int head_dim, int d_state, Window w,
     }
     __syncthreads();
     if (!active) continue;
+    // Two batches of segment states in flight: the next batch is loaded
+    // before this one is folded in and overwritten.
+    const auto load = [&](int g, float(&into)[kPassBatch]) {
+#pragma unroll
+      for (int k = 0; k < kPassBatch; ++k)
+        into[k] = g + k < count ? entry[(g0 + g + k) * stride] : 0.0f;
+    };
+    float next[kPassBatch];
+    load(0, next);
     for (int g = 0; g < count; g += kPassBatch) {
       float local[kPassBatch];
 #pragma unroll
-      for (int k = 0; k < kPassBatch; ++k)
-        local[k] = g + k < count ? entry[(g0 + g + k) * stride] : 0.0f;
+      for (int k = 0; k < kPassBatch; ++k) local[k] = next[k];
+      if (g + kPassBatch < count) load(g + kPassBatch, next);
 #pragma unroll
       for (int k = 0; k < kPassBatch; ++k) {
         if (g + k < count) {
@@ -487,14 +523,14 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkOutputKernel(ScanArgs ar
       tiles, acc);
   const float skip = args.d_skip != nullptr ? args.d_skip[h] : 0.0f;
   float* y_rows = args.y + t0 * args.ldy + static_cast<int64_t>(h) * P;
-  const int row0 = TileRow0(), col0 = TileCol0();
+  const int row0 = TileRow0(), p = p0 + TileCol0();
   for (int r = 0; r < kTm; ++r) {
     const int i = row0 + r;
     if (i >= n) break;
-    for (int q = 0; q < kTn; ++q) {
-      const int p = p0 + col0 + q;
-      if (p < P) y_rows[i * args.ldy + p] = acc[r][q] + skip * x_rows[i * ldx + p];
-    }
+    float x[kTn];
+    Load4(x_rows + i * ldx + p, P - p, x);
+    for (int q = 0; q < kTn; ++q) x[q] = acc[r][q] + skip * x[q];
+    Store4(y_rows + i * args.ldy + p, P - p, x);
   }
 }
 
@@ -590,9 +626,11 @@ absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& a
                        ? ws.max_window_chunks()
                        : std::clamp(kWindowFloats / per_chunk, kMinWindowChunks, kMaxWindowChunks);
   window = std::min(window, chunks);
-  LACT_ASSIGN_OR_RETURN(float* scratch, ws.Reserve(s, window * per_chunk));
+  // The Gram matrices start on a 16-byte boundary, for ChunkGram's float4 stores.
+  const int64_t gram_offset = (window * (per_state + args.heads) + 3) / 4 * 4;
+  LACT_ASSIGN_OR_RETURN(float* scratch, ws.Reserve(s, gram_offset + window * kChunk * kChunk));
   float* decay = scratch + window * per_state;
-  float* gram = decay + window * args.heads;
+  float* gram = scratch + gram_offset;
   const int64_t ptiles = TilesOf(args.head_dim);
   for (int64_t first = 0; first < chunks; first += window) {
     const int64_t count = std::min(window, chunks - first);
