@@ -157,7 +157,16 @@ def check_images(root):
     for dockerfile in sorted((root / "deploy" / "docker").glob("Dockerfile*")):
         text = dockerfile.read_text()
         where = dockerfile.name
+        stages = set(re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", text, re.M | re.I))
+        args = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", text, re.M))
         for image in re.findall(r"^FROM\s+(\S+)", text, re.M):
+            arg = re.fullmatch(r"\$\{?(\w+)\}?", image)
+            if arg:
+                check(args.get(arg.group(1)) in stages, where,
+                      f"base {image} defaults to one of the file's stages")
+                continue
+            if image in stages or image == "scratch":
+                continue
             check(":" in image and not image.endswith(":latest") and
                   re.search(r":[^:]*\d+\.\d+", image) is not None, where,
                   f"base image {image} pinned to a point release")
