@@ -1,4 +1,4 @@
-// The memory a client can make the service hold (issue 12's abuse cases),
+// The memory a client can make the service hold (the abuse cases),
 // measured: a local cluster (a coordinator and two workers), and against
 // it, one case at a time, what an attacker with a token does: Submit calls
 // that never send their spec, Query calls that declare 4 GiB of query

@@ -1,4 +1,4 @@
-// The whole-model GPU benchmark of issue 5: a preset model on a long
+// The whole-model GPU benchmark: a preset model on a long
 // context through CudaRunner, on one rank, or on two ranks sharing the GPU
 // (threads of this process, Gloo over 127.0.0.1 with the gradient
 // all-reduce staged through the host), reported as model FLOP/s (SPEC

@@ -1,7 +1,7 @@
 // RAII for the device side of the CUDA backend: a device buffer, and a
 // context owning one stream, one cuBLAS handle and the GEMM precision.
 //
-// Precision (issue 5): kFp32 runs every GEMM in true fp32 (TF32 off), for
+// Precision: kFp32 runs every GEMM in true fp32 (TF32 off), for
 // parity with the float64 reference; kBf16, the production mode, rounds
 // both operands of a GEMM to bf16 and accumulates in fp32 (tensor cores);
 // everything else (state, norms, scans, the fast-weight update) stays fp32.

@@ -63,8 +63,8 @@ constexpr int64_t kWindowFloats = int64_t{8} << 20;
 constexpr int64_t kMinWindowChunks = 16;
 constexpr int64_t kMaxWindowChunks = 4096;
 constexpr int64_t kBlocksPerSm = 16;
-constexpr int kPassBatch =
-    8;  // segment states PassStates loads at once per thread (two batches in flight)
+// Segment states PassStates loads at once per thread (two batches in flight).
+constexpr int kPassBatch = 8;
 
 struct ScanArgs {
   int64_t tokens;

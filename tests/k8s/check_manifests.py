@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Renders every kustomize overlay of deploy/k8s with `kubectl kustomize` and
 checks the rendered objects for what a review of a production deployment
-asks (issue 14), so that a regression fails CI; then the images' Dockerfiles.
+asks, so that a regression fails CI; then the images' Dockerfiles.
 
 Usage: check_manifests.py REPO_ROOT. Prints one line per failed property
 (object, property) and exits 1 if any failed, 0 otherwise.
