@@ -3,6 +3,13 @@
 // in-process HashStore); `prefix` keeps groups (and the two channels of one
 // runner) apart in that store. Gloo's exceptions become statuses:
 // DEADLINE_EXCEEDED on a timeout, UNAVAILABLE when a peer is gone.
+//
+// A Gloo pair takes the first connection that reaches its listening port,
+// and Gloo authenticates none. So a mesh is used only once every rank has
+// sent every peer a key drawn for it (published in the store) over the mesh,
+// checked what each peer sent, and all ranks have said through the store
+// that every pair connected and checked; otherwise every rank drops the mesh
+// and builds a new one, up to 4 times (the log's gloo_mesh_retry).
 #ifndef LACT_WORKER_COLLECTIVE_GLOO_COLLECTIVE_H_
 #define LACT_WORKER_COLLECTIVE_GLOO_COLLECTIVE_H_
 
@@ -29,7 +36,9 @@ struct GlooOptions {
 
 class GlooCollective final : public Collective {
  public:
-  // Blocks until all `size` ranks have connected (or the timeout passes).
+  // Blocks until all `size` ranks have connected and checked their mesh (or
+  // the timeout passes: DEADLINE_EXCEEDED; UNAVAILABLE after 4 meshes that
+  // failed their check).
   static absl::StatusOr<std::unique_ptr<GlooCollective>> Connect(gloo::rendezvous::Store& store,
                                                                  const std::string& prefix,
                                                                  int rank, int size,
