@@ -361,7 +361,9 @@ class SubmitFlow {
       s.set_begin(plan_.shards[r].first);
       s.set_tokens(plan_.shards[r].second);
       s.set_total_tokens(spec_.context_tokens());
-      s.set_rendezvous_prefix(job_id_ + "/");
+      // Per attempt: a dead attempt's shards, still waiting in the store,
+      // never meet (or set keys for) the next attempt's.
+      s.set_rendezvous_prefix(absl::StrCat(job_id_, "/", stats_.reruns(), "/"));
       s.set_collective_timeout_ms(c_.options.collective_timeout_ms);
       s.set_dtype(spec_.dtype());
       s.set_token_width(spec_.token_width());

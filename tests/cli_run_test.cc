@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model_config.h"
+#include "common/npy.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "tests/golden_case.h"
@@ -162,6 +163,58 @@ INSTANTIATE_TEST_SUITE_P(Golden, CliGoldenTest,
 // The acceptance path: `lact local --workers 3`, then `lact submit`
 // of every golden case (the CLI's output file read back), then each
 // command's --json summary.
+// `lact local ARGS` in the background, its output in `log`: its pid and
+// the coordinator's address (empty when it did not say within 30 s).
+struct LocalProcess {
+  long pid = 0;
+  std::string server;
+};
+
+LocalProcess StartLocal(const std::string& args, const std::string& log) {
+  LocalProcess local;
+  const std::string start =
+      absl::StrCat(LACT_CLI_PATH, " local ", args, " > ", log, " 2>&1 & echo $!");
+  FILE* pipe = popen(start.c_str(), "r");
+  if (fscanf(pipe, "%ld", &local.pid) != 1) local.pid = 0;
+  pclose(pipe);
+  for (int i = 0; i < 300 && local.server.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const size_t at = text.find("coordinator at ");
+    if (at != std::string::npos) {
+      local.server = text.substr(at + 15, text.find(' ', at + 15) - at - 15);
+    }
+  }
+  return local;
+}
+
+void StopLocal(long pid) {
+  kill(static_cast<pid_t>(pid), SIGTERM);
+  for (int i = 0; i < 100 && kill(static_cast<pid_t>(pid), 0) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// lact local --auth-tokens FILE: its public port takes only that file's tokens.
+TEST(CliService, LocalRequiresTheTokensItIsGiven) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/lact_cli_tokens_", getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/tokens") << "tenant-a cli-test-token-0123456789abcdef\n";
+  std::ofstream(dir + "/token") << "cli-test-token-0123456789abcdef\n";
+  const LocalProcess local =
+      StartLocal(absl::StrCat("--workers 1 --auth-tokens ", dir, "/tokens"), dir + "/local.log");
+  ASSERT_FALSE(local.server.empty()) << "lact local --auth-tokens did not start";
+  const CommandResult without = RunLact(absl::StrCat("workers --server ", local.server));
+  EXPECT_EQ(without.exit_code, 2) << without.output;
+  EXPECT_THAT(without.output, ::testing::HasSubstr("bearer token"));
+  const CommandResult with =
+      RunLact(absl::StrCat("workers --server ", local.server, " --token-file ", dir, "/token"));
+  EXPECT_EQ(with.exit_code, 0) << with.output;
+  StopLocal(local.pid);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliService, SubmitGoldenCasesToLocalCluster) {
   const std::string models = absl::StrCat(::testing::TempDir(), "/lact_cli_models_", getpid());
   std::filesystem::create_directories(models);
@@ -169,22 +222,12 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
     std::filesystem::create_symlink(GoldenDir() + "/" + name + "/model.safetensors",
                                     models + "/" + name + ".safetensors");
   }
-  const std::string log = models + "/local.log";
-  const std::string start =
-      absl::StrCat(LACT_CLI_PATH, " local --workers 3 --threads-per-worker 1 --model-dir ", models,
-                   " > ", log, " 2>&1 & echo $!");
-  FILE* pipe = popen(start.c_str(), "r");
-  long pid = 0;
-  ASSERT_EQ(fscanf(pipe, "%ld", &pid), 1);
-  pclose(pipe);
-  std::string server;
-  for (int i = 0; i < 300 && server.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(log);
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    const size_t at = text.find("coordinator at ");
-    if (at != std::string::npos) server = text.substr(at + 15, text.find(' ', at + 15) - at - 15);
-  }
+  const LocalProcess local =
+      StartLocal(absl::StrCat("--workers 3 --threads-per-worker 1 --model-dir ", models,
+                              " --data-root ", models),
+                 models + "/local.log");
+  const long pid = local.pid;
+  const std::string& server = local.server;
   ASSERT_FALSE(server.empty()) << "lact local did not start";
   for (const std::string& name : GoldenCaseNames()) {
     absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
@@ -226,10 +269,28 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
     EXPECT_EQ(fetched_file->metadata().at("lact.config"), want_config) << name;
   }
   ExpectJsonSummaries(server, GoldenCaseNames().front(), models);
-  kill(static_cast<pid_t>(pid), SIGTERM);
-  for (int i = 0; i < 100 && kill(static_cast<pid_t>(pid), 0) == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A detached job whose bytes all go by reference: submit returns its id
+  // once admitted, watch follows it to the end, the workers wrote the output.
+  {
+    const std::string name = GoldenCaseNames().front();
+    absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
+    ASSERT_TRUE(golden.ok()) << golden.status();
+    std::filesystem::copy_file(GoldenDir() + "/" + name + "/context.npy",
+                               models + "/detached_context.npy");
+    CommandResult d = RunLact(absl::StrCat("submit --server ", server, " --model ", name,
+                                           " --context-ref detached_context.npy --out-ref "
+                                           "detached_output.npy --detach"));
+    ASSERT_EQ(d.exit_code, 0) << d.output;
+    const std::regex job_line("(^|\n)(job-[0-9a-f]{32})\n");
+    std::smatch job;
+    ASSERT_TRUE(std::regex_search(d.output, job, job_line)) << d.output;
+    CommandResult w = RunLact(absl::StrCat("watch --server ", server, " --job ", job[2].str()));
+    ASSERT_EQ(w.exit_code, 0) << w.output;
+    absl::StatusOr<Tensor> output = ReadNpy(models + "/detached_output.npy");
+    ASSERT_TRUE(output.ok()) << output.status();
+    EXPECT_LE(RelativeError(*output, golden->expected.at("output")), 1e-4);
   }
+  StopLocal(pid);
   std::filesystem::remove_all(models);
 }
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
+#include "common/safetensors.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -419,6 +421,38 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
   EXPECT_EQ(control, HealthCheckResponse::SERVING);
   EXPECT_EQ(ready, 503) << "/readyz mirrors the health service";
   EXPECT_TRUE(cluster->CoordinatorExits(std::chrono::seconds(20)));
+}
+
+// A coordinator that drains while `lact submit` waits for its in-band job:
+// the job finishes, and the command writes its --out file and exits 0 (it
+// asks nothing more of the coordinator once the results are in).
+TEST(DrainHealth, ADrainingCoordinatorLetsLactSubmitWriteItsOutput) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  const std::string out =
+      absl::StrCat(::testing::TempDir(), "/drain_submit_", getpid(), ".safetensors");
+  const std::string command = absl::StrCat(
+      BinDir(), "/lact submit --server ", cluster->address(),
+      " --model preset:small:2 --context random:65536:99 --workers 2 --out ", out, " 2>&1");
+  std::future<CommandResult> submit =
+      std::async(std::launch::async, [&command] { return RunCommand(command); });
+  LactClient client(cluster->address());
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    absl::StatusOr<std::vector<v1::JobInfo>> jobs = client.ListJobs();
+    running = jobs.ok() && !jobs->empty() && jobs->front().status() == v1::JobInfo::RUNNING;
+  }
+  ASSERT_TRUE(running) << "the job never ran";
+  cluster->SignalCoordinator(SIGTERM);
+  const CommandResult submitted = submit.get();
+  EXPECT_EQ(submitted.exit_code, 0) << submitted.output;
+  absl::StatusOr<SafetensorsFile> written = SafetensorsFile::Open(out);
+  ASSERT_TRUE(written.ok()) << written.status() << "\n" << submitted.output;
+  EXPECT_EQ(written->entries().count("output"), 1u);
+  EXPECT_EQ(written->metadata().count("lact.config"), 1u);
+  EXPECT_TRUE(cluster->CoordinatorExits(std::chrono::seconds(30)));
+  std::filesystem::remove(out);
 }
 
 }  // namespace

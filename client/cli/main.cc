@@ -35,6 +35,7 @@ constexpr Subcommand kCommands[] = {
      "                   [--backend cpu|cuda] [--devices 0,1,...] [--precision fp32|bf16]\n"
      "                   [--scan-math fp32|tf32x3] [--collective gloo|nccl] [--data-root DIR]\n"
      "                   [--tls (a CA and certificate made for it; prints the CA's path)]\n"
+     "                   [--auth-tokens FILE (lines TENANT TOKEN: clients must present one)]\n"
      "                   [--no-spool (in-band contexts are not kept, so a job whose worker\n"
      "                   dies runs again only while its client is there to send them again)]\n"},
     {"submit", lact::cli::SubmitCommand,

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -113,9 +115,10 @@ class ProgressLine {
 
 // The effective config of a job of `model` with `options`, as `lact run`
 // writes it into its outputs' lact.config metadata.
-absl::StatusOr<std::string> JobConfigJson(LactClient& client, const std::string& model,
-                                          const JobOptions& options) {
-  LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(model));
+// The effective config a result file records. Callers take the model's
+// config before the job or query runs: by the time results are in, the
+// coordinator may be draining or gone, and the results must still be written.
+absl::StatusOr<std::string> JobConfigJson(const ModelConfig& config, const JobOptions& options) {
   LACT_ASSIGN_OR_RETURN(ModelConfig effective, ApplyJobOptions(config, options));
   return ModelConfigToJson(effective);
 }
@@ -179,6 +182,9 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   options.context_ref_tensor = flags.Get("context-tensor").value_or("");
   options.output_ref = flags.Get("out-ref").value_or("");
   options.detach = flags.Has("detach");
+  // A detached command is not there to take the fused state in band: the
+  // workers keep it (lact fetch and lact query reach it).
+  if (options.detach) options.return_state = false;
   options.cancel_on_disconnect = flags.Has("cancel-on-disconnect");
   options.tenant = flags.Get("tenant").value_or("");
   const std::string context_spec = flags.Get("context").value_or("");
@@ -218,6 +224,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
     LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
     queries.push_back(std::move(t));
   }
+  const absl::StatusOr<std::string> config_json = JobConfigJson(config, options.options);
   ProgressLine line;
   absl::StatusOr<JobResult> result = client.Submit(
       options, context, queries, [&](const v1::Progress& p) { line.Update(p); },
@@ -243,10 +250,9 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
     return absl::OkStatus();
   }
   if (!out_path.empty()) {
-    LACT_ASSIGN_OR_RETURN(std::string config,
-                          JobConfigJson(client, options.model, options.options));
+    LACT_RETURN_IF_ERROR(config_json.status());
     LACT_RETURN_IF_ERROR(
-        WriteResult(out_path, config, &result->output, result->queries, result->state));
+        WriteResult(out_path, *config_json, &result->output, result->queries, result->state));
   }
   int64_t tokens = 0;
   for (const v1::ShardRange& r : result->shards) tokens += r.tokens();
@@ -296,10 +302,9 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
     LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
     queries.push_back(std::move(t));
   }
+  LACT_ASSIGN_OR_RETURN(std::string config_json, JobConfigJson(config, FromProto(info.options())));
   LACT_ASSIGN_OR_RETURN(std::vector<Tensor> outputs,
                         client.Query(job, queries, dtype, std::chrono::seconds(timeout_s)));
-  LACT_ASSIGN_OR_RETURN(std::string config_json,
-                        JobConfigJson(client, info.model(), FromProto(info.options())));
   LACT_RETURN_IF_ERROR(WriteResult(out_path, config_json, nullptr, outputs, {}));
   if (flags.Has("json")) {
     PrintJson({{"job_id", job}, {"query_sets", outputs.size()}, {"out", out_path}});
@@ -378,10 +383,10 @@ absl::Status FetchCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
   LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
-  LACT_ASSIGN_OR_RETURN(JobResult result, client.FetchResult(job));
   LACT_ASSIGN_OR_RETURN(v1::JobInfo info, client.GetJob(job));
-  LACT_ASSIGN_OR_RETURN(std::string config,
-                        JobConfigJson(client, info.model(), FromProto(info.options())));
+  LACT_ASSIGN_OR_RETURN(ModelConfig model, client.FindModel(info.model()));
+  LACT_ASSIGN_OR_RETURN(std::string config, JobConfigJson(model, FromProto(info.options())));
+  LACT_ASSIGN_OR_RETURN(JobResult result, client.FetchResult(job));
   LACT_RETURN_IF_ERROR(WriteResult(out_path, config, &result.output, result.queries, result.state));
   if (flags.Has("json")) {
     PrintJson({{"job_id", job},
@@ -464,17 +469,38 @@ absl::Status WorkersCommand(const std::vector<std::string>& args) {
   return absl::OkStatus();
 }
 
+// The token of the first "TENANT TOKEN" line of a coordinator's
+// --auth-tokens file (lact local's start-up check presents it).
+absl::StatusOr<std::string> FirstTenantToken(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("--auth-tokens ", path, ": cannot be read"));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (fields.empty() || fields[0][0] == '#') continue;
+    if (fields.size() == 2) return fields[1];
+    break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--auth-tokens ", path, ": its first line must be 'TENANT TOKEN'"));
+}
+
 absl::Status LocalCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(
-      Flags flags,
-      Flags::Parse(args,
-                   {"workers", "port", "model-dir", "threads-per-worker", "backend", "devices",
-                    "precision", "scan-math", "collective", "data-root", "tls", "no-spool"},
-                   {}, {"tls", "no-spool"}));
+      Flags flags, Flags::Parse(args,
+                                {"workers", "port", "model-dir", "threads-per-worker", "backend",
+                                 "devices", "precision", "scan-math", "collective", "data-root",
+                                 "tls", "no-spool", "auth-tokens"},
+                                {}, {"tls", "no-spool"}));
   LocalClusterOptions options;
   options.tls = flags.Has("tls");
   options.spool = !flags.Has("no-spool");
   options.data_root = flags.Get("data-root").value_or("");
+  if (std::optional<std::string> tokens = flags.Get("auth-tokens")) {
+    const std::string path = std::filesystem::absolute(*tokens).string();
+    LACT_ASSIGN_OR_RETURN(options.token, FirstTenantToken(path));
+    options.coordinator_args = {"--auth-tokens", path};
+  }
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
   LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads-per-worker", 0, 0, 1024));
