@@ -25,7 +25,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -35,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import golden  # noqa: E402
 import netns  # noqa: E402
 import pki  # noqa: E402
+import workdir  # noqa: E402
 from pods import Pod, podman_base  # noqa: E402
 
 NAMESPACE = "lact"
@@ -111,8 +111,7 @@ def main():
     step(f"rendered overlays/{args.overlay}: coordinator and {workers} workers "
          f"(the test runs 2 of them)", start)
 
-    work = tempfile.mkdtemp(prefix="lact-manifests-")
-    os.chmod(work, 0o755)
+    work = workdir.make("lact-manifests-")
     cases = golden.cases(repo)
     pods = []
     network = netns.Network("k8s")
@@ -226,10 +225,7 @@ def main():
         for pod in pods:
             pod.remove()
         network.close()
-        if args.keep:
-            print(f"work folder kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        workdir.release(work, args.keep)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -41,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import golden  # noqa: E402
 import netns  # noqa: E402
 import pki  # noqa: E402
+import workdir  # noqa: E402
 from launch import Server, wait_for  # noqa: E402
 from pods import podman_base  # noqa: E402
 
@@ -407,8 +407,7 @@ def main():
         return 2
     begin = time.monotonic()
     cases = golden.cases(os.path.abspath(args.repo))
-    work = tempfile.mkdtemp(prefix="lact-multi-host-")
-    os.chmod(work, 0o755)
+    work = workdir.make("lact-multi-host-")
     models = os.path.join(work, "models")
     os.makedirs(models)
     for case in cases:
@@ -442,10 +441,7 @@ def main():
         raise
     finally:
         cluster.close()
-        if args.keep:
-            print(f"work folder kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        workdir.release(work, args.keep)
 
 
 if __name__ == "__main__":
