@@ -76,7 +76,7 @@ absl::Status WriteCheapModel(const std::string& path, int width) {
 
 // A float32 .npy of `tokens` x `width` normal values, written in blocks.
 absl::Status WriteContext(const std::string& path, int64_t tokens, int64_t width) {
-  LACT_RETURN_IF_ERROR(CreateOutputFile(path, tokens, width));
+  LACT_RETURN_IF_ERROR(CreateOutputFile(DataPath::Split(path), tokens, width, true).status());
   const int64_t block = 65536;
   Tensor rows({block, width});
   Random rng(width);
@@ -84,7 +84,7 @@ absl::Status WriteContext(const std::string& path, int64_t tokens, int64_t width
     const int64_t n = std::min(block, tokens - r);
     for (int64_t i = 0; i < n * width; ++i)
       rows.data[i] = static_cast<float>(2 * rng.Uniform() - 1);
-    LACT_RETURN_IF_ERROR(WriteTokenRows(path, tokens, width, r, rows.ptr(), n));
+    LACT_RETURN_IF_ERROR(WriteTokenRows(DataPath::Split(path), tokens, width, r, rows.ptr(), n));
   }
   return absl::OkStatus();
 }

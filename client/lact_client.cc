@@ -109,7 +109,10 @@ v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t wi
     spec.mutable_context_ref()->set_path(options.context_ref);
     spec.mutable_context_ref()->set_tensor(options.context_ref_tensor);
   }
-  if (!options.output_ref.empty()) spec.mutable_output_ref()->set_path(options.output_ref);
+  if (!options.output_ref.empty()) {
+    spec.mutable_output_ref()->set_path(options.output_ref);
+    spec.mutable_output_ref()->set_replace(options.replace_output);
+  }
   spec.set_cancel_on_disconnect(options.cancel_on_disconnect);
   spec.set_tenant(options.tenant);
   return spec;

@@ -53,6 +53,7 @@ struct SubmitOptions {
   std::string context_ref;
   std::string context_ref_tensor;  // a .safetensors file's tensor
   std::string output_ref;
+  bool replace_output = false;  // the output file may already exist (DataRef.replace)
   // Return once the job is admitted (its id known), leaving it to run:
   // WatchJob follows it, FetchResult collects its results. Only for jobs
   // whose bytes all go by reference.

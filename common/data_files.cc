@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/mapped_file.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -28,35 +29,6 @@ namespace {
 // write on the machines measured (README, the data path).
 constexpr uint64_t kDirectBlock = 4096;
 constexpr uint64_t kDirectMinBytes = uint64_t{8} << 20;
-
-// Closes a file descriptor at scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-absl::StatusOr<std::string> RealPath(const std::string& path) {
-  char buffer[PATH_MAX];
-  if (realpath(path.c_str(), buffer) == nullptr) {
-    const int e = errno;
-    if (e == ENOENT) return absl::NotFoundError(absl::StrCat("'", path, "' does not exist"));
-    return absl::PermissionDeniedError(absl::StrCat("'", path, "': ", std::strerror(e)));
-  }
-  return std::string(buffer);
-}
-
-bool Inside(const std::string& root, const std::string& path) {
-  return path == root || absl::StartsWith(path, root == "/" ? root : root + "/");
-}
 
 absl::Status FullPread(int fd, char* dst, size_t bytes, uint64_t offset, const std::string& path) {
   while (bytes > 0) {
@@ -90,23 +62,35 @@ absl::Status FullPwrite(int fd, const char* src, size_t bytes, uint64_t offset,
   return absl::OkStatus();
 }
 
+// At most this much of a file's own text is quoted back in an error.
+constexpr size_t kQuotedBytes = 64;
+
+std::string Short(absl::string_view text) {
+  if (text.size() <= kQuotedBytes) return std::string(text);
+  return absl::StrCat(text.substr(0, kQuotedBytes), "... (", text.size(), " bytes)");
+}
+
+// A token file's safetensors header: one tensor, or a few.
+constexpr uint64_t kMaxTokenHeaderBytes = uint64_t{1} << 20;
+
 absl::StatusOr<WireType> NpyDType(const std::string& path, const std::string& descr) {
   if (descr == "<f4" || descr == "=f4") return WireType::kF32;
   if (descr == "<f2" || descr == "=f2") return WireType::kF16;
   if (descr == "|V2" || descr == "<V2") return WireType::kBF16;
   return absl::InvalidArgumentError(
-      absl::StrCat("npy '", path, "': dtype '", descr,
+      absl::StrCat("npy '", path, "': dtype '", Short(descr),
                    "' is not a token dtype (allowed: <f4, <f2, |V2 = bfloat16)"));
 }
 
-absl::StatusOr<TokenFileLayout> OpenNpy(const std::string& path, int fd, uint64_t file_size) {
+absl::StatusOr<TokenFileLayout> OpenNpy(const DataPath& data_path, int fd, uint64_t file_size) {
+  const std::string& path = data_path.shown();
   std::string prefix(std::min<uint64_t>(file_size, 1 << 16), '\0');
   LACT_RETURN_IF_ERROR(FullPread(fd, prefix.data(), prefix.size(), 0, path));
   LACT_ASSIGN_OR_RETURN(
       NpyLayout npy,
       ParseNpyLayout(path, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()));
   TokenFileLayout layout;
-  layout.path = path;
+  layout.path = data_path;
   LACT_ASSIGN_OR_RETURN(layout.dtype, NpyDType(path, npy.descr));
   if (npy.shape.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -118,20 +102,24 @@ absl::StatusOr<TokenFileLayout> OpenNpy(const std::string& path, int fd, uint64_
   return layout;
 }
 
-absl::StatusOr<TokenFileLayout> OpenSafetensors(const std::string& path,
+absl::StatusOr<TokenFileLayout> OpenSafetensors(const DataPath& data_path, FileHandle fd,
                                                 const std::string& tensor) {
-  LACT_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  const std::string& path = data_path.shown();
+  LACT_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::FromDescriptor(fd.get(), path));
+  LACT_ASSIGN_OR_RETURN(SafetensorsFile file,
+                        SafetensorsFile::FromMapped(std::move(mapped), kMaxTokenHeaderBytes));
   const auto& entries = file.entries();
   auto it = tensor.empty() && entries.size() == 1 ? entries.begin() : entries.find(tensor);
   if (it == entries.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "safetensors '", path, "' ",
-        tensor.empty() ? "holds several tensors; name one" : "has no tensor '" + tensor + "'",
-        " (DataRef.tensor)"));
+    return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' ",
+                                                   tensor.empty()
+                                                       ? "holds several tensors; name one"
+                                                       : "has no tensor '" + Short(tensor) + "'",
+                                                   " (DataRef.tensor)"));
   }
   const TensorEntry& e = it->second;
   TokenFileLayout layout;
-  layout.path = path;
+  layout.path = data_path;
   switch (e.dtype) {
     case DType::kF32:
       layout.dtype = WireType::kF32;
@@ -143,14 +131,14 @@ absl::StatusOr<TokenFileLayout> OpenSafetensors(const std::string& path,
       layout.dtype = WireType::kBF16;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first,
-                                                     "' is ", DTypeName(e.dtype),
+      return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '",
+                                                     Short(it->first), "' is ", DTypeName(e.dtype),
                                                      " (allowed: F32, F16, BF16)"));
   }
   if (e.shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '", it->first,
-                                                   "' has shape ", ShapeString(e.shape),
-                                                   ", not [tokens, width]"));
+    return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '",
+                                                   Short(it->first), "' has shape ",
+                                                   ShapeString(e.shape), ", not [tokens, width]"));
   }
   layout.rows = e.shape[0];
   layout.width = e.shape[1];
@@ -158,74 +146,57 @@ absl::StatusOr<TokenFileLayout> OpenSafetensors(const std::string& path,
   return layout;
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref,
-                                            bool for_output) {
-  if (root.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("'", ref,
-                     "' names a file, but this cluster has no data root "
-                     "(start it with --data-root DIR to allow files by reference)"));
+// Creates (or, if `replace`, reuses) `data_path` as a [rows, width] .npy
+// of `dtype`. Not O_TRUNC: a file of the same size (a job re-run) is
+// overwritten in place, its pages reused; ftruncate sets the size either way.
+absl::StatusOr<ReadyFile> CreateOutputFileOf(const DataPath& data_path, int64_t rows, int64_t width,
+                                             WireType dtype, bool replace, const FileId* context) {
+  ReadyFile ready;
+  LACT_ASSIGN_OR_RETURN(FileHandle fd,
+                        CreateDataFile(data_path, replace, &ready.created, &ready.id));
+  const std::string& path = data_path.shown();
+  if (context != nullptr && ready.id == *context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output '", path, "' is the context file itself (the same file by another name)"));
   }
-  absl::string_view uri = ref;
-  const bool is_uri = absl::ConsumePrefix(&uri, "file://");
-  std::string path(uri);
-  if (is_uri) {
-    if (!absl::StartsWith(path, "/")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", ref, "': only file:///absolute/path URIs are allowed"));
-    }
+  const char* descr = dtype == WireType::kF32 ? "<f4" : dtype == WireType::kF16 ? "<f2" : "|V2";
+  const std::string header = NpyHeaderBytes({rows, width}, descr);
+  absl::Status status = FullPwrite(fd.get(), header.data(), header.size(), 0, path);
+  const off_t size = static_cast<off_t>(header.size() + rows * width * WireBytes(dtype));
+  if (status.ok() && ftruncate(fd.get(), size) != 0) {
+    status = absl::ResourceExhaustedError(absl::StrCat("cannot size '", path, "' to ", rows, " x ",
+                                                       width, " tokens: ", std::strerror(errno)));
   }
-  if (path.empty()) return absl::InvalidArgumentError("DataRef.path is empty");
-  if (!absl::StartsWith(path, "/")) path = absl::StrCat(root, "/", path);
-  LACT_ASSIGN_OR_RETURN(const std::string real_root, RealPath(root));
-  std::string resolved;
-  if (for_output) {
-    const size_t slash = path.find_last_of('/');
-    const std::string name = path.substr(slash + 1),
-                      folder = slash == 0 ? "/" : path.substr(0, slash);
-    if (name.empty() || name == "." || name == "..") {
-      return absl::InvalidArgumentError(absl::StrCat("output '", ref, "' does not name a file"));
-    }
-    absl::StatusOr<std::string> real_folder = RealPath(folder);
-    if (!real_folder.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output '", ref, "': its folder ", real_folder.status().message()));
-    }
-    resolved = absl::StrCat(*real_folder == "/" ? "" : *real_folder, "/", name);
-    struct stat st;
-    if (lstat(resolved.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "output '", ref,
-          "' exists and is not a regular file (a symlink or folder is never replaced)"));
-    }
-  } else {
-    LACT_ASSIGN_OR_RETURN(resolved, RealPath(path));
+  // Its blocks are reserved now: a full disk fails here, before any worker
+  // computes, and the workers' writes need not allocate (several times
+  // faster than filling a sparse file on ext4).
+  if (const int err = status.ok() ? posix_fallocate(fd.get(), 0, size) : 0;
+      err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve ", size, " bytes for '", path, "': ", std::strerror(err)));
   }
-  if (!Inside(real_root, resolved)) {
-    return absl::PermissionDeniedError(absl::StrCat("'", ref, "' resolves to '", resolved,
-                                                    "', outside the data root '", real_root, "'"));
-  }
-  return resolved;
+  if (!status.ok() && ready.created) (void)RemoveDataFile(data_path, ready.id);
+  if (!status.ok()) return status;
+  return ready;
 }
 
-absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std::string& tensor) {
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0)
-    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
+}  // namespace
+
+absl::StatusOr<TokenFileLayout> OpenTokenFile(const DataPath& data_path, const std::string& tensor,
+                                              FileId* id) {
+  LACT_ASSIGN_OR_RETURN(FileHandle fd, OpenDataFile(data_path, O_RDONLY, id));
+  const std::string& path = data_path.shown();
   struct stat st;
-  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
-  }
+  if (fstat(fd.get(), &st) != 0)
+    return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   char magic[6] = {};
   if (size >= 6) LACT_RETURN_IF_ERROR(FullPread(fd.get(), magic, 6, 0, path));
   TokenFileLayout layout;
   if (std::memcmp(magic, "\x93NUMPY", 6) == 0) {
-    LACT_ASSIGN_OR_RETURN(layout, OpenNpy(path, fd.get(), size));
+    LACT_ASSIGN_OR_RETURN(layout, OpenNpy(data_path, fd.get(), size));
   } else if (absl::EndsWith(path, ".safetensors")) {
-    LACT_ASSIGN_OR_RETURN(layout, OpenSafetensors(path, tensor));
+    LACT_ASSIGN_OR_RETURN(layout, OpenSafetensors(data_path, std::move(fd), tensor));
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is neither an .npy file (bad magic) nor a .safetensors file"));
@@ -249,13 +220,11 @@ absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std
 
 absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n, float* dst) {
   if (begin < 0 || n < 0 || begin + n > file.rows) {
-    return absl::OutOfRangeError(absl::StrCat("rows [", begin, ", ", begin + n, ") of '", file.path,
-                                              "', which has ", file.rows));
+    return absl::OutOfRangeError(absl::StrCat("rows [", begin, ", ", begin + n, ") of '",
+                                              file.path.shown(), "', which has ", file.rows));
   }
-  Fd fd(open(file.path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0)
-    return absl::NotFoundError(
-        absl::StrCat("cannot open '", file.path, "': ", std::strerror(errno)));
+  LACT_ASSIGN_OR_RETURN(FileHandle fd, OpenDataFile(file.path, O_RDONLY));
+  const std::string& path = file.path.shown();
   const int64_t elem = WireBytes(file.dtype), row_bytes = elem * file.width;
   constexpr int64_t kBlockBytes = int64_t{8} << 20;
   const int64_t rows_per_block = std::max<int64_t>(1, kBlockBytes / row_bytes);
@@ -266,11 +235,11 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
     float* out = dst + r * file.width;
     if (file.dtype == WireType::kF32) {
       LACT_RETURN_IF_ERROR(
-          FullPread(fd.get(), reinterpret_cast<char*>(out), rows * row_bytes, offset, file.path));
+          FullPread(fd.get(), reinterpret_cast<char*>(out), rows * row_bytes, offset, path));
       LACT_RETURN_IF_ERROR(CheckFinite(out, rows * file.width, file.width, begin + r));
     } else {
       buffer.resize(rows * row_bytes);
-      LACT_RETURN_IF_ERROR(FullPread(fd.get(), buffer.data(), buffer.size(), offset, file.path));
+      LACT_RETURN_IF_ERROR(FullPread(fd.get(), buffer.data(), buffer.size(), offset, path));
       int64_t decoded = 0;
       LACT_RETURN_IF_ERROR(DecodeTokensInto(buffer, file.dtype, file.width, begin + r, out,
                                             rows * file.width, &decoded));
@@ -279,46 +248,23 @@ absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n
   return absl::OkStatus();
 }
 
-absl::Status CreateTokenFile(const std::string& path, int64_t rows, int64_t width, WireType dtype) {
-  // Not O_TRUNC: a file of the same size (a job re-run) is overwritten in
-  // place, its pages reused; ftruncate sets the size either way.
-  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
-  if (fd.get() < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create '", path, "': ", std::strerror(errno)));
-  }
-  const char* descr = dtype == WireType::kF32 ? "<f4" : dtype == WireType::kF16 ? "<f2" : "|V2";
-  const std::string header = NpyHeaderBytes({rows, width}, descr);
-  LACT_RETURN_IF_ERROR(FullPwrite(fd.get(), header.data(), header.size(), 0, path));
-  const off_t size = static_cast<off_t>(header.size() + rows * width * WireBytes(dtype));
-  if (ftruncate(fd.get(), size) != 0) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot size '", path, "' to ", rows, " x ",
-                                                     width, " tokens: ", std::strerror(errno)));
-  }
-  // Its blocks are reserved now: a full disk fails here, before any worker
-  // computes, and the workers' writes need not allocate (several times
-  // faster than filling a sparse file on ext4).
-  if (const int err = posix_fallocate(fd.get(), 0, size);
-      err != 0 && err != EOPNOTSUPP && err != EINVAL) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot reserve ", size, " bytes for '", path, "': ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+absl::StatusOr<ReadyFile> CreateTokenFile(const DataPath& data_path, int64_t rows, int64_t width,
+                                          WireType dtype) {
+  return CreateOutputFileOf(data_path, rows, width, dtype, /*replace=*/true, nullptr);
 }
 
-absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width) {
-  return CreateTokenFile(path, rows, width, WireType::kF32);
+absl::StatusOr<ReadyFile> CreateOutputFile(const DataPath& path, int64_t rows, int64_t width,
+                                           bool replace, const FileId* context) {
+  return CreateOutputFileOf(path, rows, width, WireType::kF32, replace, context);
 }
 
-absl::StatusOr<std::unique_ptr<OutputRowsWriter>> OutputRowsWriter::Open(const std::string& path,
+absl::StatusOr<std::unique_ptr<OutputRowsWriter>> OutputRowsWriter::Open(const DataPath& data_path,
                                                                          int64_t rows,
                                                                          int64_t width,
                                                                          int64_t begin, int64_t n) {
-  const int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open output '", path, "': ", std::strerror(errno)));
-  }
+  LACT_ASSIGN_OR_RETURN(FileHandle opened, OpenDataFile(data_path, O_RDWR));
+  const std::string& path = data_path.shown();
+  const int fd = opened.release();
   std::unique_ptr<OutputRowsWriter> writer(new OutputRowsWriter(path, fd));
   struct stat st;
   if (fstat(fd, &st) != 0) return absl::InternalError(absl::StrCat("fstat '", path, "' failed"));
@@ -343,7 +289,8 @@ absl::StatusOr<std::unique_ptr<OutputRowsWriter>> OutputRowsWriter::Open(const s
   writer->direct_begin_ = writer->direct_end_ = writer->end_;
   if (writer->end_ - writer->next_ >= kDirectMinBytes && first < last) {
     void* raw = nullptr;
-    const int direct = open(path.c_str(), O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+    absl::StatusOr<FileHandle> direct_file = OpenDataFile(data_path, O_WRONLY | O_DIRECT);
+    const int direct = direct_file.ok() ? direct_file->release() : -1;
     if (direct >= 0 && posix_memalign(&raw, kDirectBlock, kBounceBytes) == 0) {
       writer->direct_fd_ = direct;
       writer->bounce_.reset(static_cast<char*>(raw));
@@ -416,7 +363,7 @@ absl::Status OutputRowsWriter::Finish() {
   return absl::OkStatus();
 }
 
-absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
+absl::Status WriteTokenRows(const DataPath& path, int64_t rows, int64_t width, int64_t begin,
                             const float* src, int64_t n) {
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<OutputRowsWriter> writer,
                         OutputRowsWriter::Open(path, rows, width, begin, n));
@@ -424,19 +371,18 @@ absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width
   return writer->Finish();
 }
 
-absl::StatusOr<TokenFileWriter> TokenFileWriter::Open(const std::string& path, int64_t rows,
+absl::StatusOr<TokenFileWriter> TokenFileWriter::Open(const DataPath& data_path, int64_t rows,
                                                       int64_t width, WireType dtype) {
-  LACT_ASSIGN_OR_RETURN(TokenFileLayout layout, OpenTokenFile(path, ""));
+  LACT_ASSIGN_OR_RETURN(TokenFileLayout layout, OpenTokenFile(data_path, ""));
+  const std::string& path = data_path.shown();
   if (layout.rows != rows || layout.width != width || layout.dtype != dtype) {
     return absl::FailedPreconditionError(
         absl::StrCat("'", path, "' holds ", layout.rows, " x ", layout.width, " tokens of ",
                      WireBytes(layout.dtype), " bytes, not the ", rows, " x ", width, " of ",
                      WireBytes(dtype), " bytes expected (changed since it was created?)"));
   }
-  const int fd = open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return absl::NotFoundError(absl::StrCat("cannot open '", path, "': ", std::strerror(errno)));
-  return TokenFileWriter(fd, std::move(layout));
+  LACT_ASSIGN_OR_RETURN(FileHandle fd, OpenDataFile(data_path, O_WRONLY));
+  return TokenFileWriter(fd.release(), std::move(layout));
 }
 
 TokenFileWriter::TokenFileWriter(TokenFileWriter&& other) noexcept
@@ -454,13 +400,13 @@ absl::Status TokenFileWriter::Write(int64_t row, const std::vector<absl::string_
   for (absl::string_view piece : pieces) bytes += piece.size();
   if (row < 0 || bytes % row_bytes != 0 ||
       static_cast<uint64_t>(row) + bytes / row_bytes > static_cast<uint64_t>(layout_.rows)) {
-    return absl::OutOfRangeError(absl::StrCat(bytes, " bytes at row ", row, " of '", layout_.path,
-                                              "' (", layout_.rows, " rows of ", row_bytes,
-                                              " bytes)"));
+    return absl::OutOfRangeError(absl::StrCat(bytes, " bytes at row ", row, " of '",
+                                              layout_.path.shown(), "' (", layout_.rows,
+                                              " rows of ", row_bytes, " bytes)"));
   }
   uint64_t offset = layout_.data_offset + static_cast<uint64_t>(row) * row_bytes;
   for (absl::string_view piece : pieces) {
-    LACT_RETURN_IF_ERROR(FullPwrite(fd_, piece.data(), piece.size(), offset, layout_.path));
+    LACT_RETURN_IF_ERROR(FullPwrite(fd_, piece.data(), piece.size(), offset, layout_.path.shown()));
     offset += piece.size();
   }
   return absl::OkStatus();

@@ -3,12 +3,10 @@
 // an .npy or .safetensors file, and an output .npy created up front and
 // filled by each worker at its rows' offsets.
 //
-// Paths: an absolute path, a file:// URI, or a path relative to the root.
-// Symlinks are resolved and the result must stay inside the root; an
-// output's own name must not be a symlink (it is opened O_NOFOLLOW), so a
-// job never reads or writes outside the root. Errors name the path:
-// FAILED_PRECONDITION when the process has no data root, PERMISSION_DENIED
-// outside it, NOT_FOUND for a missing input, INVALID_ARGUMENT for a file
+// Every file is a DataPath, opened through its folder at the moment of use
+// (data_path.h: no symlink, no "..", regular files only), so a job never
+// reads, writes or removes anything outside the root. Errors name the path
+// inside the root: those of data_path.h, and INVALID_ARGUMENT for a file
 // that is not a 2-D token tensor of a supported dtype or is too short for
 // its header. Stateless functions; safe from any thread.
 #ifndef LACT_COMMON_DATA_FILES_H_
@@ -22,18 +20,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/data_path.h"
 #include "common/token_codec.h"
 
 namespace lact {
 
-// The absolute, symlink-free path `ref` names inside `root`. For an output
-// the file need not exist, but its folder must.
-absl::StatusOr<std::string> ResolveDataPath(const std::string& root, const std::string& ref,
-                                            bool for_output);
-
 // Where a [rows, width] token tensor lies in a file.
 struct TokenFileLayout {
-  std::string path;
+  DataPath path;
   WireType dtype = WireType::kF32;
   int64_t rows = 0;
   int64_t width = 0;
@@ -42,21 +36,34 @@ struct TokenFileLayout {
 
 // Reads the header of an .npy (<f4, <f2, or bf16 as the 2-byte void dtype
 // |V2) or .safetensors file (F32, F16, BF16; `tensor` names it, or empty
-// for a file holding one tensor) and checks the file holds all its values.
-absl::StatusOr<TokenFileLayout> OpenTokenFile(const std::string& path, const std::string& tensor);
+// for a file holding one tensor; its header at most 1 MiB) and checks the
+// file holds all its values. `id` (optional) receives the file's identity.
+absl::StatusOr<TokenFileLayout> OpenTokenFile(const DataPath& path, const std::string& tensor,
+                                              FileId* id = nullptr);
 
 // Rows [begin, begin + n) decoded to float32 into dst (n * width floats);
 // INVALID_ARGUMENT naming the first non-finite value's token (global).
 absl::Status ReadTokenRows(const TokenFileLayout& file, int64_t begin, int64_t n, float* dst);
 
-// Creates or replaces `path` as a float32 [rows, width] .npy of full size
-// (its header written; the data zero in a new file, the old bytes in a
-// replaced one, until WriteTokenRows fills every row), its blocks
-// reserved: RESOURCE_EXHAUSTED if the disk cannot hold it.
-absl::Status CreateOutputFile(const std::string& path, int64_t rows, int64_t width);
+// A file CreateOutputFile or CreateTokenFile made ready.
+struct ReadyFile {
+  FileId id;
+  bool created = false;  // false: an existing file, replaced as asked
+};
+
+// Creates `path` as a float32 [rows, width] .npy of full size (its header
+// written; the data zero in a new file, the old bytes in a replaced one,
+// until WriteTokenRows fills every row), its blocks reserved:
+// RESOURCE_EXHAUSTED if the disk cannot hold it. An existing file is
+// ALREADY_EXISTS unless `replace`; INVALID_ARGUMENT if it is the file
+// `context` (the job's input under another name).
+absl::StatusOr<ReadyFile> CreateOutputFile(const DataPath& path, int64_t rows, int64_t width,
+                                           bool replace = false, const FileId* context = nullptr);
 // The same for a [rows, width] .npy of `dtype` (bf16 as |V2), the
-// coordinator's spool of an in-band context; OpenTokenFile reads it.
-absl::Status CreateTokenFile(const std::string& path, int64_t rows, int64_t width, WireType dtype);
+// coordinator's spool of an in-band context (replaced when it exists);
+// OpenTokenFile reads it.
+absl::StatusOr<ReadyFile> CreateTokenFile(const DataPath& path, int64_t rows, int64_t width,
+                                          WireType dtype);
 
 // Writes rows [begin, begin + n) of a file CreateOutputFile made, in row
 // order, a piece at a time (a worker writing its shard's output rows as
@@ -69,9 +76,9 @@ absl::Status CreateTokenFile(const std::string& path, int64_t rows, int64_t widt
 // One thread at a time.
 class OutputRowsWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<OutputRowsWriter>> Open(const std::string& path,
-                                                                int64_t rows, int64_t width,
-                                                                int64_t begin, int64_t n);
+  static absl::StatusOr<std::unique_ptr<OutputRowsWriter>> Open(const DataPath& path, int64_t rows,
+                                                                int64_t width, int64_t begin,
+                                                                int64_t n);
   OutputRowsWriter(const OutputRowsWriter&) = delete;
   OutputRowsWriter& operator=(const OutputRowsWriter&) = delete;
   ~OutputRowsWriter();
@@ -97,7 +104,7 @@ class OutputRowsWriter {
 };
 
 // Rows [begin, begin + n) of `src` written whole through an OutputRowsWriter.
-absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width, int64_t begin,
+absl::Status WriteTokenRows(const DataPath& path, int64_t rows, int64_t width, int64_t begin,
                             const float* src, int64_t n);
 
 // A token file CreateTokenFile made, open for rows in its own dtype as raw
@@ -106,7 +113,7 @@ absl::Status WriteTokenRows(const std::string& path, int64_t rows, int64_t width
 // at their offsets. Movable; one writer per thread.
 class TokenFileWriter {
  public:
-  static absl::StatusOr<TokenFileWriter> Open(const std::string& path, int64_t rows, int64_t width,
+  static absl::StatusOr<TokenFileWriter> Open(const DataPath& path, int64_t rows, int64_t width,
                                               WireType dtype);
   TokenFileWriter(TokenFileWriter&& other) noexcept;
   TokenFileWriter& operator=(TokenFileWriter&&) = delete;

@@ -13,30 +13,32 @@
 namespace lact {
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     auto message = absl::StrCat("cannot open '", path, "': ", std::strerror(err));
     return err == ENOENT ? absl::NotFoundError(message) : absl::InvalidArgumentError(message);
   }
+  absl::StatusOr<MappedFile> mapped = FromDescriptor(fd, path);
+  ::close(fd);
+  return mapped;
+}
+
+absl::StatusOr<MappedFile> MappedFile::FromDescriptor(int fd, const std::string& name) {
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a regular file"));
   }
   const size_t size = static_cast<size_t>(st.st_size);
   const uint8_t* data = nullptr;
   if (size > 0) {
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return absl::InternalError(absl::StrCat("cannot map '", path, "': ", std::strerror(err)));
+      return absl::InternalError(absl::StrCat("cannot map '", name, "': ", std::strerror(errno)));
     }
     data = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
-  return MappedFile(path, data, size);
+  return MappedFile(name, data, size);
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept

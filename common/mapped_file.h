@@ -1,5 +1,6 @@
-// Read-only memory mapping of a whole file (RAII). Movable, not copyable.
-// Open() fails with NOT_FOUND / INVALID_ARGUMENT naming the path.
+// Read-only memory mapping of a whole regular file (RAII). Movable, not
+// copyable. Open() fails with NOT_FOUND / INVALID_ARGUMENT naming the path;
+// it never blocks on a FIFO (opened non-blocking, refused as not regular).
 #ifndef LACT_COMMON_MAPPED_FILE_H_
 #define LACT_COMMON_MAPPED_FILE_H_
 
@@ -14,6 +15,9 @@ namespace lact {
 class MappedFile {
  public:
   static absl::StatusOr<MappedFile> Open(const std::string& path);
+  // Maps the regular file open at `fd` (the caller keeps `fd`); errors
+  // call it `name`.
+  static absl::StatusOr<MappedFile> FromDescriptor(int fd, const std::string& name);
 
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;

@@ -1,6 +1,12 @@
 // A Prometheus scrape endpoint on a port of its own: GET /metrics answers
 // the text exposition format (0.0.4) of a prometheus-cpp registry, served
-// by cpp-httplib from a thread of its own. Before each scrape `refresh`
+// by GNU libmicrohttpd from one event-driven thread of its own, so a slow
+// or idle client holds a connection slot, never a thread: at most
+// kMaxConnections connections (kMaxConnectionsPerIp from one address), each
+// closed after kIdleSeconds without a byte and limited to
+// kConnectionMemory bytes of request; only GET and HEAD are answered, at
+// once, and a request body is never read (405 for other methods). The port
+// is unauthenticated: it tells what the metrics tell. Before each scrape `refresh`
 // runs (it sets the gauges that are read from live state: jobs by status,
 // workers, retained bytes). The same port answers HTTP probes in
 // plaintext (kubelet's gRPC probes cannot speak TLS, which lact's gRPC
@@ -16,14 +22,12 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/flags.h"
 
-namespace httplib {
-class Server;
-}
+struct MHD_Connection;
+struct MHD_Daemon;
 namespace prometheus {
 class Registry;
 }
@@ -32,6 +36,11 @@ namespace lact {
 
 class MetricsEndpoint {
  public:
+  static constexpr unsigned kMaxConnections = 256;
+  static constexpr unsigned kMaxConnectionsPerIp = 64;
+  static constexpr unsigned kIdleSeconds = 5;
+  static constexpr size_t kConnectionMemory = 16 << 10;
+
   // Listens on host:port (0: a free port).
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
       const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
@@ -47,12 +56,21 @@ class MetricsEndpoint {
 
   int port() const { return port_; }
 
+  // Answers a request of libmicrohttpd's on `self`'s behalf; false if the
+  // response could not be queued (the connection is then closed).
+  static bool Handle(void* self, MHD_Connection* connection, const char* url, const char* method);
+
  private:
   MetricsEndpoint() = default;
+  // The response to `method` `url`: its status, body and content type.
+  int Answer(const std::string& method, const std::string& url, std::string* body,
+             const char** type) const;
 
-  std::unique_ptr<httplib::Server> server_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::function<void()> refresh_;
+  std::function<bool()> ready_;
+  MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
-  std::thread thread_;
 };
 
 }  // namespace lact

@@ -77,9 +77,16 @@ T Element(DType dtype, const uint8_t* p) {
   return T();
 }
 
+// At most this much of the file's own text is quoted back in an error.
+std::string Short(const std::string& text) {
+  constexpr size_t kQuotedBytes = 64;
+  if (text.size() <= kQuotedBytes) return text;
+  return absl::StrCat(text.substr(0, kQuotedBytes), "... (", text.size(), " bytes)");
+}
+
 absl::Status EntryError(const std::string& path, const std::string& name, const std::string& what) {
   return absl::InvalidArgumentError(
-      absl::StrCat("safetensors '", path, "': tensor '", name, "': ", what));
+      absl::StrCat("safetensors '", path, "': tensor '", Short(name), "': ", what));
 }
 
 }  // namespace
@@ -100,13 +107,21 @@ const char* DTypeName(DType dtype) {
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   LACT_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  return FromMapped(std::move(file), kMaxHeaderBytes);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::FromMapped(MappedFile file,
+                                                            uint64_t max_header_bytes) {
+  const std::string path = file.path();
   const auto bad = [&](const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "': ", what));
   };
   if (file.size() < 8) return bad("file is shorter than the 8-byte header length (truncated?)");
   const uint64_t header_len = ReadLe64(file.data());
-  if (header_len > kMaxHeaderBytes)
-    return bad(absl::StrCat("header length ", header_len, " is implausible"));
+  if (header_len > max_header_bytes) {
+    return bad(absl::StrCat("header length ", header_len, " is over the ", max_header_bytes,
+                            " bytes this file may have"));
+  }
   if (header_len > file.size() - 8) {
     return bad(absl::StrCat("header length ", header_len, " exceeds the file size ", file.size(),
                             " (truncated?)"));
@@ -142,9 +157,9 @@ absl::Status SafetensorsFile::ParseHeader(const std::string& header) {
     }
     TensorEntry e;
     if (!v["dtype"].is_string() || !ParseDType(v["dtype"].get<std::string>(), &e.dtype)) {
-      return EntryError(
-          path, name,
-          absl::StrCat("unsupported dtype ", v["dtype"].dump(), " (allowed: F32, F16, BF16, F64)"));
+      return EntryError(path, name,
+                        absl::StrCat("unsupported dtype ", Short(v["dtype"].dump()),
+                                     " (allowed: F32, F16, BF16, F64)"));
     }
     if (!v["shape"].is_array()) return EntryError(path, name, "shape must be an array");
     uint64_t numel = 1;
@@ -185,7 +200,7 @@ absl::StatusOr<BasicTensor<T>> SafetensorsFile::Read(const std::string& name) co
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("safetensors '", file_.path(), "': no tensor '", name, "'"));
+        absl::StrCat("safetensors '", file_.path(), "': no tensor '", Short(name), "'"));
   }
   const TensorEntry& e = it->second;
   BasicTensor<T> t(e.shape);

@@ -33,6 +33,9 @@ struct TensorEntry {
 class SafetensorsFile {
  public:
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
+  // A file already mapped, its header at most `max_header_bytes` (checked
+  // before it is parsed).
+  static absl::StatusOr<SafetensorsFile> FromMapped(MappedFile file, uint64_t max_header_bytes);
 
   const std::map<std::string, TensorEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

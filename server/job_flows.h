@@ -40,6 +40,7 @@ struct CoordinatorOptions {
   int collective_timeout_ms = 60000;
   std::chrono::milliseconds upload_idle_timeout{60000};  // max wait for a client's stream or chunk
   std::string data_root;         // where files by reference may be; empty = none allowed
+  bool tenant_folders = true;    // with tokens: each tenant's files in DATA_ROOT/TENANT
   int max_pending_calls = 1024;  // Submit and Query calls waiting for their first message
   std::chrono::milliseconds first_message_timeout{30000};
   int64_t max_job_records = 100000;         // records kept (ended jobs' dropped oldest first)

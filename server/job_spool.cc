@@ -35,8 +35,10 @@ absl::Status JobSpool::Open() {
   return absl::OkStatus();
 }
 
+std::string JobSpool::FileName(const std::string& job_id) { return absl::StrCat(job_id, kSuffix); }
+
 std::string JobSpool::PathOf(const std::string& job_id) const {
-  return absl::StrCat(dir_, "/", job_id, kSuffix);
+  return absl::StrCat(dir_, "/", FileName(job_id));
 }
 
 absl::StatusOr<std::string> JobSpool::Create(const std::string& job_id, int64_t tokens,
@@ -55,9 +57,11 @@ absl::StatusOr<std::string> JobSpool::Create(const std::string& job_id, int64_t 
     bytes_[job_id] = bytes;
   }
   const std::string path = PathOf(job_id);
-  if (absl::Status created = CreateTokenFile(path, tokens, width, dtype); !created.ok()) {
+  if (absl::StatusOr<ReadyFile> created =
+          CreateTokenFile(DataPath{dir_, FileName(job_id)}, tokens, width, dtype);
+      !created.ok()) {
     Remove(job_id);
-    return created;
+    return created.status();
   }
   return path;
 }

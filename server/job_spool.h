@@ -43,6 +43,7 @@ class JobSpool {
   int64_t used_bytes() const;
 
  private:
+  static std::string FileName(const std::string& job_id);
   std::string PathOf(const std::string& job_id) const;
 
   const std::string dir_;

@@ -47,6 +47,8 @@ constexpr char kUsage[] =
     "                    deadline)]\n"
     "                    [--max-queued-jobs 256]\n"
     "                    [--upload-idle-timeout-ms 60000] [--data-root DIR]\n"
+    "                    [--data-root-layout per-tenant|shared (with --auth-tokens: each tenant's\n"
+    "                    files in DIR/TENANT, or all tenants in DIR; default per-tenant)]\n"
     "                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]\n"
     "                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
     "                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]\n"
@@ -81,6 +83,12 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   if (acquire > 0)
     o->acquire_wait = std::chrono::milliseconds(acquire);  // 0: until the call's deadline
   o->data_root = flags.Get("data-root").value_or("");
+  const std::string layout = flags.Get("data-root-layout").value_or("per-tenant");
+  if (layout != "per-tenant" && layout != "shared") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data-root-layout ", layout, ": allowed per-tenant or shared"));
+  }
+  o->tenant_folders = layout == "per-tenant";
   LACT_ASSIGN_OR_RETURN(int64_t pending, flags.Int("max-pending-calls", 1024, 1, 1 << 20));
   o->max_pending_calls = static_cast<int>(pending);
   LACT_ASSIGN_OR_RETURN(int64_t first, flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
@@ -196,6 +204,7 @@ int Main(int argc, char** argv) {
                                                                      "acquire-timeout-ms",
                                                                      "upload-idle-timeout-ms",
                                                                      "data-root",
+                                                                     "data-root-layout",
                                                                      "max-queued-jobs",
                                                                      "auth-tokens",
                                                                      "cluster-secret-file",

@@ -81,12 +81,14 @@ class SubmitFlow {
  public:
   SubmitFlow(const Coordinator& c, SubmitCall& call) : c_(c), call_(call) {}
 
-  grpc::Status Run(const v1::SubmitRequest& request) {
+  // `folder`: where in the data root the job's files may be (its
+  // tenant's folder, or empty for the whole root).
+  grpc::Status Run(const v1::SubmitRequest& request, const std::string& folder) {
     if (!request.has_spec()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoJobSpec);
     }
     spec_ = request.spec();
-    absl::StatusOr<JobFiles> files = ResolveJobFiles(c_.options.data_root, &spec_);
+    absl::StatusOr<JobFiles> files = ResolveJobFiles(c_.options.data_root, folder, &spec_);
     if (!files.ok()) return ToGrpcStatus(files.status());
     files_ = *std::move(files);
     absl::StatusOr<JobPlan> plan = PlanJob(spec_, *c_.registry, c_.options.limits);
@@ -153,7 +155,7 @@ class SubmitFlow {
     stats_.set_seconds(Since(start_));
     stats_.set_coordinator_peak_rss_bytes(PeakRssBytes());
     if (!status.ok()) {
-      if (output_created_) unlink(files_.output.c_str());
+      if (output_ && output_->created) (void)RemoveDataFile(files_.output, output_->id);
       // Peers that finished before the failure may have kept results.
       if (!lease_addresses_.empty())
         ForgetOnWorkers(c_.cluster, job_id_, fetch_ticket_, lease_addresses_);
@@ -234,7 +236,6 @@ class SubmitFlow {
   // From now on the job reads its context by reference, from its spool.
   void ReadContextFromSpool() {
     spec_.mutable_context_ref()->set_path(spool_path_);
-    files_.context = spool_path_;
     context_from_spool_ = true;
   }
 
@@ -324,10 +325,12 @@ class SubmitFlow {
       ranks_ended_ = 0;
       spooled_ranks_ = 0;
     }
-    if (!files_.output.empty()) {
-      LACT_RETURN_IF_ERROR(
-          CreateOutputFile(files_.output, spec_.context_tokens(), plan_.config.output_width()));
-      output_created_ = true;
+    // Once: a re-run writes the rows of the file the first attempt made.
+    if (!files_.output.empty() && !output_) {
+      LACT_ASSIGN_OR_RETURN(
+          output_, CreateOutputFile(files_.output, spec_.context_tokens(),
+                                    plan_.config.output_width(), spec_.output_ref().replace(),
+                                    spec_.has_context_ref() ? &files_.context_id : nullptr));
     }
     streams_ = std::make_shared<WorkerStreams>(c_.cluster, lease.addresses());
     machine_->SetCancelAction([streams = streams_] { streams->Cancel(); });
@@ -371,13 +374,14 @@ class SubmitFlow {
       s.set_fetch_ticket(fetch_ticket_);
       s.set_transfer(NeedsTransfer(r));
       if (spec_.has_context_ref()) {
-        s.mutable_context_ref()->set_path(files_.context);
+        s.mutable_context_ref()->set_path(context_from_spool_ ? spool_path_
+                                                              : files_.context.relative);
         s.mutable_context_ref()->set_tensor(spec_.context_ref().tensor());
         s.set_context_from_spool(context_from_spool_);
       } else {
         s.set_spool_path(spool_path_);
       }
-      if (spec_.has_output_ref()) s.mutable_output_ref()->set_path(files_.output);
+      if (spec_.has_output_ref()) s.mutable_output_ref()->set_path(files_.output.relative);
       if (r == 0) {
         *s.mutable_query_tokens() = spec_.query_tokens();
         s.set_return_state(spec_.return_state());
@@ -521,7 +525,7 @@ class SubmitFlow {
   const Clock::time_point start_ = Clock::now();
   v1::JobSpec spec_;
   JobFiles files_;
-  bool output_created_ = false;
+  std::optional<ReadyFile> output_;  // the output file, once made
   JobPlan plan_;
   std::string job_id_;
   std::shared_ptr<JobMachine> machine_;
@@ -548,10 +552,11 @@ grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
                           "the coordinator is shutting down (it got SIGTERM) and takes no new "
                           "jobs; submit to its replacement");
     }
-    if (caller.any_tenant || !first.has_spec()) return SubmitFlow(coordinator, call).Run(first);
+    if (caller.any_tenant || !first.has_spec()) return SubmitFlow(coordinator, call).Run(first, "");
     v1::SubmitRequest owned = first;  // the job belongs to the tenant whose token submitted it
     owned.mutable_spec()->set_tenant(caller.tenant);
-    return SubmitFlow(coordinator, call).Run(owned);
+    const std::string folder = coordinator.options.tenant_folders ? caller.tenant : "";
+    return SubmitFlow(coordinator, call).Run(owned, folder);
   }();
   ReportCallEnd(coordinator, "Submit", caller, "", status);
   return status;

@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -172,13 +173,19 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
     std::ofstream(Path("f64.npy"), std::ios::binary) << f64;
   }
   fs::create_directories(Path("a_folder.npy"));
+  fs::create_directory_symlink(outside, Path("linked"));
+  std::ofstream(Path("taken.npy")) << "someone's file";
+  ASSERT_EQ(mkfifo(Path("pipe.npy").c_str(), 0600), 0);
   struct Case {
     std::string context, output;
     absl::StatusCode code;
     std::string message;
   } cases[] = {
       {outside + "/secret.npy", "", absl::StatusCode::kPermissionDenied, "outside the data root"},
-      {"../outside/secret.npy", "", absl::StatusCode::kPermissionDenied, "outside the data root"},
+      {"../outside/secret.npy", "", absl::StatusCode::kPermissionDenied, "'..' is not followed"},
+      {Path("linked/secret.npy"), "", absl::StatusCode::kPermissionDenied,
+       "symlinks are not followed"},
+      {Path("pipe.npy"), "", absl::StatusCode::kInvalidArgument, "is a FIFO, not a regular file"},
       {Path("missing.npy"), "", absl::StatusCode::kNotFound, "does not exist"},
       {Path("short.npy"), "", absl::StatusCode::kInvalidArgument,
        "too short for its header's 16 x 32 tokens"},
@@ -187,10 +194,14 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
        "token_width 33 does not match model 'tiny'"},
       {Path("good.npy"), outside + "/out.npy", absl::StatusCode::kPermissionDenied,
        "outside the data root"},
-      {Path("good.npy"), Path("no/such/folder/out.npy"), absl::StatusCode::kInvalidArgument,
-       "its folder"},
-      {Path("good.npy"), Path("a_folder.npy"), absl::StatusCode::kPermissionDenied,
-       "is not a regular file"},
+      {Path("good.npy"), Path("no/such/folder/out.npy"), absl::StatusCode::kNotFound,
+       "its folder 'jobs/no' does not exist"},
+      {Path("good.npy"), Path("linked/out.npy"), absl::StatusCode::kPermissionDenied,
+       "symlinks are not followed"},
+      {Path("good.npy"), Path("a_folder.npy"), absl::StatusCode::kInvalidArgument,
+       "is a folder, not a regular file"},
+      {Path("good.npy"), Path("taken.npy"), absl::StatusCode::kAlreadyExists,
+       "never replaces a file unless asked"},
       {Path("good.npy"), Path("good.npy"), absl::StatusCode::kInvalidArgument,
        "is the context file itself"},
   };
@@ -209,6 +220,8 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
     EXPECT_FALSE(accepted) << "refused before a worker was given the job";
   }
   EXPECT_FALSE(fs::exists(outside + "/out.npy")) << "nothing written outside the root";
+  std::ifstream taken(Path("taken.npy"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(taken), {}), "someone's file");
   absl::StatusOr<Tensor> good = ReadNpy(Path("good.npy"));
   ASSERT_TRUE(good.ok());
   EXPECT_TRUE(good->data == context.data) << "the context file untouched";
@@ -240,13 +253,15 @@ TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
   EXPECT_TRUE(written->data == in_band->output.data) << "the detached job's output differs";
 
   o.cancel_on_disconnect = true;
+  o.output_ref = Path("asked.out.npy");
   absl::StatusOr<JobResult> asked = Client().Submit(o, Tensor(), {});
   ASSERT_TRUE(asked.ok()) << asked.status();
   end = Client().WatchJob(asked->job_id);
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(end->status(), v1::JobInfo::CANCELLED);
   EXPECT_THAT(end->error(), HasSubstr("the client went away"));
-  EXPECT_FALSE(fs::exists(Path("detached.out.npy"))) << "a cancelled job's output file is removed";
+  EXPECT_FALSE(fs::exists(Path("asked.out.npy"))) << "a cancelled job's output file is removed";
+  EXPECT_TRUE(fs::exists(Path("detached.out.npy"))) << "only the file the job made";
 
   o = SubmitOptions{.model = "tiny", .detach = true};
   EXPECT_EQ(Client().Submit(o, RandomTokens(4, 32, 1), {}).status().code(),

@@ -21,7 +21,9 @@
 #include "absl/strings/str_replace.h"
 #include "client/lact_client.h"
 #include "client/local_credentials.h"
+#include "common/npy.h"
 #include "lact/v1/control.grpc.pb.h"
+#include "lact/v1/data.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "proto/auth.h"
 #include "proto/tls.h"
@@ -44,15 +46,25 @@ std::string TokenFile() {
   return path;
 }
 
+// The cluster's data root, with a folder for each tenant.
+std::string DataRoot() {
+  const std::string root = absl::StrCat(::testing::TempDir(), "/lact_tenant_root_", getpid());
+  fs::create_directories(root + "/a");
+  fs::create_directories(root + "/b");
+  return root;
+}
+
 class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    cluster_ = StartTestCluster(2, {}, "", {"--auth-tokens", TokenFile()}, kTokenA).release();
+    cluster_ =
+        StartTestCluster(2, {}, DataRoot(), {"--auth-tokens", TokenFile()}, kTokenA).release();
   }
   static void TearDownTestSuite() {
     delete cluster_;
     cluster_ = nullptr;
     fs::remove(TokenFile());
+    fs::remove_all(DataRoot());
   }
   void SetUp() override { ASSERT_NE(cluster_, nullptr); }
 
@@ -119,6 +131,48 @@ TEST_F(SecurityTest, AJobIsItsTenantsAlone) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ((*again)[0].data, job->queries[0].data);
   EXPECT_TRUE(Tenant(kTokenA).DeleteJob(id).ok());
+}
+
+TEST_F(SecurityTest, EachTenantsFilesStayInItsFolder) {
+  const std::string root = DataRoot();
+  const Tensor context = RandomTokens(64, 256, 5);
+  ASSERT_TRUE(WriteNpy(root + "/a/context.npy", context).ok());
+  ASSERT_TRUE(WriteNpy(root + "/b/context.npy", context).ok());
+  const auto by_reference = [](const std::string& token, const std::string& in,
+                               const std::string& out) {
+    SubmitOptions o;
+    o.model = "preset:small:4";
+    o.workers = 2;
+    o.return_state = false;
+    o.timeout = std::chrono::seconds(60);
+    o.context_ref = in;
+    o.output_ref = out;
+    return Tenant(token).Submit(o, Tensor(), {}).status();
+  };
+  // Relative paths start in the tenant's own folder.
+  ASSERT_TRUE(by_reference(kTokenA, "context.npy", "out.npy").ok());
+  absl::StatusOr<Tensor> written = ReadNpy(root + "/a/out.npy");
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(written->shape, (std::vector<int64_t>{64, 256}));
+
+  struct Case {
+    std::string in, out;
+  } others[] = {
+      {"../a/context.npy", "mine.npy"},
+      {root + "/a/context.npy", "mine.npy"},
+      {"file://" + root + "/a/context.npy", "mine.npy"},
+      {"context.npy", root + "/a/out.npy"},
+      {"context.npy", "../a/out.npy"},
+  };
+  for (const Case& c : others) {
+    const absl::Status s = by_reference(kTokenB, c.in, c.out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied)
+        << c.in << " -> " << c.out << ": " << s;
+  }
+  EXPECT_FALSE(fs::exists(root + "/b/mine.npy"));
+  absl::StatusOr<Tensor> kept = ReadNpy(root + "/a/out.npy");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->data == written->data) << "tenant a's output untouched by tenant b";
 }
 
 TEST_F(SecurityTest, ControlServesOnlyTheClusterSecret) {
@@ -314,6 +368,69 @@ TEST(CallLimits, IdleCallsAreBoundedInNumberAndTime) {
   absl::StatusOr<JobResult> job =
       LactClient(cluster->address()).Submit(o, RandomTokens(16, 256, 3), {});
   EXPECT_TRUE(job.ok()) << job.status();
+}
+
+// Opens `count` calls with `open` and counts how each ended: refused
+// (RESOURCE_EXHAUSTED) or timed out (DEADLINE_EXCEEDED) without a first
+// message; anything else fails the test.
+template <typename Response, typename Open>
+void CountIdleEnds(int count, const Open& open, int* refused, int* timed_out) {
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<decltype(open(nullptr))> calls;
+  for (int i = 0; i < count; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    calls.push_back(open(contexts.back().get()));
+  }
+  for (auto& call : calls) {
+    Response response;
+    while (call->Read(&response)) {
+    }
+    const grpc::Status s = call->Finish();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++*refused;
+      EXPECT_THAT(s.error_message(), HasSubstr("3 calls already wait for their first message"));
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+      EXPECT_THAT(s.error_message(), HasSubstr("no first message within 1000 ms"));
+      ++*timed_out;
+    }
+  }
+}
+
+TEST(CallLimits, AWorkersIdleStreamsAreBoundedInNumberAndTime) {
+  std::unique_ptr<LocalCluster> cluster =
+      StartTestCluster(1, {"--max-pending-calls", "3", "--first-message-timeout-ms", "1000"});
+  ASSERT_NE(cluster, nullptr);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+      LactClient(cluster->address()).ListWorkers();
+  ASSERT_TRUE(workers.ok() && workers->size() == 1) << workers.status();
+  auto channel = grpc::CreateChannel((*workers)[0].address(), grpc::InsecureChannelCredentials());
+  auto data = v1::ShardData::NewStub(channel);
+  auto worker = v1::Worker::NewStub(channel);
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* method : {"Transfer", "RunShard", "RunQuery"}) {
+    int refused = 0, timed_out = 0;
+    if (std::string(method) == "Transfer") {
+      CountIdleEnds<v1::TransferResponse>(
+          4, [&](grpc::ClientContext* c) { return data->Transfer(c); }, &refused, &timed_out);
+    } else if (std::string(method) == "RunShard") {
+      CountIdleEnds<v1::ShardResponse>(
+          4, [&](grpc::ClientContext* c) { return worker->RunShard(c); }, &refused, &timed_out);
+    } else {
+      CountIdleEnds<v1::ShardResponse>(
+          4, [&](grpc::ClientContext* c) { return worker->RunQuery(c); }, &refused, &timed_out);
+    }
+    EXPECT_EQ(refused, 1) << method;
+    EXPECT_EQ(timed_out, 3) << method;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15))
+      << "ended by the worker's limit, not by the calls' 30 s deadlines";
+  SubmitOptions o;
+  o.model = "preset:small:4";
+  o.timeout = std::chrono::seconds(60);
+  EXPECT_TRUE(LactClient(cluster->address()).Submit(o, RandomTokens(16, 256, 3), {}).ok())
+      << "the waiting calls are counted out again";
 }
 
 TEST(SecurityFlags, OffLoopbackTheCoordinatorAndWorkersNeedSecrets) {

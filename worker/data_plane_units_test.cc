@@ -7,9 +7,11 @@
 // shard, idle timeout, failures seen by both sides).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/data_files.h"
 #include "common/huge_pages.h"
+#include "common/mapped_file.h"
 #include "common/model.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
@@ -31,7 +34,11 @@ namespace lact {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
+
+// A file the test chose itself: its folder as the root.
+DataPath In(const std::string& path) { return DataPath::Split(path); }
 
 class DataRoot : public ::testing::Test {
  protected:
@@ -66,52 +73,145 @@ class DataRoot : public ::testing::Test {
 };
 
 TEST_F(DataRoot, PathsResolveInsideTheRootOnly) {
+  const std::string sub = "sub/a.npy";
+  EXPECT_EQ(ResolveDataPath(root_, root_ + "/sub/a.npy")->relative, sub);
+  EXPECT_EQ(ResolveDataPath(root_, "sub/a.npy")->relative, sub);
+  EXPECT_EQ(ResolveDataPath(root_, "./sub//a.npy")->relative, sub);
+  EXPECT_EQ(ResolveDataPath(root_, "file://" + root_ + "/sub/a.npy")->relative, sub);
+  EXPECT_EQ(ResolveDataPath(root_, "sub/a.npy", "alice")->relative, "alice/sub/a.npy");
+  EXPECT_EQ(ResolveDataPath(root_, root_ + "/alice/a.npy", "alice")->relative, "alice/a.npy");
+
+  struct Case {
+    std::string ref, folder;
+    absl::StatusCode code;
+    std::string message;
+  } cases[] = {
+      {base_ + "/outside/secret.npy", "", absl::StatusCode::kPermissionDenied,
+       "is outside the data root"},
+      {"../outside/secret.npy", "", absl::StatusCode::kPermissionDenied, "'..' is not followed"},
+      {"sub/../../outside/x.npy", "", absl::StatusCode::kPermissionDenied, "'..' is not followed"},
+      {root_ + "x/a.npy", "", absl::StatusCode::kPermissionDenied, "is outside the data root"},
+      {root_ + "/bob/a.npy", "alice", absl::StatusCode::kPermissionDenied, "outside your folder"},
+      {"../bob/a.npy", "alice", absl::StatusCode::kPermissionDenied, "'..' is not followed"},
+      {"sub/", "", absl::StatusCode::kInvalidArgument, "does not name a file"},
+      {".", "", absl::StatusCode::kInvalidArgument, "does not name a file"},
+      {root_, "", absl::StatusCode::kInvalidArgument, "does not name a file"},
+      {"file://host/x.npy", "", absl::StatusCode::kInvalidArgument, "only file:///absolute/path"},
+      {"", "", absl::StatusCode::kInvalidArgument, "empty"},
+      {std::string(5000, 'a'), "", absl::StatusCode::kInvalidArgument, "at most 4096"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<DataPath> got = ResolveDataPath(root_, c.ref, c.folder);
+    EXPECT_EQ(got.status().code(), c.code) << c.ref << ": " << got.status();
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.ref;
+    EXPECT_LT(got.status().message().size(), 600u) << "a long name is quoted only in part";
+  }
+  absl::StatusOr<DataPath> no_root = ResolveDataPath("", "a.npy");
+  EXPECT_EQ(no_root.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(no_root.status().message()), HasSubstr("--data-root"));
+}
+
+TEST_F(DataRoot, OpensNeverFollowASymlinkOutOfTheRoot) {
   const Tensor t = Rows(4, 3, 1.0f);
   ASSERT_TRUE(WriteNpy(root_ + "/sub/a.npy", t).ok());
   ASSERT_TRUE(WriteNpy(base_ + "/outside/secret.npy", t).ok());
   fs::create_symlink(base_ + "/outside/secret.npy", root_ + "/link.npy");
   fs::create_symlink(base_ + "/outside", root_ + "/escape");
   fs::create_symlink(root_ + "/sub/a.npy", root_ + "/inner_link.npy");
-
-  EXPECT_EQ(*ResolveDataPath(root_, root_ + "/sub/a.npy", false),
-            fs::canonical(root_ + "/sub/a.npy").string());
-  EXPECT_EQ(*ResolveDataPath(root_, "sub/a.npy", false),
-            fs::canonical(root_ + "/sub/a.npy").string());
-  EXPECT_EQ(*ResolveDataPath(root_, "file://" + root_ + "/sub/a.npy", false),
-            fs::canonical(root_ + "/sub/a.npy").string());
-  EXPECT_TRUE(ResolveDataPath(root_, "inner_link.npy", false).ok())
-      << "a link that stays inside is fine";
-
-  struct Case {
-    std::string ref;
-    bool output;
-    absl::StatusCode code;
-    std::string message;
-  } cases[] = {
-      {base_ + "/outside/secret.npy", false, absl::StatusCode::kPermissionDenied,
-       "outside the data root"},
-      {"../outside/secret.npy", false, absl::StatusCode::kPermissionDenied,
-       "outside the data root"},
-      {"link.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
-      {"escape/secret.npy", false, absl::StatusCode::kPermissionDenied, "outside the data root"},
-      {"escape/new.npy", true, absl::StatusCode::kPermissionDenied, "outside the data root"},
-      {"../outside/new.npy", true, absl::StatusCode::kPermissionDenied, "outside the data root"},
-      {"link.npy", true, absl::StatusCode::kPermissionDenied, "is not a regular file"},
-      {"sub", true, absl::StatusCode::kPermissionDenied, "is not a regular file"},
-      {"missing.npy", false, absl::StatusCode::kNotFound, "does not exist"},
-      {"nofolder/x.npy", true, absl::StatusCode::kInvalidArgument, "its folder"},
-      {"file://host/x.npy", false, absl::StatusCode::kInvalidArgument,
-       "only file:///absolute/path"},
-      {"", false, absl::StatusCode::kInvalidArgument, "empty"},
+  const auto open = [&](const std::string& ref) {
+    return OpenTokenFile(*ResolveDataPath(root_, ref), "").status();
   };
-  for (const Case& c : cases) {
-    absl::StatusOr<std::string> got = ResolveDataPath(root_, c.ref, c.output);
-    EXPECT_EQ(got.status().code(), c.code) << c.ref << ": " << got.status();
-    EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.ref;
+  ASSERT_TRUE(open("sub/a.npy").ok());
+  for (const std::string ref : {"link.npy", "escape/secret.npy", "inner_link.npy"}) {
+    const absl::Status s = open(ref);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << ref << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("symlinks are not followed")) << ref;
+    EXPECT_THAT(std::string(s.message()), Not(HasSubstr("outside")))
+        << "where it points is not said";
   }
-  absl::StatusOr<std::string> no_root = ResolveDataPath("", "a.npy", false);
-  EXPECT_EQ(no_root.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(no_root.status().message()), HasSubstr("--data-root"));
+  EXPECT_EQ(open("missing.npy").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(open("nofolder/x.npy").code(), absl::StatusCode::kNotFound);
+
+  // The name was checked while `sub` was a folder; by the time of use it is
+  // a symlink out of the root: nothing outside is created, read or removed.
+  const DataPath out = *ResolveDataPath(root_, "sub/new.npy");
+  const DataPath in = *ResolveDataPath(root_, "sub/a.npy");
+  fs::rename(root_ + "/sub", base_ + "/moved");
+  fs::create_symlink(base_ + "/outside", root_ + "/sub");
+  ASSERT_TRUE(WriteNpy(base_ + "/outside/a.npy", t).ok());
+  const absl::StatusOr<ReadyFile> created = CreateOutputFile(out, 4, 3);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kPermissionDenied) << created.status();
+  EXPECT_FALSE(fs::exists(base_ + "/outside/new.npy"));
+  EXPECT_EQ(OpenTokenFile(in, "").status().code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(fs::exists(base_ + "/outside/a.npy"));
+  EXPECT_FALSE(RemoveDataFile(in, FileId{}).ok());
+  EXPECT_TRUE(fs::exists(base_ + "/outside/a.npy"));
+}
+
+TEST_F(DataRoot, OnlyRegularFilesAreOpenedAndAFifoNeverBlocks) {
+  ASSERT_EQ(mkfifo((root_ + "/pipe.npy").c_str(), 0600), 0);
+  const auto started = std::chrono::steady_clock::now();
+  const absl::Status read = OpenTokenFile(*ResolveDataPath(root_, "pipe.npy"), "").status();
+  EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument) << read;
+  EXPECT_THAT(std::string(read.message()), HasSubstr("is a FIFO, not a regular file"));
+  const absl::Status written =
+      CreateOutputFile(*ResolveDataPath(root_, "pipe.npy"), 1, 1, /*replace=*/true).status();
+  EXPECT_EQ(written.code(), absl::StatusCode::kInvalidArgument) << written;
+  const absl::Status folder = OpenTokenFile(*ResolveDataPath(root_, "sub"), "").status();
+  EXPECT_THAT(std::string(folder.message()), HasSubstr("is a folder"));
+  EXPECT_EQ(MappedFile::Open(root_ + "/pipe.npy").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(2));
+}
+
+TEST_F(DataRoot, OutputsAreCreatedExclusivelyAndRemovedOnlyWhileTheirOwn) {
+  const DataPath out = *ResolveDataPath(root_, "out.npy");
+  WriteBytes(root_ + "/out.npy", "someone else's file");
+  EXPECT_EQ(CreateOutputFile(out, 2, 2).status().code(), absl::StatusCode::kAlreadyExists);
+  std::ifstream kept(root_ + "/out.npy");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "someone else's file");
+  absl::StatusOr<ReadyFile> replaced = CreateOutputFile(out, 2, 2, /*replace=*/true);
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_FALSE(replaced->created);
+
+  fs::remove(root_ + "/out.npy");
+  absl::StatusOr<ReadyFile> made = CreateOutputFile(out, 2, 2);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_TRUE(made->created);
+  // Another file took the name (the job's own moved aside): it is left alone.
+  fs::rename(root_ + "/out.npy", root_ + "/moved.npy");
+  WriteBytes(root_ + "/out.npy", "another");
+  EXPECT_EQ(RemoveDataFile(out, made->id).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fs::exists(root_ + "/out.npy"));
+  absl::StatusOr<std::optional<FileId>> now = ExistingDataFile(out);
+  ASSERT_TRUE(now.ok() && now->has_value());
+  EXPECT_TRUE(RemoveDataFile(out, **now).ok());
+  EXPECT_FALSE(fs::exists(root_ + "/out.npy"));
+
+  // The context under another name (a hard link) is never its own output.
+  ASSERT_TRUE(WriteNpy(root_ + "/context.npy", Rows(2, 2, 1.0f)).ok());
+  fs::create_hard_link(root_ + "/context.npy", root_ + "/alias.npy");
+  FileId context;
+  ASSERT_TRUE(OpenTokenFile(*ResolveDataPath(root_, "context.npy"), "", &context).ok());
+  const absl::Status same =
+      CreateOutputFile(*ResolveDataPath(root_, "alias.npy"), 2, 2, true, &context).status();
+  EXPECT_EQ(same.code(), absl::StatusCode::kInvalidArgument) << same;
+  EXPECT_THAT(std::string(same.message()), HasSubstr("is the context file itself"));
+  EXPECT_TRUE(ReadNpy(root_ + "/context.npy").ok()) << "the context is untouched";
+}
+
+TEST_F(DataRoot, ATokenFileHeaderIsCappedAndNotEchoed) {
+  // A safetensors header of 2 MiB: one tensor whose name is most of it.
+  const std::string name(2 << 20, 'n');
+  const std::string header =
+      "{\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[1,1],\"data_offsets\":[0,4]}}";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  WriteBytes(root_ + "/big.safetensors", bytes + header + std::string(4, '\0'));
+  const absl::Status s = OpenTokenFile(*ResolveDataPath(root_, "big.safetensors"), "").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("this file may have"));
+  EXPECT_LT(s.message().size(), 400u);
 }
 
 TEST_F(DataRoot, RowsReadInEveryDtypeEqualTheDecodedValues) {
@@ -138,7 +238,7 @@ TEST_F(DataRoot, RowsReadInEveryDtypeEqualTheDecodedValues) {
                {"f16.npy", "", WireType::kF16},
                {"tokens.safetensors", "tokens", WireType::kF32}};
   for (const Case& c : cases) {
-    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/" + c.file, c.tensor);
+    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(In(root_ + "/" + c.file), c.tensor);
     ASSERT_TRUE(file.ok()) << c.file << ": " << file.status();
     EXPECT_EQ(file->dtype, c.dtype) << c.file;
     EXPECT_EQ(file->rows, 7);
@@ -151,10 +251,11 @@ TEST_F(DataRoot, RowsReadInEveryDtypeEqualTheDecodedValues) {
     EXPECT_EQ(got, want) << c.file;
     EXPECT_EQ(ReadTokenRows(*file, 5, 3, got.data()).code(), absl::StatusCode::kOutOfRange);
   }
-  EXPECT_THAT(std::string(OpenTokenFile(root_ + "/tokens.safetensors", "").status().message()),
+  EXPECT_THAT(std::string(OpenTokenFile(In(root_ + "/tokens.safetensors"), "").status().message()),
               HasSubstr("holds several tensors; name one"));
-  EXPECT_THAT(std::string(OpenTokenFile(root_ + "/tokens.safetensors", "nope").status().message()),
-              HasSubstr("has no tensor 'nope'"));
+  EXPECT_THAT(
+      std::string(OpenTokenFile(In(root_ + "/tokens.safetensors"), "nope").status().message()),
+      HasSubstr("has no tensor 'nope'"));
 }
 
 TEST_F(DataRoot, BadTokenFilesAreRefusedWithAMessage) {
@@ -199,12 +300,12 @@ TEST_F(DataRoot, BadTokenFilesAreRefusedWithAMessage) {
       {"f64.npy", "dtype '<f8' is not a token dtype (allowed: <f4, <f2, |V2 = bfloat16)"},
   };
   for (const Case& c : cases) {
-    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/" + c.file, "");
+    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(In(root_ + "/" + c.file), "");
     EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument)
         << c.file << ": " << file.status();
     EXPECT_THAT(std::string(file.status().message()), HasSubstr(c.message)) << c.file;
   }
-  absl::StatusOr<TokenFileLayout> file = OpenTokenFile(root_ + "/nan.npy", "");
+  absl::StatusOr<TokenFileLayout> file = OpenTokenFile(In(root_ + "/nan.npy"), "");
   ASSERT_TRUE(file.ok());
   std::vector<float> rows(4 * 4);
   EXPECT_THAT(std::string(ReadTokenRows(*file, 4, 4, rows.data()).message()),
@@ -215,18 +316,18 @@ TEST_F(DataRoot, OutputFilledAtRowOffsetsIsTheWholeTensor) {
   const Tensor t = Rows(10, 3, 0.5f);
   const std::string path = root_ + "/out.npy";
   WriteBytes(path, "an old file of another shape");
-  ASSERT_TRUE(CreateOutputFile(path, 10, 3).ok());
-  ASSERT_TRUE(WriteTokenRows(path, 10, 3, 6, t.ptr() + 6 * 3, 4).ok());
-  ASSERT_TRUE(WriteTokenRows(path, 10, 3, 0, t.ptr(), 6).ok());
+  ASSERT_TRUE(CreateOutputFile(In(path), 10, 3, /*replace=*/true).ok());
+  ASSERT_TRUE(WriteTokenRows(In(path), 10, 3, 6, t.ptr() + 6 * 3, 4).ok());
+  ASSERT_TRUE(WriteTokenRows(In(path), 10, 3, 0, t.ptr(), 6).ok());
   absl::StatusOr<Tensor> back = ReadNpy(path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->shape, t.shape);
   EXPECT_EQ(back->data, t.data);
-  EXPECT_EQ(WriteTokenRows(path, 10, 4, 0, t.ptr(), 1).code(),
+  EXPECT_EQ(WriteTokenRows(In(path), 10, 4, 0, t.ptr(), 1).code(),
             absl::StatusCode::kFailedPrecondition)
       << "a shape that disagrees with the header";
   fs::create_symlink(base_ + "/outside/target.npy", root_ + "/sym.npy");
-  EXPECT_FALSE(CreateOutputFile(root_ + "/sym.npy", 1, 1).ok())
+  EXPECT_FALSE(CreateOutputFile(In(root_ + "/sym.npy"), 1, 1, /*replace=*/true).ok())
       << "never written through a symlink";
   EXPECT_FALSE(fs::exists(base_ + "/outside/target.npy"));
 }
@@ -235,8 +336,8 @@ TEST_F(DataRoot, SpooledRowsInTheirWireDtypeReadBackAsTheirDecodedValues) {
   const Tensor t = Rows(10, 3, -0.75f);
   for (WireType dtype : {WireType::kF32, WireType::kBF16, WireType::kF16}) {
     const std::string path = root_ + "/spool.npy";
-    ASSERT_TRUE(CreateTokenFile(path, 10, 3, dtype).ok());
-    absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, 10, 3, dtype);
+    ASSERT_TRUE(CreateTokenFile(In(path), 10, 3, dtype).ok());
+    absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(In(path), 10, 3, dtype);
     ASSERT_TRUE(writer.ok()) << writer.status();
     const std::string wire = EncodeFloats(t.ptr(), t.size(), dtype);
     const size_t row = 3 * WireBytes(dtype);
@@ -252,7 +353,7 @@ TEST_F(DataRoot, SpooledRowsInTheirWireDtypeReadBackAsTheirDecodedValues) {
     EXPECT_EQ(writer->Write(0, {absl::string_view(wire).substr(0, row - 1)}).code(),
               absl::StatusCode::kOutOfRange)
         << "not whole rows";
-    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(path, "");
+    absl::StatusOr<TokenFileLayout> file = OpenTokenFile(In(path), "");
     ASSERT_TRUE(file.ok()) << file.status();
     EXPECT_EQ(file->dtype, dtype);
     std::vector<float> want(t.size()), got(t.size());
@@ -260,7 +361,7 @@ TEST_F(DataRoot, SpooledRowsInTheirWireDtypeReadBackAsTheirDecodedValues) {
     ASSERT_TRUE(DecodeTokensInto(wire, dtype, 3, 0, want.data(), t.size(), &tokens).ok());
     ASSERT_TRUE(ReadTokenRows(*file, 0, 10, got.data()).ok());
     EXPECT_EQ(got, want) << WireBytes(dtype) << "-byte tokens";
-    EXPECT_EQ(TokenFileWriter::Open(path, 10, 4, dtype).status().code(),
+    EXPECT_EQ(TokenFileWriter::Open(In(path), 10, 4, dtype).status().code(),
               absl::StatusCode::kFailedPrecondition)
         << "a shape that disagrees with the header";
   }
@@ -275,12 +376,12 @@ TEST_F(DataRoot, LargeShardsWrittenAtOnceAroundTheCacheEqualTheWholeTensor) {
   const std::string path = root_ + "/large.npy";
   for (float base : {0.25f, -3.0f}) {
     const Tensor t = Rows(rows, width, base);
-    ASSERT_TRUE(CreateOutputFile(path, rows, width).ok());
+    ASSERT_TRUE(CreateOutputFile(In(path), rows, width, /*replace=*/true).ok());
     std::vector<std::thread> shards;
     std::vector<absl::Status> statuses(3);
     for (int r = 0; r < 3; ++r) {
       shards.emplace_back([&, r] {
-        statuses[r] = WriteTokenRows(path, rows, width, begins[r], t.ptr() + begins[r] * width,
+        statuses[r] = WriteTokenRows(In(path), rows, width, begins[r], t.ptr() + begins[r] * width,
                                      begins[r + 1] - begins[r]);
       });
     }
@@ -302,7 +403,7 @@ TEST_F(DataRoot, ShardsStreamedInRaggedPiecesEqualTheWholeTensor) {
   const int64_t pieces[] = {1, 4097, 13, 30011, 7, 2048};
   const std::string path = root_ + "/streamed.npy";
   const Tensor t = Rows(rows, width, 1.5f);
-  ASSERT_TRUE(CreateOutputFile(path, rows, width).ok());
+  ASSERT_TRUE(CreateOutputFile(In(path), rows, width).ok());
   std::vector<std::thread> shards;
   std::vector<absl::Status> statuses(3);
   std::vector<int64_t> written(3);
@@ -310,7 +411,7 @@ TEST_F(DataRoot, ShardsStreamedInRaggedPiecesEqualTheWholeTensor) {
     shards.emplace_back([&, r] {
       const int64_t n = begins[r + 1] - begins[r];
       absl::StatusOr<std::unique_ptr<OutputFileStream>> stream =
-          OutputFileStream::Open(path, rows, width, begins[r], n);
+          OutputFileStream::Open(In(path), rows, width, begins[r], n);
       if (!stream.ok()) {
         statuses[r] = stream.status();
         return;
@@ -339,25 +440,25 @@ TEST_F(DataRoot, ShardsStreamedInRaggedPiecesEqualTheWholeTensor) {
 
 TEST_F(DataRoot, AStreamedShardSaysWhatItsRowsLacked) {
   const std::string path = root_ + "/short.npy";
-  ASSERT_TRUE(CreateOutputFile(path, 10, 3).ok());
+  ASSERT_TRUE(CreateOutputFile(In(path), 10, 3).ok());
   absl::StatusOr<std::unique_ptr<OutputFileStream>> stream =
-      OutputFileStream::Open(path, 10, 3, 4, 5);
+      OutputFileStream::Open(In(path), 10, 3, 4, 5);
   ASSERT_TRUE(stream.ok()) << stream.status();
   ASSERT_TRUE((*stream)->Put(Rows(2, 3, 1.0f)).ok());
   EXPECT_THAT(std::string((*stream)->Finish().message()),
               HasSubstr("3 of the shard's rows not written"));
   absl::StatusOr<std::unique_ptr<OutputFileStream>> over =
-      OutputFileStream::Open(path, 10, 3, 8, 2);
+      OutputFileStream::Open(In(path), 10, 3, 8, 2);
   ASSERT_TRUE(over.ok()) << over.status();
   ASSERT_TRUE((*over)->Put(Rows(3, 3, 1.0f)).ok());  // found by the writer's thread
   const absl::Status finished = (*over)->Finish();
   EXPECT_EQ(finished.code(), absl::StatusCode::kOutOfRange) << finished;
   EXPECT_EQ((*over)->Put(Rows(1, 3, 1.0f)).code(), absl::StatusCode::kOutOfRange)
       << "a failed stream takes no more rows";
-  EXPECT_EQ(OutputFileStream::Open(path, 10, 4, 0, 1).status().code(),
+  EXPECT_EQ(OutputFileStream::Open(In(path), 10, 4, 0, 1).status().code(),
             absl::StatusCode::kFailedPrecondition)
       << "a shape that disagrees with the header";
-  EXPECT_EQ(OutputFileStream::Open(root_ + "/none.npy", 10, 3, 0, 1).status().code(),
+  EXPECT_EQ(OutputFileStream::Open(In(root_ + "/none.npy"), 10, 3, 0, 1).status().code(),
             absl::StatusCode::kNotFound);
 }
 
@@ -466,10 +567,10 @@ TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {
 
 TEST_F(DataRoot, ATransferWithASpoolWritesItsContextRowsThere) {
   const std::string path = root_ + "/job.spool.npy";
-  ASSERT_TRUE(CreateTokenFile(path, 5, 1, WireType::kF32).ok());
+  ASSERT_TRUE(CreateTokenFile(In(path), 5, 1, WireType::kF32).ok());
   // Rank 1 of a 5-token context: tokens 3 and 4.
   ShardTransfer transfer("secret", TokenReceiver({2}, 1, WireType::kF32, 3));
-  absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(path, 5, 1, WireType::kF32);
+  absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(In(path), 5, 1, WireType::kF32);
   ASSERT_TRUE(writer.ok());
   transfer.SetSpool(std::make_unique<ContextSpool>(*std::move(writer), 3));
   ASSERT_TRUE(transfer.Attach(nullptr).ok());
@@ -490,8 +591,8 @@ TEST_F(DataRoot, ATransferWithASpoolWritesItsContextRowsThere) {
 // A new token file of `rows` x `width`, open for writing.
 absl::StatusOr<TokenFileWriter> NewTokenFile(const std::string& path, int64_t rows, int64_t width,
                                              WireType dtype) {
-  LACT_RETURN_IF_ERROR(CreateTokenFile(path, rows, width, dtype));
-  return TokenFileWriter::Open(path, rows, width, dtype);
+  LACT_RETURN_IF_ERROR(CreateTokenFile(In(path), rows, width, dtype).status());
+  return TokenFileWriter::Open(In(path), rows, width, dtype);
 }
 
 // Ends the spool's upload and waits (up to 10 s) for every row to be written.
@@ -517,7 +618,7 @@ TEST_F(DataRoot, ASpoolTakesMoreChunksThanItsBuffersInOrder) {
     EXPECT_FALSE(spool.Complete()) << "the upload has not ended";
     ASSERT_TRUE(EndAndWait(spool));
   }
-  absl::StatusOr<TokenFileLayout> file = OpenTokenFile(path, "");
+  absl::StatusOr<TokenFileLayout> file = OpenTokenFile(In(path), "");
   ASSERT_TRUE(file.ok());
   std::vector<float> want(t.size()), got(t.size());
   int64_t tokens = 0;
@@ -550,6 +651,35 @@ TEST_F(DataRoot, ASpoolWritesOwnedChunksFromWhereTheyLieAndThenLetsThemGo) {
   absl::StatusOr<Tensor> back = ReadNpy(path);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->data, t.data);
+}
+
+TEST(TransferBoard, StreamsForShardsNotStartedWaitBoundedInNumber) {
+  TransferBoard board;
+  std::vector<std::thread> waiting;
+  std::atomic<int> not_found{0};
+  for (int i = 0; i < TransferBoard::kMaxWaiting; ++i) {
+    waiting.emplace_back([&, i] {
+      const auto found = board.Find("job-made-up", i, "ticket", std::chrono::milliseconds(1500));
+      not_found += absl::IsNotFound(found.status());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto asked = std::chrono::steady_clock::now();
+  const auto over = board.Find("job-made-up", -1, "ticket", std::chrono::seconds(10));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(100))
+      << "refused at once, not after its wait";
+  // A registered shard is found even now.
+  board.Register(
+      "job-real", 0,
+      std::make_shared<ShardTransfer>("secret", TokenReceiver({1}, 1, WireType::kF32, 0)));
+  EXPECT_TRUE(board.Find("job-real", 0, "secret", std::chrono::milliseconds(0)).ok());
+  for (std::thread& t : waiting) t.join();
+  EXPECT_EQ(not_found.load(), TransferBoard::kMaxWaiting);
+  EXPECT_EQ(board.Find("job-made-up", 0, "ticket", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound)
+      << "the waiters were counted out";
+  board.Unregister("job-real", 0);
 }
 
 TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {

@@ -145,8 +145,11 @@ grpc::Status FetchFlow(RetainedResults& results, const v1::FetchRequest& request
 
 }  // namespace
 
-DataService::DataService(TransferBoard* board, RetainedResults* results)
+DataService::DataService(TransferBoard* board, RetainedResults* results, int max_pending_calls,
+                         std::chrono::milliseconds first_message_timeout)
     : board_(board), results_(results) {
+  first_message_.max_waiting = max_pending_calls;
+  first_message_.timeout = first_message_timeout;
   AddMethod(new grpc::internal::RpcServiceMethod(
       kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING, nullptr));
   MarkMethodCallback(
@@ -163,10 +166,12 @@ DataService::DataService(TransferBoard* board, RetainedResults* results)
 
 grpc::ServerBidiReactor<TransferRequestIn, BulkOut>* DataService::Transfer(
     grpc::CallbackServerContext* context) {
-  return TransferCall::Start(context, kNoTicket,
-                             [board = board_](const TransferRequestIn& first, TransferCall& call) {
-                               return TransferFlow(*board, first, call);
-                             });
+  return TransferCall::Start(
+      context, kNoTicket,
+      [board = board_](const TransferRequestIn& first, TransferCall& call) {
+        return TransferFlow(*board, first, call);
+      },
+      &first_message_);
 }
 
 grpc::ServerWriteReactor<BulkOut>* DataService::FetchResult(const v1::FetchRequest& request) {

@@ -9,7 +9,8 @@
 // chunks are decoded straight from gRPC's slices, and sent rows are slices
 // of the output tensors themselves. Both calls run on gRPC's callback API
 // (proto/stream_call.h, proto/write_call.h): a stream that was opened and
-// sent nothing holds no thread.
+// sent nothing holds no thread, and ends after `first_message_timeout`
+// (at most `max_pending_calls` wait at once; more are RESOURCE_EXHAUSTED).
 #ifndef LACT_WORKER_DATA_SERVICE_H_
 #define LACT_WORKER_DATA_SERVICE_H_
 
@@ -18,6 +19,7 @@
 
 #include "lact/v1/data.pb.h"
 #include "proto/bulk_messages.h"
+#include "proto/stream_call.h"
 #include "worker/retained_results.h"
 #include "worker/shard_transfer.h"
 
@@ -25,7 +27,8 @@ namespace lact {
 
 class DataService final : public grpc::Service {
  public:
-  DataService(TransferBoard* board, RetainedResults* results);
+  DataService(TransferBoard* board, RetainedResults* results, int max_pending_calls,
+              std::chrono::milliseconds first_message_timeout);
 
   grpc::ServerBidiReactor<TransferRequestIn, BulkOut>* Transfer(
       grpc::CallbackServerContext* context);
@@ -34,6 +37,7 @@ class DataService final : public grpc::Service {
  private:
   TransferBoard* board_;
   RetainedResults* results_;
+  FirstMessageLimits first_message_;  // Transfer streams waiting for their ticket
 };
 
 }  // namespace lact

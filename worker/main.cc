@@ -52,6 +52,8 @@ constexpr char kUsage[] =
     "               worker's certificate, served and shown to Control; the CA of the "
     "coordinator's)]\n"
     "               [--drain-seconds 60]\n"
+    "               [--max-pending-calls 1024] [--first-message-timeout-ms 30000] (streams that\n"
+    "               have not sent their first message: how many at once, for how long)\n"
     "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
     "               are written there so a job can run again)]\n"
     "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
@@ -126,14 +128,33 @@ absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::stri
 int Main(int argc, char** argv) {
   if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-worker", kUsage))
     return *answered;
-  absl::StatusOr<Flags> flags = Flags::Parse(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {"coordinator",  "host",           "port",          "model-dir",           "threads",
-       "tile-tokens",  "backend",        "device",        "precision",           "scan-math",
-       "collective",   "data-root",      "retain-bytes",  "cluster-secret-file", "tls-cert",
-       "tls-key",      "tls-ca",         "drain-seconds", "spool-dir",           "no-huge-pages",
-       "metrics-port", "advertise-host", "log-level"},
-      {}, {"no-huge-pages"});
+  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                                             {"coordinator",
+                                              "host",
+                                              "port",
+                                              "model-dir",
+                                              "threads",
+                                              "tile-tokens",
+                                              "backend",
+                                              "device",
+                                              "precision",
+                                              "scan-math",
+                                              "collective",
+                                              "data-root",
+                                              "retain-bytes",
+                                              "cluster-secret-file",
+                                              "tls-cert",
+                                              "tls-key",
+                                              "tls-ca",
+                                              "drain-seconds",
+                                              "spool-dir",
+                                              "no-huge-pages",
+                                              "metrics-port",
+                                              "advertise-host",
+                                              "log-level",
+                                              "max-pending-calls",
+                                              "first-message-timeout-ms"},
+                                             {}, {"no-huge-pages"});
   absl::StatusOr<std::string> coordinator =
       flags.ok() ? flags->Required("coordinator") : flags.status();
   absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
@@ -143,6 +164,10 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int64_t> device = flags.ok() ? flags->Int("device", 0, 0, 1024) : flags.status();
   absl::StatusOr<int64_t> drain_seconds =
       flags.ok() ? flags->Int("drain-seconds", 60, 0, 86400) : flags.status();
+  absl::StatusOr<int64_t> pending =
+      flags.ok() ? flags->Int("max-pending-calls", 1024, 1, 1 << 20) : flags.status();
+  absl::StatusOr<int64_t> first_message =
+      flags.ok() ? flags->Int("first-message-timeout-ms", 30000, 100, 3600000) : flags.status();
   absl::StatusOr<int64_t> retain_bytes =
       flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50)
                  : flags.status();
@@ -150,7 +175,8 @@ int Main(int argc, char** argv) {
       flags.ok() ? InitLogFromFlag("lact-worker", flags->Get("log-level")) : flags.status();
   for (const absl::Status& s :
        {coordinator.status(), port.status(), threads.status(), tile.status(), device.status(),
-        retain_bytes.status(), drain_seconds.status(), logged}) {
+        retain_bytes.status(), drain_seconds.status(), pending.status(), first_message.status(),
+        logged}) {
     if (!s.ok()) {
       std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -208,8 +234,10 @@ int Main(int argc, char** argv) {
       *metrics_endpoint ? absl::StrCat(host, ":", (*metrics_endpoint)->port()) : "";
   WorkerService service({models->get(), control, backend, flags->Get("data-root").value_or(""),
                          flags->Get("spool-dir").value_or(""), &transfers, &results, secret,
-                         !flags->Has("no-huge-pages"), &metrics});
-  DataService data(&transfers, &results);
+                         !flags->Has("no-huge-pages"), &metrics, static_cast<int>(*pending),
+                         std::chrono::milliseconds(*first_message)});
+  DataService data(&transfers, &results, static_cast<int>(*pending),
+                   std::chrono::milliseconds(*first_message));
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(host, ":", *port), guards->port, &bound_port);

@@ -6,7 +6,7 @@
 
 namespace lact {
 
-absl::StatusOr<std::unique_ptr<OutputFileStream>> OutputFileStream::Open(const std::string& path,
+absl::StatusOr<std::unique_ptr<OutputFileStream>> OutputFileStream::Open(const DataPath& path,
                                                                          int64_t rows,
                                                                          int64_t width,
                                                                          int64_t begin, int64_t n) {

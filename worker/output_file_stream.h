@@ -28,9 +28,9 @@ namespace lact {
 class OutputFileStream {
  public:
   // Rows [begin, begin + n) of the [rows, width] float32 output at `path`.
-  static absl::StatusOr<std::unique_ptr<OutputFileStream>> Open(const std::string& path,
-                                                                int64_t rows, int64_t width,
-                                                                int64_t begin, int64_t n);
+  static absl::StatusOr<std::unique_ptr<OutputFileStream>> Open(const DataPath& path, int64_t rows,
+                                                                int64_t width, int64_t begin,
+                                                                int64_t n);
   ~OutputFileStream();
   OutputFileStream(const OutputFileStream&) = delete;
   OutputFileStream& operator=(const OutputFileStream&) = delete;

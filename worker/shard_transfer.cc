@@ -179,7 +179,17 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::st
   absl::MutexLock lock(&mu_);
   auto registered = [this, &key]()
                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return transfers_.count(key) > 0; };
-  mu_.AwaitWithTimeout(absl::Condition(&registered), absl::FromChrono(wait));
+  if (!registered()) {
+    if (waiting_ >= kMaxWaiting) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(kMaxWaiting,
+                       " Transfer streams already wait here for shards that have not started; "
+                       "open a job's Transfer streams after its JobAccepted"));
+    }
+    ++waiting_;
+    mu_.AwaitWithTimeout(absl::Condition(&registered), absl::FromChrono(wait));
+    --waiting_;
+  }
   auto it = transfers_.find(key);
   if (it == transfers_.end()) {
     return absl::NotFoundError(absl::StrCat("this worker runs no shard ", rank, " of job '", job_id,

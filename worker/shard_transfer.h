@@ -127,6 +127,10 @@ class TransferBoard {
   // Registers for the life of the returned handle's RunShard call.
   void Register(const std::string& job_id, int rank, std::shared_ptr<ShardTransfer> transfer);
   void Unregister(const std::string& job_id, int rank);
+  // At most this many Find calls wait at once for a shard not registered
+  // yet; more are RESOURCE_EXHAUSTED at once (made-up tickets hold nothing).
+  static constexpr int kMaxWaiting = 64;
+
   // The transfer of `job_id` rank `rank`, waiting up to `wait` for RunShard
   // to register it (the client may be faster than the coordinator);
   // NOT_FOUND, or PERMISSION_DENIED for a wrong ticket.
@@ -138,6 +142,7 @@ class TransferBoard {
   absl::Mutex mu_;
   std::map<std::pair<std::string, int>, std::shared_ptr<ShardTransfer>> transfers_
       ABSL_GUARDED_BY(mu_);
+  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lact

@@ -54,13 +54,13 @@ absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& 
 // into huge pages if `huge_pages`.
 absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::ShardSpec& spec,
                                        int64_t width, bool huge_pages, int64_t* bytes) {
-  LACT_ASSIGN_OR_RETURN(const std::string path,
-                        ResolveDataPath(data_root, spec.context_ref().path(), false));
+  LACT_ASSIGN_OR_RETURN(const DataPath path, ResolveDataPath(data_root, spec.context_ref().path()));
   LACT_ASSIGN_OR_RETURN(TokenFileLayout file, OpenTokenFile(path, spec.context_ref().tensor()));
   if (file.rows != spec.total_tokens() || file.width != width) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "context '", path, "' holds ", file.rows, " x ", file.width, " tokens, not the job's ",
-        spec.total_tokens(), " x ", width, " (changed since the job was accepted?)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("context '", path.shown(), "' holds ", file.rows, " x ", file.width,
+                     " tokens, not the job's ", spec.total_tokens(), " x ", width,
+                     " (changed since the job was accepted?)"));
   }
   Tensor rows =
       huge_pages ? HugePageTensor({spec.tokens(), width}) : Tensor({spec.tokens(), width});
@@ -74,8 +74,7 @@ absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::S
 absl::StatusOr<std::unique_ptr<OutputFileStream>> OpenOutputRows(const std::string& data_root,
                                                                  const v1::ShardSpec& spec,
                                                                  int64_t width) {
-  LACT_ASSIGN_OR_RETURN(const std::string path,
-                        ResolveDataPath(data_root, spec.output_ref().path(), true));
+  LACT_ASSIGN_OR_RETURN(const DataPath path, ResolveDataPath(data_root, spec.output_ref().path()));
   return OutputFileStream::Open(path, spec.total_tokens(), width, spec.begin(), spec.tokens());
 }
 
@@ -95,8 +94,7 @@ std::optional<TokenFileWriter> OpenSpool(const std::string& spool_dir, const v1:
   absl::StatusOr<TokenFileWriter> spool =
       spool_dir.empty() ? absl::FailedPreconditionError("this worker has no --spool-dir")
                         : [&]() -> absl::StatusOr<TokenFileWriter> {
-    LACT_ASSIGN_OR_RETURN(const std::string path,
-                          ResolveDataPath(spool_dir, spec.spool_path(), true));
+    LACT_ASSIGN_OR_RETURN(const DataPath path, ResolveDataPath(spool_dir, spec.spool_path()));
     return TokenFileWriter::Open(path, spec.total_tokens(), width, dtype);
   }();
   if (!spool.ok()) {
@@ -424,7 +422,8 @@ grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::Run
     grpc::CallbackServerContext* context) {
   context->AddTrailingMetadata(kWorkerStatusKey, "1");
   return ShardCall::Start(
-      context, kNoShardSpec, [this, context](const v1::ShardRequest& first, ShardCall& call) {
+      context, kNoShardSpec,
+      [this, context](const v1::ShardRequest& first, ShardCall& call) {
         if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
         if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
         if (w_.metrics != nullptr) w_.metrics->ShardStarted();
@@ -435,21 +434,23 @@ grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::Run
         LogShardEnd(first, status, done);
         Leave();
         return status;
-      });
+      },
+      &first_message_);
 }
 
 grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerService::RunQuery(
     grpc::CallbackServerContext* context) {
-  return QueryCall::Start(context, kNoQueryHeader,
-                          [this, context](const v1::WorkerQueryRequest& first, QueryCall& call) {
-                            if (absl::Status s = CheckCoordinator(*context); !s.ok())
-                              return ToGrpcStatus(s);
-                            if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
-                            grpc::Status status = RunQueryFlow(w_, first, call);
-                            if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.error_code());
-                            Leave();
-                            return status;
-                          });
+  return QueryCall::Start(
+      context, kNoQueryHeader,
+      [this, context](const v1::WorkerQueryRequest& first, QueryCall& call) {
+        if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
+        if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
+        grpc::Status status = RunQueryFlow(w_, first, call);
+        if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.error_code());
+        Leave();
+        return status;
+      },
+      &first_message_);
 }
 
 grpc::ServerUnaryReactor* WorkerService::Forget(grpc::CallbackServerContext* context,

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
+#include "proto/stream_call.h"
 #include "worker/model_cache.h"
 #include "worker/retained_results.h"
 #include "worker/shard_runner.h"
@@ -46,11 +47,18 @@ struct WorkerContext {
   // huge pages (common/huge_pages.h); false: 4 KiB pages (--no-huge-pages).
   bool huge_pages = true;
   WorkerMetrics* metrics = nullptr;  // what Prometheus scrapes; none when null
+  // RunShard and RunQuery calls that wait for their first message: at most
+  // this many at once (more are RESOURCE_EXHAUSTED), each this long.
+  int max_pending_calls = 1024;
+  std::chrono::milliseconds first_message_timeout{30000};
 };
 
 class WorkerService final : public v1::Worker::CallbackService {
  public:
-  explicit WorkerService(WorkerContext context) : w_(std::move(context)) {}
+  explicit WorkerService(WorkerContext context) : w_(std::move(context)) {
+    first_message_.max_waiting = w_.max_pending_calls;
+    first_message_.timeout = w_.first_message_timeout;
+  }
 
   grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* RunShard(
       grpc::CallbackServerContext* context) override;
@@ -74,6 +82,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   void Leave();
 
   WorkerContext w_;
+  FirstMessageLimits first_message_;
   absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int running_ ABSL_GUARDED_BY(mu_) = 0;

@@ -45,10 +45,11 @@ constexpr Subcommand kCommands[] = {
      "[--context-tensor NAME])\n"
      "                    [--query FILE.npy]... [--workers P] [--shards N]... [--muon-steps N]\n"
      "                    [--chunk-tokens N] [--dtype f32|bf16|f16] [--timeout S]\n"
-     "                    [--out FILE.safetensors] [--out-ref PATH.npy]\n"
+     "                    [--out FILE.safetensors] [--out-ref PATH.npy [--replace]]\n"
      "                    [--detach] [--cancel-on-disconnect] [--tenant NAME]\n"
      "        --context-ref/--out-ref name files inside the cluster's --data-root that the\n"
      "        workers read and write themselves (the context never passes through here;\n"
+     "        an --out-ref that exists is replaced only with --replace;\n"
      "        --detach, for such jobs, returns once the job is admitted). A job runs on\n"
      "        if this command ends early, unless --cancel-on-disconnect; lact fetch\n"
      "        collects what it sent in band. --timeout (default a day) bounds the job\n"},

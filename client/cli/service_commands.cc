@@ -170,17 +170,19 @@ absl::Status PrintMessages(const char* key, const std::vector<Message>& messages
 
 absl::Status SubmitCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(
-      Flags flags, Flags::Parse(args,
-                                {"server", "token-file", "tls-ca", "model", "context", "query",
-                                 "workers", "muon-steps", "chunk-tokens", "dtype", "timeout", "out",
-                                 "shards", "context-ref", "context-tensor", "out-ref", "tenant"},
-                                {"query", "shards"}, {"detach", "cancel-on-disconnect", "json"}));
+      Flags flags,
+      Flags::Parse(args,
+                   {"server", "token-file", "tls-ca", "model", "context", "query", "workers",
+                    "muon-steps", "chunk-tokens", "dtype", "timeout", "out", "shards",
+                    "context-ref", "context-tensor", "out-ref", "tenant"},
+                   {"query", "shards"}, {"detach", "cancel-on-disconnect", "json", "replace"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
   SubmitOptions options;
   LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
   options.context_ref = flags.Get("context-ref").value_or("");
   options.context_ref_tensor = flags.Get("context-tensor").value_or("");
   options.output_ref = flags.Get("out-ref").value_or("");
+  options.replace_output = flags.Has("replace");
   options.detach = flags.Has("detach");
   // A detached command is not there to take the fused state in band: the
   // workers keep it (lact fetch and lact query reach it).

@@ -23,6 +23,7 @@ ran and how long each step took. Exit 0 only when every check passed.
 import argparse
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -190,7 +191,13 @@ def main():
             step(f"golden {case.name} on 2 workers: worst error {error:.2e} ({tensor})", start)
 
         case = cases[0]
-        data = claims["lact-data"]
+        # With tokens, a tenant's files are in its own folder of the volume,
+        # made as an operator would: the volume's owner, group and mode.
+        data = os.path.join(claims["lact-data"], "tenant-a")
+        os.makedirs(data)
+        volume = os.stat(claims["lact-data"])
+        os.chown(data, volume.st_uid, volume.st_gid)
+        os.chmod(data, stat.S_IMODE(volume.st_mode))
         shutil.copy(case.context, os.path.join(data, "context.npy"))
         submit(node, lact, results, case, server, ca.cert, token_file,
                ["--context-ref", "context.npy", "--out-ref", "output.npy"])

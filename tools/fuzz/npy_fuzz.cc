@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lact::fuzz::FuzzFile file(data, size);
   (void)lact::ParseNpyLayout("fuzz", data, size);
   (void)lact::ReadNpy(file.path());
-  absl::StatusOr<lact::TokenFileLayout> tokens = lact::OpenTokenFile(file.path(), "");
+  absl::StatusOr<lact::TokenFileLayout> tokens =
+      lact::OpenTokenFile(lact::DataPath::Split(file.path()), "");
   if (tokens.ok() && tokens->rows * tokens->width <= (int64_t{1} << 20)) {
     const int64_t rows = tokens->rows < 4 ? tokens->rows : 4;
     std::vector<float> out(rows * tokens->width);

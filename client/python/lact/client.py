@@ -160,8 +160,8 @@ class Client:
                muon_steps: int = None, chunk_tokens: int = None, dtype: str = None,
                timeout: float = None, retain_seconds: int = 0, return_state: bool = True,
                shard_tokens=(), context_ref: str = None, context_tensor: str = "",
-               out_ref: str = None, cancel_on_disconnect: bool = False,
-               tenant: str = "") -> Job:
+               out_ref: str = None, replace_output: bool = False,
+               cancel_on_disconnect: bool = False, tenant: str = "") -> Job:
         """Submits a job and returns its Job at once (the Submit call runs on).
 
         ``context``: [L, width] numpy array or torch tensor (float32,
@@ -170,7 +170,8 @@ class Client:
         names a .safetensors tensor). ``queries``: [L_k, width] each.
         ``dtype``: "f32"|"bf16"|"f16" on the wire; None = the context's own
         (f32 for float32 numpy). ``out_ref``: an .npy the workers write the
-        output to instead of sending it. ``timeout``: seconds bounding the
+        output to instead of sending it; one that exists is replaced only
+        with ``replace_output``. ``timeout``: seconds bounding the
         whole job (default a day). Options are named as the CLI's flags.
         Raises LactError INVALID_ARGUMENT for inputs refused before sending.
         """
@@ -203,6 +204,7 @@ class Client:
             spec.context_ref.path, spec.context_ref.tensor = context_ref, context_tensor
         if out_ref is not None:
             spec.output_ref.path = out_ref
+            spec.output_ref.replace = replace_output
         first = context if context is not None else (queries[0] if queries else None)
         return Job(self, spec, tokens, query_tokens, codec.is_torch(first),
                    timeout or DEFAULT_JOB_TIMEOUT)
