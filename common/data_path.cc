@@ -89,6 +89,12 @@ absl::StatusOr<FileHandle> OpenFolderOf(const DataPath& path, std::string* name)
         absl::StrCat("the data folder cannot be opened: ", std::strerror(errno)));
   }
   const std::vector<std::string> parts = absl::StrSplit(path.relative, '/');
+  for (const std::string& part : parts) {
+    if (part.empty() || part == "." || part == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Quoted(path.shown()), " is not a plain path inside its folder"));
+    }
+  }
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     const int next =
         openat(folder.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -172,6 +178,10 @@ absl::StatusOr<DataPath> ResolveDataPath(const std::string& root, const std::str
   if (absl::ConsumePrefix(&name, "file://") && !absl::StartsWith(name, "/")) {
     return absl::InvalidArgumentError(
         absl::StrCat(Quoted(ref), ": only file:///absolute/path URIs are allowed"));
+  }
+  if (folder == "." || folder == ".." || absl::StrContains(folder, '/')) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("tenant folder ", Quoted(folder), " cannot be a folder of the data root"));
   }
   const std::string base = folder.empty() ? WithoutTrailingSlashes(root)
                                           : absl::StrCat(WithoutTrailingSlashes(root), "/", folder);

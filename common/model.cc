@@ -1,5 +1,6 @@
 #include "common/model.h"
 
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -233,14 +234,27 @@ absl::StatusOr<Model> MakeRandomModel(const ModelConfig& config, uint64_t seed) 
   return Model::FromTensors(config, std::move(tensors));
 }
 
+absl::Status CheckModelName(const std::string& model) {
+  if (!absl::StartsWith(model, "preset:")) return absl::OkStatus();
+  std::vector<std::string> parts = absl::StrSplit(model, ':');
+  uint64_t seed = 0;
+  if (parts.size() > 3 ||
+      (parts.size() == 3 &&
+       (parts[2].empty() || !std::isdigit(static_cast<unsigned char>(parts[2][0])) ||
+        !absl::SimpleAtoi(parts[2], &seed)))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model.substr(0, 200),
+                     "': expected preset:NAME[:SEED] with SEED an unsigned integer"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Model> ResolveModel(const std::string& spec) {
   if (!absl::StartsWith(spec, "preset:")) return LoadModel(spec);
+  LACT_RETURN_IF_ERROR(CheckModelName(spec));
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   uint64_t seed = 0;
-  if (parts.size() > 3 || (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &seed))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", spec, "': expected preset:NAME[:SEED] with an integer SEED"));
-  }
+  if (parts.size() == 3) (void)absl::SimpleAtoi(parts[2], &seed);
   return MakePresetModel(parts[1], seed);
 }
 

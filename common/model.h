@@ -103,6 +103,9 @@ absl::StatusOr<Model> ResolveModel(const std::string& spec);
 // The name under which a model is listed: "preset:small:7" -> "preset:small";
 // a file model's name is its own key.
 std::string ModelKey(const std::string& model);
+// INVALID_ARGUMENT unless a "preset:" name has the form preset:NAME[:SEED]
+// with SEED an unsigned integer (a file's name is taken as it is).
+absl::Status CheckModelName(const std::string& model);
 
 // The configs of the built-in presets.
 absl::StatusOr<ModelConfig> PresetConfig(const std::string& preset);

@@ -67,6 +67,26 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     return state_.AwaitRead();
   }
 
+  // Read, but the call ends with `idle_status` if nothing arrives within
+  // `idle` (a peer that stops sending holds no thread past it).
+  bool ReadWithin(Request* request, std::chrono::milliseconds idle, grpc::Status idle_status) {
+    auto guard = std::make_shared<IdleGuard>();
+    {
+      absl::MutexLock lock(&guard->mu);
+      guard->call = this;
+    }
+    grpc::Alarm alarm;
+    alarm.Set(std::chrono::system_clock::now() + idle,
+              [guard, idle_status = std::move(idle_status)](bool fired) {
+                absl::MutexLock lock(&guard->mu);
+                if (fired && guard->call != nullptr) guard->call->EndWith(idle_status);
+              });
+    const bool ok = Read(request);
+    absl::MutexLock lock(&guard->mu);
+    guard->call = nullptr;
+    return ok;
+  }
+
   bool Write(const Response& response) {
     if (!state_.BeginWrite()) return false;
     this->StartWrite(&response);
@@ -76,6 +96,13 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   // Ends the call from the server's side: pending and later reads and
   // writes fail, and the EndWatch runs.
   void Cancel() { context_->TryCancel(); }
+  // The same, the peer getting `status` (from any thread): what the flow
+  // returns afterwards is dropped.
+  void EndWith(grpc::Status status) {
+    if (finished_.exchange(true)) return;
+    state_.Ended();
+    this->Finish(std::move(status));
+  }
   bool ended() const { return state_.ended(); }
   bool EndsWithin(absl::Duration wait) const { return state_.EndsWithin(wait); }
   bool EndedAfterReads(bool short_of_expected) const {
@@ -84,6 +111,13 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   std::chrono::system_clock::time_point deadline() const { return context_->deadline(); }
 
  private:
+  // Where an idle alarm finds its call: cleared once the read it guards
+  // completes, so a late alarm touches nothing.
+  struct IdleGuard {
+    absl::Mutex mu;
+    StreamCall* call ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
   // Where the first-message alarm finds its call: cleared once the first
   // read completes or the call is done, so a late alarm touches nothing.
   struct Waiting {
@@ -150,7 +184,10 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       this->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, no_first_message_));
       return;
     }
-    state_.StartFlow([this] { this->Finish(flow_(first_, *this)); });
+    state_.StartFlow([this] {
+      grpc::Status status = flow_(first_, *this);
+      if (!finished_.exchange(true)) this->Finish(std::move(status));
+    });
   }
   void OnWriteDone(bool ok) override { state_.WriteDone(ok); }
   void OnCancel() override { state_.Ended(); }
@@ -167,7 +204,8 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   bool started_ = false;  // the first read has completed (reactor callbacks only)
   FirstMessageLimits* limits_ = nullptr;
   std::shared_ptr<Waiting> waiting_;
-  bool timed_out_ = false;  // written under waiting_->mu
+  bool timed_out_ = false;             // written under waiting_->mu
+  std::atomic<bool> finished_{false};  // the flow's Finish or EndWith's has been called
   grpc::Alarm alarm_;
   CallState state_;
 };

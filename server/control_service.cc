@@ -43,6 +43,8 @@ grpc::Status ControlService::Heartbeat(grpc::ServerContext* context,
   if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())
     return ToGrpcStatus(s);
   response->set_known(registry_->Heartbeat(request->worker_id()));
+  for (const v1::DroppedResults& dropped : request->dropped())
+    jobs_->ResultsDropped(dropped.job_id(), dropped.state());
   return grpc::Status::OK;
 }
 

@@ -19,8 +19,7 @@ class ControlService final : public v1::Control::Service {
  public:
   // Every call must present `cluster_secret` (none when empty); KvSet
   // writes only keys of a job that has not ended ("JOB_ID/...").
-  ControlService(WorkerRegistry* registry, KvStore* kv, const JobStore* jobs,
-                 std::string cluster_secret)
+  ControlService(WorkerRegistry* registry, KvStore* kv, JobStore* jobs, std::string cluster_secret)
       : registry_(registry), kv_(kv), jobs_(jobs), secret_(std::move(cluster_secret)) {}
 
   grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest*,
@@ -35,7 +34,7 @@ class ControlService final : public v1::Control::Service {
  private:
   WorkerRegistry* registry_;
   KvStore* kv_;
-  const JobStore* jobs_;
+  JobStore* jobs_;  // for KvSet's check and the results workers report dropped
   const std::string secret_;
 };
 

@@ -64,6 +64,29 @@ TEST(PlanJob, DefaultsToEveryHoldingWorkerAndHonoursExplicitShards) {
               HasSubstr("context_tokens 5 is out of range (allowed: 1..4)"));
 }
 
+TEST(PlanJob, BadPresetNamesAndShardSizesAreNamedBeforeAnyWorker) {
+  WorkerRegistry registry(milliseconds(1000));
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
+  ASSERT_TRUE(registry.Register("b:2", "cpu", Presets()).ok());
+  v1::JobSpec spec;
+  spec.set_context_tokens(37);
+  spec.set_token_width(256);
+  spec.set_dtype(v1::F32);
+  for (const char* name : {"preset:small:abc", "preset:small:-1",
+                           "preset:small:", "preset:small:1:2", "preset:small:+3"}) {
+    spec.set_model(name);
+    const absl::Status s = PlanJob(spec, registry, {}).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("SEED an unsigned integer")) << name;
+  }
+  spec.set_model("preset:small:18446744073709551615");
+  EXPECT_TRUE(PlanJob(spec, registry, {}).ok()) << "the largest seed";
+  spec.add_shard_tokens(40);
+  spec.add_shard_tokens(-3);
+  EXPECT_THAT(std::string(PlanJob(spec, registry, {}).status().message()),
+              HasSubstr("shard_tokens[1] = -3; every shard needs >= 1 token"));
+}
+
 TEST(CheckQuerySets, HugeCountsDoNotOverflowTheirSum) {
   // Found by tools/fuzz/job_spec_fuzz: the running sum once wrapped negative
   // and let these through.
@@ -257,19 +280,49 @@ TEST(WorkerRegistry, FullQueueAndCancelledWaiters) {
 
 TEST(KvStore, GetWaitsForKeysAndTimesOut) {
   KvStore kv;
+  kv.BeginAttempt("job", 0);
+  kv.BeginAttempt("other", 0);
   std::thread setter([&] {
     std::this_thread::sleep_for(milliseconds(20));
-    EXPECT_TRUE(kv.Set("job/a", "1").ok());
+    EXPECT_TRUE(kv.Set("job/0/a", "1").ok());
   });
-  absl::StatusOr<std::vector<std::string>> got = kv.Get({"job/a"}, milliseconds(5000));
+  absl::StatusOr<std::vector<std::string>> got = kv.Get({"job/0/a"}, milliseconds(5000));
   setter.join();
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->at(0), "1");
-  EXPECT_EQ(kv.Get({"job/b"}, milliseconds(10)).status().code(),
+  EXPECT_EQ(kv.Get({"job/0/b"}, milliseconds(10)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(kv.Set("other/c", "2").ok());
-  kv.ErasePrefix("job/");
+  EXPECT_TRUE(kv.Set("other/0/c", "2").ok());
+  kv.EndJob("job");
   EXPECT_EQ(kv.size(), 1u);
+  EXPECT_EQ(kv.Set("job/0/a", "1").code(), absl::StatusCode::kFailedPrecondition)
+      << "an ended job's keys are refused";
+}
+
+TEST(KvStore, ADeadAttemptNeitherMeetsNorWaitsForTheNext) {
+  KvStore kv;
+  kv.BeginAttempt("job", 0);
+  ASSERT_TRUE(kv.Set("job/0/rank0", "addr").ok());
+  // A shard of attempt 0 waits for a peer that died.
+  absl::Status waited;
+  std::chrono::steady_clock::duration took{};
+  std::thread dead_shard([&] {
+    const auto start = std::chrono::steady_clock::now();
+    waited = kv.Get({"job/0/rank1"}, milliseconds(30000)).status();
+    took = std::chrono::steady_clock::now() - start;
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  kv.BeginAttempt("job", 1);
+  dead_shard.join();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kFailedPrecondition) << waited;
+  EXPECT_THAT(std::string(waited.message()), HasSubstr("attempt 0 of job 'job' is over"));
+  EXPECT_LT(took, std::chrono::seconds(5)) << "woken when the next attempt began";
+  EXPECT_EQ(kv.size(), 0u) << "the dead attempt's keys are gone";
+  EXPECT_EQ(kv.Set("job/0/rank1", "late").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(kv.Set("job/1/rank1", "addr").ok());
+  EXPECT_EQ(kv.Get({"job/0/rank1"}, milliseconds(10)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kv.Set("unknown/0/x", "v").code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(JobSpool, FilesAreBoundedInBytesAndLeftoversCleared) {
@@ -396,19 +449,20 @@ TEST(JobStore, RecordsAndRetainedStatesOutliveTheStoreThroughItsJournal) {
 
 TEST(KvStore, KeysValuesAndTotalBytesAreBounded) {
   KvStore kv(/*max_bytes=*/100);
+  kv.BeginAttempt("job", 0);
   EXPECT_EQ(kv.Set("", "v").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(kv.Set(std::string(KvStore::kMaxKeyBytes + 1, 'k'), "v").code(),
             absl::StatusCode::kInvalidArgument);
-  const absl::Status big = kv.Set("job/a", std::string(KvStore::kMaxValueBytes + 1, 'v'));
+  const absl::Status big = kv.Set("job/0/a", std::string(KvStore::kMaxValueBytes + 1, 'v'));
   EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(big.message()), HasSubstr("values up to 65536"));
-  ASSERT_TRUE(kv.Set("job/a", std::string(60, 'v')).ok());  // 65 bytes
-  ASSERT_TRUE(kv.Set("job/a", std::string(90, 'v')).ok());  // replaces: 95 bytes
-  const absl::Status full = kv.Set("job/b", std::string(10, 'v'));
+  ASSERT_TRUE(kv.Set("job/0/a", std::string(58, 'v')).ok());  // 65 bytes
+  ASSERT_TRUE(kv.Set("job/0/a", std::string(88, 'v')).ok());  // replaces: 95 bytes
+  const absl::Status full = kv.Set("job/0/b", std::string(10, 'v'));
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(full.message()), HasSubstr("holds 95 bytes, its limit is 100"));
-  kv.ErasePrefix("job/");
-  EXPECT_TRUE(kv.Set("job/b", std::string(90, 'v')).ok()) << "erased keys free their bytes";
+  kv.BeginAttempt("job", 1);
+  EXPECT_TRUE(kv.Set("job/1/b", std::string(88, 'v')).ok()) << "erased keys free their bytes";
 }
 
 TEST(TenantTokens, FileErrorsNameTheLine) {

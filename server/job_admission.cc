@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/model.h"
 #include "common/status_macros.h"
 #include "proto/job_options.h"
 #include "server/tenant_tokens.h"
@@ -54,6 +55,7 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
     return Invalid(absl::StrCat("JobSpec.tenant '", tenant.substr(0, 80),
                                 "' must be at most 64 letters, digits, '-', '_' or '.'"));
   }
+  if (absl::Status name = CheckModelName(spec.model()); !name.ok()) return name;
   absl::StatusOr<ModelConfig> model = registry.FindModel(spec.model());
   if (!model.ok()) {
     return model.status().code() == absl::StatusCode::kNotFound
@@ -109,14 +111,16 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
   plan.workers = workers;
   plan.shards = SplitContext(L, workers);
   if (spec.shard_tokens_size() > 0) {
+    for (int r = 0; r < workers; ++r) {
+      if (const int64_t n = spec.shard_tokens(r); n < 1)
+        return Invalid(
+            absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
+    }
     int64_t begin = 0;
     for (int r = 0; r < workers; ++r) {
       const int64_t n = spec.shard_tokens(r);
       if (n > L - begin)
         return Invalid(absl::StrCat("shard_tokens add up to more than context_tokens ", L));
-      if (n < 1)
-        return Invalid(
-            absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
       plan.shards[r] = {begin, n};
       begin += n;
     }

@@ -121,6 +121,20 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   PersistLocked(it->second);
 }
 
+void JobStore::ResultsDropped(const std::string& id, bool state) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.info.status() != v1::JobInfo::SUCCEEDED) return;
+  Record& r = it->second;
+  r.info.set_results_retained(false);
+  if (state) {
+    r.state.reset();
+    r.info.set_state_retained(false);
+  }
+  ChangedLocked(r);
+  PersistLocked(r);
+}
+
 void JobStore::ChangedLocked(Record& r) {
   ++r.version;  // a waiter's condition is checked as the lock is released
 }

@@ -54,6 +54,9 @@ class JobStore {
   // results) on its workers until `ttl` from now.
   void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
               std::chrono::seconds ttl);
+  // A worker dropped what it kept of a finished job (evicted, expired): its
+  // results are no longer whole, nor its state when `state`.
+  void ResultsDropped(const std::string& id, bool state);
   void SetProgress(const std::string& id, const v1::Progress& progress);
   // Every rank's in-band context rows are in the coordinator's spool: a
   // running job's JobInfo.stats.spooled turns true (it can run again).

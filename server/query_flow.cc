@@ -19,8 +19,8 @@ std::chrono::system_clock::time_point CallDeadline(const QueryCall& call) {
 // Passes the client's query chunks to the worker keeping the state, and
 // its outputs back; counts the bytes relayed.
 absl::Status RelayQuery(const ClusterLink& link, const RetainedState& kept,
-                        const v1::QuerySpec& spec, int64_t output_width, QueryCall& call,
-                        int64_t* payload) {
+                        const v1::QuerySpec& spec, int64_t output_width,
+                        std::chrono::milliseconds idle, QueryCall& call, int64_t* payload) {
   auto stub = v1::Worker::NewStub(WorkerChannel(link, kept.worker));
   grpc::ClientContext ctx;
   ctx.set_deadline(CallDeadline(call));
@@ -33,7 +33,10 @@ absl::Status RelayQuery(const ClusterLink& link, const RetainedState& kept,
   bool ok = worker->Write(header);
   v1::QueryRequest request;
   absl::Status bad;
-  while (ok && call.Read(&request)) {
+  const grpc::Status idle_status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                 absl::StrCat("no query chunk within ", idle.count(),
+                                              " ms (the coordinator's --upload-idle-timeout-ms)"));
+  while (ok && call.ReadWithin(&request, idle, idle_status)) {
     if (!request.has_chunk()) {
       bad = absl::InvalidArgumentError("after the QuerySpec, Query takes only chunks");
       ctx.TryCancel();
@@ -92,7 +95,8 @@ grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::Que
   absl::Status sets_ok = CheckQuerySets(spec.query_tokens(), c.options.limits);
   if (!sets_ok.ok()) return ToGrpcStatus(sets_ok);
   int64_t payload = 0;
-  absl::Status s = RelayQuery(c.cluster, **kept, spec, config->output_width(), call, &payload);
+  absl::Status s = RelayQuery(c.cluster, **kept, spec, config->output_width(),
+                              c.options.upload_idle_timeout, call, &payload);
   if (!s.ok()) return ToGrpcStatus(s);
   v1::QueryResponse done;
   done.mutable_done()->set_job_id(spec.job_id());

@@ -126,7 +126,6 @@ class SubmitFlow {
       if (!machine_->Retry(&gone)) break;
       // Before the next lease, so it is not chosen again.
       if (!gone.empty()) c_.registry->MarkFailed(gone);
-      c_.kv->ErasePrefix(job_id_ + "/");
       ForgetEarlierAttempt(gone);
       if (AllRanksSpooled()) ReadContextFromSpool();
       stats_.set_reruns(stats_.reruns() + 1);
@@ -147,7 +146,7 @@ class SubmitFlow {
       }
     }
     if (!spool_path_.empty()) c_.spool->Remove(job_id_);
-    c_.kv->ErasePrefix(job_id_ + "/");
+    c_.kv->EndJob(job_id_);
     if (std::optional<int> gone = machine_->gone_rank();
         gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
       c_.registry->MarkFailed(lease_addresses_[*gone]);
@@ -317,6 +316,8 @@ class SubmitFlow {
     WorkerLease lease(c_.registry, *leased);
     if (!machine_->Leased(lease.addresses())) return machine_->outcome();
     lease_addresses_ = lease.addresses();
+    // The dead attempt's shards, if any, stop meeting here now.
+    c_.kv->BeginAttempt(job_id_, stats_.reruns());
     const std::string ticket = NewTicket();
     fetch_ticket_ = NewTicket();
     CreateSpool();
@@ -372,6 +373,7 @@ class SubmitFlow {
       s.set_token_width(spec_.token_width());
       s.set_ticket(ticket);
       s.set_fetch_ticket(fetch_ticket_);
+      s.set_tenant(spec_.tenant());
       s.set_transfer(NeedsTransfer(r));
       if (spec_.has_context_ref()) {
         s.mutable_context_ref()->set_path(context_from_spool_ ? spool_path_

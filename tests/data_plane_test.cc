@@ -227,6 +227,36 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
   EXPECT_TRUE(good->data == context.data) << "the context file untouched";
 }
 
+TEST_F(DataPlaneTest, AQueryWhoseChunksNeverComeEndsAtTheIdleLimit) {
+  SubmitOptions o;
+  o.model = "tiny";
+  o.timeout = std::chrono::seconds(30);
+  absl::StatusOr<JobResult> job = Client().Submit(o, RandomTokens(16, 32, 3), {});
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto call = stub->Query(&context);
+  v1::QueryRequest spec;
+  spec.mutable_spec()->set_job_id(job->job_id);
+  spec.mutable_spec()->add_query_tokens(8);
+  spec.mutable_spec()->set_token_width(32);
+  spec.mutable_spec()->set_dtype(v1::F32);
+  ASSERT_TRUE(call->Write(spec));
+  const auto start = std::chrono::steady_clock::now();
+  v1::QueryResponse response;
+  while (call->Read(&response)) {
+  }
+  const grpc::Status s = call->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("no query chunk within 1000 ms"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
+      << "ended by the idle limit, not by the call's 60 s deadline";
+  absl::StatusOr<std::vector<Tensor>> later = Client().Query(job->job_id, {RandomTokens(8, 32, 4)});
+  EXPECT_TRUE(later.ok()) << later.status() << ": the state is still there";
+}
+
 TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
   const Tensor context = RandomTokens(16384, 256, 13);
   SubmitOptions o;

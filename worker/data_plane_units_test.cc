@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/data_files.h"
 #include "common/huge_pages.h"
 #include "common/mapped_file.h"
@@ -106,6 +107,12 @@ TEST_F(DataRoot, PathsResolveInsideTheRootOnly) {
     EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.ref;
     EXPECT_LT(got.status().message().size(), 600u) << "a long name is quoted only in part";
   }
+  EXPECT_EQ(ResolveDataPath(root_, "a.npy", "..").status().code(),
+            absl::StatusCode::kPermissionDenied)
+      << "a tenant named '..' gets no folder";
+  EXPECT_EQ(OpenTokenFile(DataPath{root_, "../outside/secret.npy"}, "").status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "'..' is refused at the open too";
   absl::StatusOr<DataPath> no_root = ResolveDataPath("", "a.npy");
   EXPECT_EQ(no_root.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(no_root.status().message()), HasSubstr("--data-root"));
@@ -131,6 +138,13 @@ TEST_F(DataRoot, OpensNeverFollowASymlinkOutOfTheRoot) {
   }
   EXPECT_EQ(open("missing.npy").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(open("nofolder/x.npy").code(), absl::StatusCode::kNotFound);
+  // Outside the root nothing is looked at: a file that exists there and
+  // one that does not are refused alike.
+  const absl::Status there = ResolveDataPath(root_, base_ + "/outside/secret.npy").status();
+  const absl::Status absent = ResolveDataPath(root_, base_ + "/outside/absent.npy").status();
+  EXPECT_EQ(there.code(), absent.code());
+  EXPECT_EQ(absl::StrReplaceAll(there.message(), {{"secret", "X"}}),
+            absl::StrReplaceAll(absent.message(), {{"absent", "X"}}));
 
   // The name was checked while `sub` was a folder; by the time of use it is
   // a symlink out of the root: nothing outside is created, read or removed.
@@ -727,7 +741,7 @@ TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
 
   ShardTransfer stalled("t", TokenReceiver({2}, 1, WireType::kF32, 0));
   bool stream_cancelled = false;
-  ASSERT_TRUE(stalled.Attach([&] { stream_cancelled = true; }).ok());
+  ASSERT_TRUE(stalled.Attach([&](const absl::Status&) { stream_cancelled = true; }).ok());
   ASSERT_TRUE(stalled.Accept(Chunk(0, 0, {1})).ok());
   s = stalled.AwaitUpload(std::chrono::milliseconds(100));
   EXPECT_THAT(std::string(s.message()), HasSubstr("no token chunk for 100 ms during the upload"));
@@ -766,7 +780,7 @@ TEST(ShardTransfer, FailuresReachTheOtherSide) {
   // client's stream.
   ShardTransfer cancelled("t", TokenReceiver({2}, 1, WireType::kF32, 0));
   bool stream_cancelled = false;
-  ASSERT_TRUE(cancelled.Attach([&] { stream_cancelled = true; }).ok());
+  ASSERT_TRUE(cancelled.Attach([&](const absl::Status&) { stream_cancelled = true; }).ok());
   ASSERT_TRUE(cancelled.Accept(Chunk(0, 0, {1})).ok());
   const auto start = std::chrono::steady_clock::now();
   std::thread coordinator([&] {
@@ -794,7 +808,7 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   const int64_t one = state_bytes + rows->size() * 4;  // a rank 0 job: state and outputs
   RetainedResults results(one * 5 / 2);                // room for two
   const auto rank0 = [&] {
-    return RetainedResult{"preset:small", {}, "t", 0, state, {{0, 0, "", rows}}};
+    return RetainedResult{"", "preset:small", {}, "t", 0, state, {{0, 0, "", rows}}};
   };
   for (const char* job : {"a", "b", "c"})
     ASSERT_TRUE(results.Put(job, rank0(), std::chrono::seconds(60)).ok());
@@ -815,7 +829,7 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   results.Put("d", rank0(), std::chrono::seconds(0)).IgnoreError();
   EXPECT_THAT(std::string(results.Get("d").status().message()), HasSubstr("expired"));
   ASSERT_TRUE(results
-                  .Put("e", {"preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}},
+                  .Put("e", {"", "preset:small", {}, "t", 1, nullptr, {{0, 100, "", rows}}},
                        std::chrono::seconds(60))
                   .ok());
   EXPECT_EQ(results.bytes(), one + rows->size() * 4) << "a rank > 0 keeps only its outputs";
@@ -836,6 +850,49 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   EXPECT_THAT(std::string(small.Get("big").status().message()),
               HasSubstr(absl::StrCat("not retained: its ", one,
                                      " bytes exceed the worker's --retain-bytes ", one / 2)));
+}
+
+TEST(RetainedResults, ATenantEvictsItsOwnResultsBeforeAnotherTenantsAndTheDropsAreReported) {
+  auto rows = std::make_shared<const Tensor>(std::vector<int64_t>{100, 64});
+  const int64_t one = rows->size() * 4;
+  const auto job = [&](const std::string& tenant) {
+    return RetainedResult{tenant, "preset:small", {}, "t", 1, nullptr, {{0, 0, "", rows}}};
+  };
+  RetainedResults results(4 * one, 3 * one);  // 4 jobs in all, 3 of one tenant
+  ASSERT_TRUE(results.Put("b1", job("b"), std::chrono::seconds(60)).ok());
+  for (const char* id : {"a1", "a2", "a3", "a4", "a5", "a6"})
+    ASSERT_TRUE(results.Put(id, job("a"), std::chrono::seconds(60)).ok());
+  EXPECT_TRUE(results.Get("b1").ok()) << "tenant a's flood never pushed out tenant b's job";
+  for (const char* id : {"a1", "a2", "a3"}) {
+    EXPECT_THAT(std::string(results.Get(id).status().message()),
+                HasSubstr("tenant 'a' reached the worker's --retain-bytes-per-tenant"))
+        << id;
+  }
+  EXPECT_EQ(results.bytes(), 4 * one);
+  // Over the worker's cap, the tenant holding the most gives way.
+  ASSERT_TRUE(results.Put("b2", job("b"), std::chrono::seconds(60)).ok());
+  EXPECT_THAT(std::string(results.Get("a4").status().message()),
+              HasSubstr("tenant 'a' held the most"));
+  EXPECT_TRUE(results.Get("b1").ok());
+  // Each drop is handed on once; one the coordinator asked for is not.
+  ASSERT_TRUE(*results.Forget("a5", "t"));
+  std::vector<std::string> reported;
+  for (const DroppedJob& d : results.TakeDropped()) reported.push_back(d.job_id);
+  EXPECT_EQ(reported, (std::vector<std::string>{"a1", "a2", "a3", "a4"}));
+  EXPECT_TRUE(results.TakeDropped().empty());
+  // Delivered: the context's outputs go, the query outputs stay.
+  auto query = std::make_shared<const Tensor>(std::vector<int64_t>{10, 64});
+  RetainedResult with_query = job("b");
+  with_query.outputs.push_back({1, 0, "", query});
+  ASSERT_TRUE(results.Put("b3", std::move(with_query), std::chrono::seconds(60)).ok());
+  results.Delivered("b3", std::chrono::seconds(0));
+  absl::StatusOr<RetainedResult> b3 = results.Get("b3");
+  ASSERT_TRUE(b3.ok()) << b3.status();
+  ASSERT_EQ(b3->outputs.size(), 1u);
+  EXPECT_EQ(b3->outputs[0].set, 1);
+  EXPECT_FALSE(b3->outputs_dropped.empty());
+  results.NotKept("x", "not kept: its shard here ended CANCELLED: the job was cancelled");
+  EXPECT_THAT(std::string(results.Get("x").status().message()), HasSubstr("ended CANCELLED"));
 }
 
 }  // namespace

@@ -108,7 +108,9 @@ grpc::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
       board.Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
-  if (absl::Status s = (*transfer)->Attach([&call] { call.Cancel(); }); !s.ok())
+  if (absl::Status s = (*transfer)->Attach(
+          [&call](const absl::Status& why) { call.EndWith(ToGrpcStatus(why)); });
+      !s.ok())
     return ToGrpcStatus(s);
   grpc::Status status = Serve(**transfer, call);
   (*transfer)->Detach();
@@ -122,17 +124,24 @@ grpc::Status FetchFlow(RetainedResults& results, const v1::FetchRequest& request
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                         absl::StrCat("wrong ticket for job '", request.job_id(), "'"));
   }
-  if (!kept->outputs_dropped.empty()) {
-    return grpc::Status(
-        grpc::StatusCode::NOT_FOUND,
-        absl::StrCat("job '", request.job_id(), "': its outputs were ", kept->outputs_dropped));
-  }
   if (kept->rank != request.rank()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("this worker ran rank ", kept->rank, " of job '",
                                      request.job_id(), "', not rank ", request.rank()));
   }
-  std::vector<ResultItem> items = kept->outputs;
+  if (!kept->outputs_dropped.empty() && !request.without_outputs()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("job '", request.job_id(), "': its context outputs were ",
+                                     kept->outputs_dropped,
+                                     kept->state != nullptr || !kept->outputs.empty()
+                                         ? "; its query outputs and fused state are still here "
+                                           "(FetchRequest.without_outputs)"
+                                         : ""));
+  }
+  std::vector<ResultItem> items;
+  for (const ResultItem& item : kept->outputs) {
+    if (item.set != 0 || !request.without_outputs()) items.push_back(item);
+  }
   if (kept->state != nullptr) {
     for (ResultItem& item : StateItems(kept->state)) items.push_back(std::move(item));
   }

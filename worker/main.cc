@@ -45,7 +45,8 @@ constexpr char kUsage[] =
     "               [--collective gloo|nccl] [--data-root DIR]\n"
     "               [--retain-bytes N (results and fused states kept for FetchResult and Query, "
     "default\n"
-    "               8 GiB)]\n"
+    "               8 GiB)] [--retain-bytes-per-tenant N (the most one tenant's jobs keep here;\n"
+    "               default --retain-bytes)]\n"
     "               [--cluster-secret-file FILE (required off loopback: presented to the\n"
     "               coordinator's Control service and required of its calls here)]\n"
     "               [--tls-cert FILE --tls-key FILE --tls-ca FILE (required off loopback: this\n"
@@ -171,12 +172,16 @@ int Main(int argc, char** argv) {
   absl::StatusOr<int64_t> retain_bytes =
       flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50)
                  : flags.status();
+  absl::StatusOr<int64_t> retain_tenant_bytes =
+      flags.ok() && retain_bytes.ok()
+          ? flags->Int("retain-bytes-per-tenant", *retain_bytes, 0, int64_t{1} << 50)
+          : flags.status();
   const absl::Status logged =
       flags.ok() ? InitLogFromFlag("lact-worker", flags->Get("log-level")) : flags.status();
   for (const absl::Status& s :
        {coordinator.status(), port.status(), threads.status(), tile.status(), device.status(),
-        retain_bytes.status(), drain_seconds.status(), pending.status(), first_message.status(),
-        logged}) {
+        retain_bytes.status(), retain_tenant_bytes.status(), drain_seconds.status(),
+        pending.status(), first_message.status(), logged}) {
     if (!s.ok()) {
       std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -217,7 +222,7 @@ int Main(int argc, char** argv) {
       v1::Control::NewStub(MakeChannel(*coordinator, guards->to_coordinator, args, secret)));
 
   TransferBoard transfers;
-  RetainedResults results(*retain_bytes);
+  RetainedResults results(*retain_bytes, *retain_tenant_bytes);
   std::function<std::optional<DeviceMemoryBytes>()> device_memory;  // a CUDA worker's GPU
   if (backend.backend == "cuda") device_memory = [backend] { return ReadDeviceMemory(backend); };
   WorkerMetrics metrics(&results, std::move(device_memory));
@@ -286,6 +291,7 @@ int Main(int argc, char** argv) {
   absl::Mutex id_mu;
   std::string worker_id = *id;  // guarded by id_mu: a re-registration changes it
   std::thread heartbeat([&] {
+    std::vector<DroppedJob> unreported;  // dropped results the coordinator has not heard of
     while (!stopping) {
       std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
       grpc::ClientContext ctx;
@@ -295,8 +301,16 @@ int Main(int argc, char** argv) {
         absl::MutexLock lock(&id_mu);
         request.set_worker_id(worker_id);
       }
+      for (DroppedJob& dropped : results.TakeDropped()) unreported.push_back(std::move(dropped));
+      for (const DroppedJob& dropped : unreported) {
+        v1::DroppedResults* d = request.add_dropped();
+        d->set_job_id(dropped.job_id);
+        d->set_state(dropped.state);
+      }
       v1::HeartbeatResponse response;
-      if (control->Heartbeat(&ctx, request, &response).ok() && !response.known() && !stopping) {
+      const bool heard = control->Heartbeat(&ctx, request, &response).ok();
+      if (heard) unreported.clear();
+      if (heard && !response.known() && !stopping) {
         absl::StatusOr<std::string> again =
             Register(*control, address, metrics_address, **models, backend, &interval_ms);
         absl::MutexLock lock(&id_mu);

@@ -8,13 +8,13 @@ bool ShardTransfer::TicketMatches(const std::string& ticket) const {
   return TicketsEqual(ticket, ticket_);
 }
 
-absl::Status ShardTransfer::Attach(std::function<void()> cancel_stream) {
+absl::Status ShardTransfer::Attach(std::function<void(const absl::Status&)> end_stream) {
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return failure_;
   if (attached_)
     return absl::FailedPreconditionError("another Transfer stream already serves this shard");
   attached_ = true;
-  cancel_stream_ = std::move(cancel_stream);
+  end_stream_ = std::move(end_stream);
   stage_ = Stage::kUploading;
   last_activity_ = std::chrono::steady_clock::now();
   return absl::OkStatus();
@@ -128,7 +128,7 @@ absl::Status ShardTransfer::AwaitDownload(std::chrono::milliseconds idle) {
 
 void ShardTransfer::Detach() {
   absl::MutexLock lock(&mu_);
-  cancel_stream_ = nullptr;
+  end_stream_ = nullptr;
 }
 
 void ShardTransfer::Fail(absl::Status status) {
@@ -152,7 +152,7 @@ void ShardTransfer::Cancel() {
 void ShardTransfer::AbortLocked(absl::Status status) {
   if (!failure_.ok()) return;
   failure_ = std::move(status);
-  if (cancel_stream_) cancel_stream_();
+  if (end_stream_) end_stream_(failure_);
 }
 
 absl::Status ShardTransfer::failure() const {

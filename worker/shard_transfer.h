@@ -47,10 +47,11 @@ class ShardTransfer {
   // --- the Transfer side ---
   bool TicketMatches(const std::string& ticket) const;
   // Claims the shard for one stream; FAILED_PRECONDITION if another has it
-  // or the transfer already failed. `cancel_stream` (called under the
-  // transfer's lock, so it must not call back) ends the stream's blocking
-  // reads when the transfer fails; Detach() drops it before the stream ends.
-  absl::Status Attach(std::function<void()> cancel_stream);
+  // or the transfer already failed. `end_stream` (called under the
+  // transfer's lock, so it must not call back) ends the stream with the
+  // transfer's failure when it fails, its blocking reads with it; Detach()
+  // drops it before the stream ends.
+  absl::Status Attach(std::function<void(const absl::Status&)> end_stream);
   void Detach();
   // Decodes a chunk; a bad chunk fails the transfer. `owner`, when given,
   // keeps `data` alive, so the spool writes it from where it lies.
@@ -112,7 +113,7 @@ class ShardTransfer {
   mutable absl::Mutex mu_;
   Stage stage_ ABSL_GUARDED_BY(mu_) = Stage::kWaiting;
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
-  std::function<void()> cancel_stream_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const absl::Status&)> end_stream_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point last_activity_ ABSL_GUARDED_BY(mu_) =
       std::chrono::steady_clock::now();
   absl::Status failure_ ABSL_GUARDED_BY(mu_);

@@ -277,8 +277,13 @@ class ShardJob {
   std::shared_ptr<ShardTransfer> transfer_;
   const std::function<bool()> cancelled_ = [this] { return cancelled_flag_.load(); };
   v1::ShardDone done_;
-  RetainedResult kept_{spec_.model(), spec_.options(), spec_.fetch_ticket(),
-                       spec_.rank(),  nullptr,         {}};
+  RetainedResult kept_{spec_.tenant(),
+                       spec_.model(),
+                       spec_.options(),
+                       spec_.fetch_ticket(),
+                       spec_.rank(),
+                       nullptr,
+                       {}};
   std::unique_ptr<OutputFileStream> output_file_;  // by reference
   int64_t output_bytes_ = 0;
   bool spool_reported_ = false;
@@ -330,8 +335,12 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
     }
     return ShardJob(w, spec, std::move(job), call, cancelled, *transfer).Run();
   }();
-  if (!done.ok())
+  if (!done.ok()) {
     w.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
+    w.results->NotKept(spec.job_id(), absl::StrCat("not kept: its shard here ended ",
+                                                   absl::StatusCodeToString(done.status().code()),
+                                                   ": ", done.status().message().substr(0, 200)));
+  }
   if (*transfer != nullptr) {
     if (!done.ok()) (*transfer)->Abort(done.status());
     w.transfers->Unregister(spec.job_id(), spec.rank());
