@@ -368,7 +368,10 @@ TEST_F(DataPlaneTest, StalledUploadEndsTheJob) {
   const grpc::Status s = job.Finish();  // the coordinator allows 1 s between chunks
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("no token chunk for 1000 ms during the upload"));
-  EXPECT_FALSE(t.Close().ok()) << "the stalled stream was ended too";
+  const grpc::Status stalled = t.Close();
+  EXPECT_EQ(stalled.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << "the stalled stream was ended too, saying why: " << stalled.error_message();
+  EXPECT_THAT(stalled.error_message(), HasSubstr("no token chunk for 1000 ms"));
   absl::StatusOr<v1::JobInfo> info = Client().GetJob(job.accepted().job_id());
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->status(), v1::JobInfo::FAILED);
@@ -388,6 +391,8 @@ TEST_F(DataPlaneTest, CancelJobReachesAShardWaitingForItsUpload) {
   // worker heard the cancel.
   const grpc::Status transfer = t.Close();
   EXPECT_EQ(transfer.error_code(), grpc::StatusCode::CANCELLED) << transfer.error_message();
+  EXPECT_THAT(transfer.error_message(), HasSubstr("the job was cancelled during the upload"))
+      << "the stream says why it ended";
   const grpc::Status s = job.Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
 }
