@@ -6,8 +6,9 @@
 // layer), so the job is nearly all data movement; the figures come from the
 // job's own statistics (upload and download phases, timed on the workers),
 // next to this machine's single-core memcpy rate measured in the same run.
-// With --model preset:small it runs that model instead (the issue's
-// 1,048,576-token figure: job time minus the slowest worker's compute).
+// With --model preset:small it runs that model instead (at 1,048,576
+// tokens, the main job's data path: job time minus the slowest worker's
+// compute).
 //   bench_data_path [--tokens N] [--model NAME] [--widths 256,768] [--reps N]
 //                   [--only 256band|256ref|768band|768ref] [--dir DIR] [--json FILE]
 //                   [--malloc-default (the client keeps glibc's defaults)]

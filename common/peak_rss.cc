@@ -1,6 +1,7 @@
 #include "common/peak_rss.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -17,6 +18,13 @@ int64_t PeakRssBytes() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
 }
 
 }  // namespace lact

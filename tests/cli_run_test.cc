@@ -160,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, CliGoldenTest,
                          ::testing::Combine(::testing::ValuesIn(GoldenCaseNames()),
                                             ::testing::Values(1, 2)));
 
-// The acceptance path: `lact local --workers 3`, then `lact submit`
+// The path a new user takes: `lact local --workers 3`, then `lact submit`
 // of every golden case (the CLI's output file read back), then each
 // command's --json summary.
 // `lact local ARGS` in the background, its output in `log`: its pid and

@@ -12,12 +12,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/metrics_endpoint.h"
+#include "common/peak_rss.h"
 #include "tests/metrics_scrape.h"
 
 namespace lact::testing {
@@ -56,13 +56,6 @@ bool ClosedByServer(int fd, std::chrono::milliseconds wait) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   char byte;
   return recv(fd, &byte, 1, 0) == 0;
-}
-
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
 }
 
 TEST(ProbePort, SlowClientsAndBodiesNeverStarveTheProbes) {

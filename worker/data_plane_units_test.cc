@@ -23,6 +23,7 @@
 #include "common/mapped_file.h"
 #include "common/model.h"
 #include "common/npy.h"
+#include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/context_spool.h"
@@ -483,14 +484,6 @@ v1::TokenChunk Chunk(int set, int64_t offset, const std::vector<float>& v,
   c.set_offset(offset);
   c.set_data(EncodeFloats(v.data(), static_cast<int64_t>(v.size()), dtype));
   return c;
-}
-
-// This process's resident memory (/proc/self/statm).
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
 }
 
 TEST(TokenReceiver, TokensDeclaredButNotSentHoldNoMemory) {
