@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/error_text.h"
 #include "common/mapped_file.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
@@ -62,14 +63,6 @@ absl::Status FullPwrite(int fd, const char* src, size_t bytes, uint64_t offset,
   return absl::OkStatus();
 }
 
-// At most this much of a file's own text is quoted back in an error.
-constexpr size_t kQuotedBytes = 64;
-
-std::string Short(absl::string_view text) {
-  if (text.size() <= kQuotedBytes) return std::string(text);
-  return absl::StrCat(text.substr(0, kQuotedBytes), "... (", text.size(), " bytes)");
-}
-
 // A token file's safetensors header: one tensor, or a few.
 constexpr uint64_t kMaxTokenHeaderBytes = uint64_t{1} << 20;
 
@@ -78,7 +71,7 @@ absl::StatusOr<WireType> NpyDType(const std::string& path, const std::string& de
   if (descr == "<f2" || descr == "=f2") return WireType::kF16;
   if (descr == "|V2" || descr == "<V2") return WireType::kBF16;
   return absl::InvalidArgumentError(
-      absl::StrCat("npy '", path, "': dtype '", Short(descr),
+      absl::StrCat("npy '", path, "': dtype '", ErrorQuote(descr),
                    "' is not a token dtype (allowed: <f4, <f2, |V2 = bfloat16)"));
 }
 
@@ -111,11 +104,11 @@ absl::StatusOr<TokenFileLayout> OpenSafetensors(const DataPath& data_path, FileH
   const auto& entries = file.entries();
   auto it = tensor.empty() && entries.size() == 1 ? entries.begin() : entries.find(tensor);
   if (it == entries.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' ",
-                                                   tensor.empty()
-                                                       ? "holds several tensors; name one"
-                                                       : "has no tensor '" + Short(tensor) + "'",
-                                                   " (DataRef.tensor)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors '", path, "' ",
+                     tensor.empty() ? "holds several tensors; name one"
+                                    : "has no tensor '" + ErrorQuote(tensor) + "'",
+                     " (DataRef.tensor)"));
   }
   const TensorEntry& e = it->second;
   TokenFileLayout layout;
@@ -131,13 +124,13 @@ absl::StatusOr<TokenFileLayout> OpenSafetensors(const DataPath& data_path, FileH
       layout.dtype = WireType::kBF16;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '",
-                                                     Short(it->first), "' is ", DTypeName(e.dtype),
-                                                     " (allowed: F32, F16, BF16)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors '", path, "' tensor '", ErrorQuote(it->first), "' is ",
+                       DTypeName(e.dtype), " (allowed: F32, F16, BF16)"));
   }
   if (e.shape.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors '", path, "' tensor '",
-                                                   Short(it->first), "' has shape ",
+                                                   ErrorQuote(it->first), "' has shape ",
                                                    ShapeString(e.shape), ", not [tokens, width]"));
   }
   layout.rows = e.shape[0];

@@ -15,18 +15,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/error_text.h"
 #include "common/status_macros.h"
 
 namespace lact {
 namespace {
 
-// At most this much of a caller's text is quoted back in an error.
-constexpr size_t kQuotedBytes = 200;
-
-std::string Quoted(absl::string_view text) {
-  if (text.size() <= kQuotedBytes) return absl::StrCat("'", text, "'");
-  return absl::StrCat("'", text.substr(0, kQuotedBytes), "...' (", text.size(), " bytes)");
-}
+// A path or name a caller gave, quoted in an error (at most 200 bytes of it).
+std::string Quoted(absl::string_view text) { return absl::StrCat("'", ErrorQuote(text, 200), "'"); }
 
 std::string WithoutTrailingSlashes(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -80,6 +76,15 @@ absl::Status OpenError(const DataPath& path, const std::string& what, int err) {
 
 FileId IdOf(const struct stat& st) { return FileId{st.st_dev, st.st_ino}; }
 
+// lstat of `name` in `folder` into `st`: NOT_FOUND when there is none.
+absl::Status StatIn(const DataPath& path, int folder, const std::string& name, struct stat* st) {
+  if (fstatat(folder, name.c_str(), st, AT_SYMLINK_NOFOLLOW) == 0) return absl::OkStatus();
+  if (errno == ENOENT)
+    return absl::NotFoundError(absl::StrCat(Quoted(path.shown()), " does not exist"));
+  return absl::PermissionDeniedError(
+      absl::StrCat(Quoted(path.shown()), ": ", std::strerror(errno)));
+}
+
 // A handle of the folder holding `path`'s file, reached component by
 // component; `name` receives the file's own name.
 absl::StatusOr<FileHandle> OpenFolderOf(const DataPath& path, std::string* name) {
@@ -113,12 +118,7 @@ absl::StatusOr<FileHandle> OpenFolderOf(const DataPath& path, std::string* name)
 absl::StatusOr<FileHandle> OpenRegular(const DataPath& path, int folder, const std::string& name,
                                        int flags, FileId* id) {
   struct stat st;
-  if (fstatat(folder, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    if (errno == ENOENT)
-      return absl::NotFoundError(absl::StrCat(Quoted(path.shown()), " does not exist"));
-    return absl::PermissionDeniedError(
-        absl::StrCat(Quoted(path.shown()), ": ", std::strerror(errno)));
-  }
+  LACT_RETURN_IF_ERROR(StatIn(path, folder, name, &st));
   if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
   FileHandle file(openat(folder, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (file.get() < 0) {
@@ -229,10 +229,9 @@ absl::StatusOr<std::optional<FileId>> ExistingDataFile(const DataPath& path) {
   std::string name;
   LACT_ASSIGN_OR_RETURN(FileHandle folder, OpenFolderOf(path, &name));
   struct stat st;
-  if (fstatat(folder.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    if (errno == ENOENT) return std::nullopt;
-    return absl::PermissionDeniedError(
-        absl::StrCat(Quoted(path.shown()), ": ", std::strerror(errno)));
+  if (absl::Status s = StatIn(path, folder.get(), name, &st); !s.ok()) {
+    if (absl::IsNotFound(s)) return std::nullopt;
+    return s;
   }
   if (!S_ISREG(st.st_mode)) return NotRegular(path, st.st_mode);
   return IdOf(st);
@@ -274,9 +273,7 @@ absl::Status RemoveDataFile(const DataPath& path, const FileId& id) {
     return absl::IsNotFound(folder.status()) ? absl::OkStatus() : folder.status();
   }
   struct stat st;
-  if (fstatat(folder->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return absl::OkStatus();
-  }
+  if (!StatIn(path, folder->get(), name, &st).ok()) return absl::OkStatus();  // gone already
   if (IdOf(st) != id) {
     return absl::FailedPreconditionError(
         absl::StrCat(Quoted(path.shown()), " is another file now; it is left alone"));

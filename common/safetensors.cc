@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_text.h"
 #include "common/half.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -77,16 +78,9 @@ T Element(DType dtype, const uint8_t* p) {
   return T();
 }
 
-// At most this much of the file's own text is quoted back in an error.
-std::string Short(const std::string& text) {
-  constexpr size_t kQuotedBytes = 64;
-  if (text.size() <= kQuotedBytes) return text;
-  return absl::StrCat(text.substr(0, kQuotedBytes), "... (", text.size(), " bytes)");
-}
-
 absl::Status EntryError(const std::string& path, const std::string& name, const std::string& what) {
   return absl::InvalidArgumentError(
-      absl::StrCat("safetensors '", path, "': tensor '", Short(name), "': ", what));
+      absl::StrCat("safetensors '", path, "': tensor '", ErrorQuote(name), "': ", what));
 }
 
 }  // namespace
@@ -158,7 +152,7 @@ absl::Status SafetensorsFile::ParseHeader(const std::string& header) {
     TensorEntry e;
     if (!v["dtype"].is_string() || !ParseDType(v["dtype"].get<std::string>(), &e.dtype)) {
       return EntryError(path, name,
-                        absl::StrCat("unsupported dtype ", Short(v["dtype"].dump()),
+                        absl::StrCat("unsupported dtype ", ErrorQuote(v["dtype"].dump()),
                                      " (allowed: F32, F16, BF16, F64)"));
     }
     if (!v["shape"].is_array()) return EntryError(path, name, "shape must be an array");
@@ -200,7 +194,7 @@ absl::StatusOr<BasicTensor<T>> SafetensorsFile::Read(const std::string& name) co
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     return absl::NotFoundError(
-        absl::StrCat("safetensors '", file_.path(), "': no tensor '", Short(name), "'"));
+        absl::StrCat("safetensors '", file_.path(), "': no tensor '", ErrorQuote(name), "'"));
   }
   const TensorEntry& e = it->second;
   BasicTensor<T> t(e.shape);

@@ -61,16 +61,8 @@ grpc::Status ControlService::KvSet(grpc::ServerContext* context, const v1::KvSet
                                    v1::KvSetResponse*) {
   if (absl::Status s = CheckSecret(*context, secret_, kClusterSecret); !s.ok())
     return ToGrpcStatus(s);
-  const std::string& key = request->key();
-  const std::string job_id = key.substr(0, key.find('/'));
-  absl::StatusOr<v1::JobInfo> job = jobs_->Get(job_id);
-  if (key.find('/') == std::string::npos || !job.ok() ||
-      (job->status() != v1::JobInfo::QUEUED && job->status() != v1::JobInfo::RUNNING)) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("rendezvous key '", key.substr(0, 80),
-                                     "' does not belong to a running job (keys are JOB_ID/...)"));
-  }
-  return ToGrpcStatus(kv_->Set(key, request->value()));
+  // The store takes keys only of a job's running attempt (kv_store.h).
+  return ToGrpcStatus(kv_->Set(request->key(), request->value()));
 }
 
 grpc::Status ControlService::KvGet(grpc::ServerContext* context, const v1::KvGetRequest* request,

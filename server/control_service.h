@@ -18,7 +18,7 @@ namespace lact::server {
 class ControlService final : public v1::Control::Service {
  public:
   // Every call must present `cluster_secret` (none when empty); KvSet
-  // writes only keys of a job that has not ended ("JOB_ID/...").
+  // writes only keys of a job's running attempt ("JOB_ID/ATTEMPT/...").
   ControlService(WorkerRegistry* registry, KvStore* kv, JobStore* jobs, std::string cluster_secret)
       : registry_(registry), kv_(kv), jobs_(jobs), secret_(std::move(cluster_secret)) {}
 
@@ -34,7 +34,7 @@ class ControlService final : public v1::Control::Service {
  private:
   WorkerRegistry* registry_;
   KvStore* kv_;
-  JobStore* jobs_;  // for KvSet's check and the results workers report dropped
+  JobStore* jobs_;  // where the results workers report dropped are marked
   const std::string secret_;
 };
 

@@ -326,25 +326,23 @@ TEST_F(TlsTest, ControlTakesOnlyClientCertificatesOfTheClusterCa) {
 
 // Calls that open and send nothing: at most --max-pending-calls wait for
 // their first message at once, each at most --first-message-timeout-ms.
-TEST(CallLimits, IdleCallsAreBoundedInNumberAndTime) {
-  std::unique_ptr<LocalCluster> cluster = StartTestCluster(
-      1, {}, "", {"--max-pending-calls", "3", "--first-message-timeout-ms", "1000"});
-  ASSERT_NE(cluster, nullptr);
-  auto stub = v1::Coordinator::NewStub(
-      grpc::CreateChannel(cluster->address(), grpc::InsecureChannelCredentials()));
-  constexpr int kCalls = 4;
+// Opens 4 calls with `open` and sends nothing on them, against a server
+// whose limits are 3 waiting calls and 1000 ms: one is refused
+// (RESOURCE_EXHAUSTED) and three time out (DEADLINE_EXCEEDED), each
+// saying which limit, well before the calls' own 30 s deadlines.
+template <typename Response, typename Open>
+void ExpectIdleCallsBounded(const char* method, const Open& open) {
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>>>
-      calls;
-  for (int i = 0; i < kCalls; ++i) {
+  std::vector<decltype(open(nullptr))> calls;
+  for (int i = 0; i < 4; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    calls.push_back(stub->Submit(contexts.back().get()));
+    calls.push_back(open(contexts.back().get()));
   }
   const auto start = std::chrono::steady_clock::now();
   int refused = 0, timed_out = 0;
   for (auto& call : calls) {
-    v1::SubmitResponse response;
+    Response response;
     while (call->Read(&response)) {
     }
     const grpc::Status s = call->Finish();
@@ -352,15 +350,26 @@ TEST(CallLimits, IdleCallsAreBoundedInNumberAndTime) {
       ++refused;
       EXPECT_THAT(s.error_message(), HasSubstr("3 calls already wait for their first message"));
     } else {
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+          << method << ": " << s.error_message();
       EXPECT_THAT(s.error_message(), HasSubstr("no first message within 1000 ms"));
       ++timed_out;
     }
   }
-  EXPECT_EQ(refused, 1);
-  EXPECT_EQ(timed_out, 3);
+  EXPECT_EQ(refused, 1) << method;
+  EXPECT_EQ(timed_out, 3) << method;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
-      << "ended by the coordinator's limit, not by the calls' 30 s deadlines";
+      << method << ": ended by the server's limit, not by the calls' 30 s deadlines";
+}
+
+TEST(CallLimits, IdleCallsAreBoundedInNumberAndTime) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(
+      1, {}, "", {"--max-pending-calls", "3", "--first-message-timeout-ms", "1000"});
+  ASSERT_NE(cluster, nullptr);
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(cluster->address(), grpc::InsecureChannelCredentials()));
+  ExpectIdleCallsBounded<v1::SubmitResponse>(
+      "Submit", [&](grpc::ClientContext* c) { return stub->Submit(c); });
   // The waiting calls are counted out again: a real job still runs.
   SubmitOptions o;
   o.model = "preset:small:4";
@@ -368,34 +377,6 @@ TEST(CallLimits, IdleCallsAreBoundedInNumberAndTime) {
   absl::StatusOr<JobResult> job =
       LactClient(cluster->address()).Submit(o, RandomTokens(16, 256, 3), {});
   EXPECT_TRUE(job.ok()) << job.status();
-}
-
-// Opens `count` calls with `open` and counts how each ended: refused
-// (RESOURCE_EXHAUSTED) or timed out (DEADLINE_EXCEEDED) without a first
-// message; anything else fails the test.
-template <typename Response, typename Open>
-void CountIdleEnds(int count, const Open& open, int* refused, int* timed_out) {
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<decltype(open(nullptr))> calls;
-  for (int i = 0; i < count; ++i) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    calls.push_back(open(contexts.back().get()));
-  }
-  for (auto& call : calls) {
-    Response response;
-    while (call->Read(&response)) {
-    }
-    const grpc::Status s = call->Finish();
-    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      ++*refused;
-      EXPECT_THAT(s.error_message(), HasSubstr("3 calls already wait for their first message"));
-    } else {
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
-      EXPECT_THAT(s.error_message(), HasSubstr("no first message within 1000 ms"));
-      ++*timed_out;
-    }
-  }
 }
 
 TEST(CallLimits, AWorkersIdleStreamsAreBoundedInNumberAndTime) {
@@ -408,24 +389,12 @@ TEST(CallLimits, AWorkersIdleStreamsAreBoundedInNumberAndTime) {
   auto channel = grpc::CreateChannel((*workers)[0].address(), grpc::InsecureChannelCredentials());
   auto data = v1::ShardData::NewStub(channel);
   auto worker = v1::Worker::NewStub(channel);
-  const auto start = std::chrono::steady_clock::now();
-  for (const char* method : {"Transfer", "RunShard", "RunQuery"}) {
-    int refused = 0, timed_out = 0;
-    if (std::string(method) == "Transfer") {
-      CountIdleEnds<v1::TransferResponse>(
-          4, [&](grpc::ClientContext* c) { return data->Transfer(c); }, &refused, &timed_out);
-    } else if (std::string(method) == "RunShard") {
-      CountIdleEnds<v1::ShardResponse>(
-          4, [&](grpc::ClientContext* c) { return worker->RunShard(c); }, &refused, &timed_out);
-    } else {
-      CountIdleEnds<v1::ShardResponse>(
-          4, [&](grpc::ClientContext* c) { return worker->RunQuery(c); }, &refused, &timed_out);
-    }
-    EXPECT_EQ(refused, 1) << method;
-    EXPECT_EQ(timed_out, 3) << method;
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15))
-      << "ended by the worker's limit, not by the calls' 30 s deadlines";
+  ExpectIdleCallsBounded<v1::TransferResponse>(
+      "Transfer", [&](grpc::ClientContext* c) { return data->Transfer(c); });
+  ExpectIdleCallsBounded<v1::ShardResponse>(
+      "RunShard", [&](grpc::ClientContext* c) { return worker->RunShard(c); });
+  ExpectIdleCallsBounded<v1::ShardResponse>(
+      "RunQuery", [&](grpc::ClientContext* c) { return worker->RunQuery(c); });
   SubmitOptions o;
   o.model = "preset:small:4";
   o.timeout = std::chrono::seconds(60);

@@ -56,7 +56,9 @@ absl::Status RetainedResults::Put(const std::string& job_id, RetainedResult resu
 std::map<std::string, RetainedResults::Entry>::iterator RetainedResults::VictimLocked(
     const std::string& tenant, int64_t bytes, std::string* why) {
   std::string from;  // the tenant whose oldest job goes
-  if (max_tenant_bytes_ < max_bytes_ && tenant_bytes_[tenant] + bytes > max_tenant_bytes_) {
+  const auto held = tenant_bytes_.find(tenant);
+  const int64_t tenant_held = held == tenant_bytes_.end() ? 0 : held->second;
+  if (max_tenant_bytes_ < max_bytes_ && tenant_held + bytes > max_tenant_bytes_) {
     from = tenant;
     *why = absl::StrCat("evicted: tenant '", tenant,
                         "' reached the worker's --retain-bytes-per-tenant ", max_tenant_bytes_,
