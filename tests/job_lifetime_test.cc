@@ -467,11 +467,12 @@ TEST(CoordinatorRestart, RecordsAndRetainedStatesSurvive) {
   fs::remove_all(state_dir);
 }
 
-// Waits (up to 10 s) until the coordinator counts exactly two healthy
-// workers, each heartbeating: a worker killed just after a job ended does
-// not fail the next run's start as well (one kill, one run).
+// Waits (up to 60 s, a loaded machine's worker start-up included) until
+// the coordinator counts exactly two healthy workers, each heartbeating:
+// the next job neither finds one worker too few (a restarted worker not
+// yet registered) nor starts on the killed one (one kill, one run).
 void AwaitTwoLiveWorkers(LactClient& client) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
     int live = 0;
@@ -585,6 +586,7 @@ TEST(FaultRuns, KilledWorkersNeverLoseAnInBandJob) {
     std::thread killer = KillAtRandom(*cluster, rng, 1.2 * job_seconds);
     absl::StatusOr<JobResult> job = client.Submit(o, context, queries);
     killer.join();
+    AwaitTwoLiveWorkers(client);
     ASSERT_TRUE(job.ok()) << "run " << run << ": " << job.status();
     EXPECT_TRUE(job->output.data == undisturbed->output.data) << "run " << run;
     ASSERT_EQ(job->queries.size(), 1u);

@@ -677,16 +677,45 @@ TEST(TransferBoard, StreamsForShardsNotStartedWaitBoundedInNumber) {
   EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(100))
       << "refused at once, not after its wait";
   // A registered shard is found even now.
-  board.Register(
-      "job-real", 0,
-      std::make_shared<ShardTransfer>("secret", TokenReceiver({1}, 1, WireType::kF32, 0)));
+  auto real = std::make_shared<ShardTransfer>("secret", TokenReceiver({1}, 1, WireType::kF32, 0));
+  board.Register("job-real", 0, real);
   EXPECT_TRUE(board.Find("job-real", 0, "secret", std::chrono::milliseconds(0)).ok());
   for (std::thread& t : waiting) t.join();
   EXPECT_EQ(not_found.load(), TransferBoard::kMaxWaiting);
   EXPECT_EQ(board.Find("job-made-up", 0, "ticket", std::chrono::milliseconds(10)).status().code(),
             absl::StatusCode::kNotFound)
       << "the waiters were counted out";
-  board.Unregister("job-real", 0);
+  board.Unregister("job-real", 0, real.get());
+}
+
+// A job that runs again has new tickets: its new shard of a rank may be
+// registered here while the dead attempt's shard of that rank still is,
+// and may come after the client's stream. Each stream meets the shard of
+// its own ticket, and the old shard's end does not take the new one away.
+TEST(TransferBoard, AReRunsShardIsMetBesideTheDeadAttemptsShard) {
+  TransferBoard board;
+  auto first = std::make_shared<ShardTransfer>("first", TokenReceiver({1}, 1, WireType::kF32, 0));
+  auto again = std::make_shared<ShardTransfer>("again", TokenReceiver({1}, 1, WireType::kF32, 0));
+  board.Register("job", 1, first);
+  std::thread rerun([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    board.Register("job", 1, again);
+  });
+  absl::StatusOr<std::shared_ptr<ShardTransfer>> met =
+      board.Find("job", 1, "again", std::chrono::seconds(10));
+  rerun.join();
+  ASSERT_TRUE(met.ok()) << met.status();
+  EXPECT_EQ(met->get(), again.get()) << "the stream waited for its own attempt's shard";
+  board.Unregister("job", 1, first.get());
+  met = board.Find("job", 1, "again", std::chrono::milliseconds(0));
+  ASSERT_TRUE(met.ok()) << "the dead attempt's end left the re-run's shard: " << met.status();
+  EXPECT_EQ(met->get(), again.get());
+  EXPECT_EQ(board.Find("job", 1, "first", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kPermissionDenied)
+      << "the dead attempt's ticket no longer meets anything";
+  board.Unregister("job", 1, again.get());
+  EXPECT_EQ(board.Find("job", 1, "again", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {

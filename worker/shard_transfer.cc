@@ -1,5 +1,7 @@
 #include "worker/shard_transfer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -163,23 +165,42 @@ absl::Status ShardTransfer::failure() const {
 void TransferBoard::Register(const std::string& job_id, int rank,
                              std::shared_ptr<ShardTransfer> transfer) {
   absl::MutexLock lock(&mu_);
-  transfers_[{job_id, rank}] = std::move(transfer);
+  transfers_[{job_id, rank}].push_back(std::move(transfer));
 }
 
-void TransferBoard::Unregister(const std::string& job_id, int rank) {
+void TransferBoard::Unregister(const std::string& job_id, int rank, const ShardTransfer* transfer) {
   absl::MutexLock lock(&mu_);
-  transfers_.erase({job_id, rank});
+  auto it = transfers_.find({job_id, rank});
+  if (it == transfers_.end()) return;
+  std::vector<std::shared_ptr<ShardTransfer>>& same_rank = it->second;
+  same_rank.erase(std::remove_if(same_rank.begin(), same_rank.end(),
+                                 [transfer](const std::shared_ptr<ShardTransfer>& t) {
+                                   return t.get() == transfer;
+                                 }),
+                  same_rank.end());
+  if (same_rank.empty()) transfers_.erase(it);
+}
+
+std::shared_ptr<ShardTransfer> TransferBoard::MatchLocked(const Key& key, const std::string& ticket,
+                                                          bool* other_ticket) {
+  auto it = transfers_.find(key);
+  if (it == transfers_.end()) return nullptr;
+  for (const std::shared_ptr<ShardTransfer>& t : it->second) {
+    if (t->TicketMatches(ticket)) return t;
+  }
+  *other_ticket = true;
+  return nullptr;
 }
 
 absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::string& job_id,
                                                                    int rank,
                                                                    const std::string& ticket,
                                                                    std::chrono::milliseconds wait) {
-  const auto key = std::make_pair(job_id, rank);
+  const Key key(job_id, rank);
   absl::MutexLock lock(&mu_);
-  auto registered = [this, &key]()
-                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return transfers_.count(key) > 0; };
-  if (!registered()) {
+  bool other_ticket = false;
+  std::shared_ptr<ShardTransfer> found = MatchLocked(key, ticket, &other_ticket);
+  if (found == nullptr) {
     if (waiting_ >= kMaxWaiting) {
       return absl::ResourceExhaustedError(
           absl::StrCat(kMaxWaiting,
@@ -187,18 +208,19 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::st
                        "open a job's Transfer streams after its JobAccepted"));
     }
     ++waiting_;
-    mu_.AwaitWithTimeout(absl::Condition(&registered), absl::FromChrono(wait));
+    auto arrived = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      found = MatchLocked(key, ticket, &other_ticket);
+      return found != nullptr;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&arrived), absl::FromChrono(wait));
     --waiting_;
   }
-  auto it = transfers_.find(key);
-  if (it == transfers_.end()) {
-    return absl::NotFoundError(absl::StrCat("this worker runs no shard ", rank, " of job '", job_id,
-                                            "' that waits for a Transfer stream"));
-  }
-  if (!it->second->TicketMatches(ticket)) {
+  if (found != nullptr) return found;
+  if (other_ticket) {
     return absl::PermissionDeniedError(absl::StrCat("wrong ticket for job '", job_id, "'"));
   }
-  return it->second;
+  return absl::NotFoundError(absl::StrCat("this worker runs no shard ", rank, " of job '", job_id,
+                                          "' that waits for a Transfer stream"));
 }
 
 }  // namespace lact

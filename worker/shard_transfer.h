@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -122,27 +123,37 @@ class ShardTransfer {
 };
 
 // The shards of this worker waiting for, or in, their Transfer streams, by
-// job and rank. Thread-safe.
+// job, rank and ticket: a job that runs again has new tickets, and its new
+// shard may start here before the dead attempt's shard of the same rank has
+// ended. Thread-safe.
 class TransferBoard {
  public:
   // Registers for the life of the returned handle's RunShard call.
   void Register(const std::string& job_id, int rank, std::shared_ptr<ShardTransfer> transfer);
-  void Unregister(const std::string& job_id, int rank);
+  // Removes `transfer` only, never another attempt's shard of the same rank.
+  void Unregister(const std::string& job_id, int rank, const ShardTransfer* transfer);
   // At most this many Find calls wait at once for a shard not registered
   // yet; more are RESOURCE_EXHAUSTED at once (made-up tickets hold nothing).
   static constexpr int kMaxWaiting = 64;
 
-  // The transfer of `job_id` rank `rank`, waiting up to `wait` for RunShard
-  // to register it (the client may be faster than the coordinator);
-  // NOT_FOUND, or PERMISSION_DENIED for a wrong ticket.
+  // The transfer of `job_id` rank `rank` whose ticket is `ticket`, waiting
+  // up to `wait` for RunShard to register it (the client may be faster
+  // than the coordinator, also when a job runs again). Then
+  // PERMISSION_DENIED if a shard of that job and rank was registered with
+  // another ticket, NOT_FOUND if none was.
   absl::StatusOr<std::shared_ptr<ShardTransfer>> Find(const std::string& job_id, int rank,
                                                       const std::string& ticket,
                                                       std::chrono::milliseconds wait);
 
  private:
+  using Key = std::pair<std::string, int>;
+  // The registered transfer of `key` whose ticket is `ticket`, or null;
+  // `*other_ticket` is set when one with another ticket is there.
+  std::shared_ptr<ShardTransfer> MatchLocked(const Key& key, const std::string& ticket,
+                                             bool* other_ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;
-  std::map<std::pair<std::string, int>, std::shared_ptr<ShardTransfer>> transfers_
-      ABSL_GUARDED_BY(mu_);
+  std::map<Key, std::vector<std::shared_ptr<ShardTransfer>>> transfers_ ABSL_GUARDED_BY(mu_);
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

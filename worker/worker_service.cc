@@ -343,7 +343,7 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
   }
   if (*transfer != nullptr) {
     if (!done.ok()) (*transfer)->Abort(done.status());
-    w.transfers->Unregister(spec.job_id(), spec.rank());
+    w.transfers->Unregister(spec.job_id(), spec.rank(), transfer->get());
     // A failure the client's stream caused (a bad chunk, a disconnect) is
     // the transfer's; report that rather than what it led to here.
     absl::Status cause = (*transfer)->failure();
