@@ -98,7 +98,7 @@ double Bf16MatmulRate() {
   return 2.0 * n * n * n / s;
 }
 
-// The per-token recurrence of SPEC section 5, as one would first write it.
+// The per-token recurrence of docs/model.md, BiMamba, as one would first write it.
 void NaiveScan(const cpu::ScanParams& p, float* state) {
   for (int64_t t = 0; t < p.tokens; ++t) {
     for (int h = 0; h < p.heads; ++h) {

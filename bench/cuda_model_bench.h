@@ -1,7 +1,7 @@
 // The whole-model GPU benchmark: a preset model on a long
 // context through CudaRunner, on one rank, or on two ranks sharing the GPU
 // (threads of this process, Gloo over 127.0.0.1 with the gradient
-// all-reduce staged through the host), reported as model FLOP/s (SPEC
+// all-reduce staged through the host), reported as model FLOP/s (docs/model.md
 // FLOPs, bench/flops.h) and the share of the all-reduce hidden behind the
 // BiMamba kernels.
 #ifndef LACT_BENCH_CUDA_MODEL_BENCH_H_
@@ -17,7 +17,7 @@ namespace lact::bench {
 
 struct ModelBenchResult {
   double seconds = 0;            // context run, slowest rank, after a warm-up
-  double model_flops = 0;        // SPEC FLOPs of the context
+  double model_flops = 0;        // model FLOPs of the context (docs/model.md)
   double allreduce_seconds = 0;  // summed over ranks
   double waited_seconds = 0;     // the part the compute waited for
   double hidden_fraction() const {

@@ -1,8 +1,8 @@
-// Model FLOPs of SPEC.md per context token of one layer, counted from the
+// Model FLOPs of docs/model.md per context token of one layer, counted from the
 // spec, not from any implementation: a linear layer is 2*in*out per token,
 // the selective scan 4*P*N per head per direction (its recurrence), the
 // depthwise conv 2*W per channel, elementwise passes a few FLOPs per value.
-// The BiMamba output projection is counted once (SPEC applies it to the sum
+// The BiMamba output projection is counted once (docs/model.md applies it to the sum
 // of the directions).
 #ifndef LACT_BENCH_FLOPS_H_
 #define LACT_BENCH_FLOPS_H_

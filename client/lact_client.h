@@ -66,7 +66,7 @@ struct JobResult {
   std::string job_id;
   Tensor output;                        // [L, d_out], unless output_ref
   std::vector<Tensor> queries;          // [L_k, d_out]
-  std::map<std::string, Tensor> state;  // SPEC section 7 names (if asked)
+  std::map<std::string, Tensor> state;  // docs/model.md, The fused state names (if asked)
   std::vector<v1::ShardRange> shards;
   v1::JobStats stats;
 };

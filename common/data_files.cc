@@ -27,7 +27,7 @@ namespace {
 // Output writes of at least kDirectMinBytes bypass the page cache for their
 // kDirectBlock-aligned middle: a job's output is written once and read
 // elsewhere, and filling fresh page-cache pages costs more than the disk
-// write on the machines measured (README, the data path).
+// write on the machines measured (docs/performance.md, the data path).
 constexpr uint64_t kDirectBlock = 4096;
 constexpr uint64_t kDirectMinBytes = uint64_t{8} << 20;
 

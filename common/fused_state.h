@@ -1,4 +1,4 @@
-// The fused state of a job (SPEC.md section 7): per layer the adapted fast
+// The fused state of a job (docs/model.md, The fused state): per layer the adapted fast
 // weights and, per Mamba direction, the SSM and conv states. Its tensor
 // names are the golden files' (`layers.{i}.ttt.w0`, `layers.{i}.mamba.fwd.ssm_state`, ...).
 #ifndef LACT_COMMON_FUSED_STATE_H_

@@ -161,7 +161,7 @@ std::string ModelKey(const std::string& model) {
 }
 
 absl::StatusOr<ModelConfig> PresetConfig(const std::string& preset) {
-  ModelConfig c;  // defaults are the `small` preset of SPEC.md
+  ModelConfig c;  // defaults are the `small` preset of docs/model.md
   if (preset == "small") return c;
   if (preset == "base") {
     c.d_model = 768;

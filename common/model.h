@@ -1,4 +1,4 @@
-// Model weights (SPEC.md section 2) held as float32 host tensors, with typed
+// Model weights (docs/model.md, Weights) held as float32 host tensors, with typed
 // per-layer views for the kernels.
 //
 // A Model is built only through FromTensors(), LoadModel() or
@@ -52,7 +52,7 @@ struct LayerWeights {
 
 using TensorShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
-// Every tensor name and shape the config requires, in SPEC order.
+// Every tensor name and shape the config requires, in docs/model.md's order.
 TensorShapes ExpectedTensors(const ModelConfig& config);
 
 class Model {

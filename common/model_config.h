@@ -1,4 +1,4 @@
-// The model configuration of SPEC.md section 1, its JSON form (the
+// The model configuration of docs/model.md, Configuration, its JSON form (the
 // `lact.config` safetensors metadata), and the per-job overrides.
 //
 // ParseModelConfig() rejects missing, unknown, mistyped and out-of-range
@@ -49,7 +49,7 @@ struct ModelConfig {
   int fast_hidden() const { return ttt.inter_multi * ttt.head_dim; }  // d_h
 };
 
-// The overrides a job may carry (SPEC: only these two). Unset = config value.
+// The overrides a job may carry (docs/model.md: only these two). Unset = config value.
 struct JobOptions {
   std::optional<int> muon_steps;
   std::optional<int> chunk_tokens;

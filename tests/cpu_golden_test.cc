@@ -1,4 +1,4 @@
-// The float32 CPU runner against the float64 golden files (SPEC.md, every
+// The float32 CPU runner against the float64 golden files (docs/model.md, every
 // tensor within max|got-want|/max|want| <= 1e-4), for several thread counts
 // and tile sizes (a tile shorter than the conv width included); and the
 // bf16 mode against them, within twice the error of the float64 reference

@@ -1,9 +1,8 @@
-// Distribution invariance (SPEC.md section 8) through real Gloo over TCP on
-// 127.0.0.1: the context split into contiguous shards over P ranks (threads
-// of this process, each with its own Gloo contexts), uneven splits, shards
-// of one token and shards shorter than W-1, chunks spanning shards. Every
-// golden tensor within 1e-4; random models agree with the float64 reference
-// for P = 1..4; every rank ends with the same fused state.
+// Distribution invariance (docs/model.md, What distribution must not change) through real Gloo over
+// TCP on 127.0.0.1: the context split into contiguous shards over P ranks (threads of this process,
+// each with its own Gloo contexts), uneven splits, shards of one token and shards shorter than W-1,
+// chunks spanning shards. Every golden tensor within 1e-4; random models agree with the float64
+// reference for P = 1..4; every rank ends with the same fused state.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -146,7 +145,7 @@ TEST_P(DistributedRandomTest, IndependentOfRankCount) {
   const int64_t total = 4 + r.NextU64() % 40;
   if (r.NextU64() % 2) c.ttt.chunk_tokens = 3 + static_cast<int>(r.NextU64() % 12);
   if (c.ttt.muon_steps > 0)
-    c.ttt.chunk_tokens = 0;  // Muon on many tiny chunks is ill-conditioned (README)
+    c.ttt.chunk_tokens = 0;  // Muon on many tiny chunks is ill-conditioned (docs/model.md)
   Model model = RandomTestModel(c, GetParam());
   Tensor context = RandomTokens(total, c.d_model, GetParam() + 5);
   reference::JobOutputs want = reference::RunJob(model, c, context, {});

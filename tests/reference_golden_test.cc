@@ -1,5 +1,5 @@
 // The float64 reference against the independent float64 golden outputs:
-// both implement SPEC.md in float64, so they must agree far below 1e-4.
+// both implement docs/model.md in float64, so they must agree far below 1e-4.
 #include <gtest/gtest.h>
 
 #include "kernels/reference/reference_model.h"

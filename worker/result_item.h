@@ -17,7 +17,7 @@ namespace lact {
 struct ResultItem {
   int set = 0;             // 0 = context outputs, k + 1 = query set k
   int64_t offset = 0;      // first token, as the client numbers it
-  std::string state_name;  // non-empty: a fused-state tensor (SPEC section 7 name)
+  std::string state_name;  // non-empty: a fused-state tensor (docs/model.md, The fused state name)
   std::shared_ptr<const Tensor> tensor;
 };
 

@@ -3,7 +3,7 @@
 //            [--query FILE.npy]... [--muon-steps N] [--chunk-tokens N]
 //            [--threads N] [--tile-tokens N] [--backend cpu|cuda] [--device N]
 //            --out FILE.safetensors
-// Writes `output`, `query_K` and the fused state (SPEC section 7) as float32;
+// Writes `output`, `query_K` and the fused state (docs/model.md, The fused state) as float32;
 // prints progress, tokens/s and peak memory to stderr.
 #ifndef LACT_CLIENT_CLI_RUN_COMMAND_H_
 #define LACT_CLIENT_CLI_RUN_COMMAND_H_

@@ -39,12 +39,10 @@ std::string Bf16MatmulKernel();
 // work of two float32 FMAs: the matmul measured 1.6x sgemm's rate on Zen 4
 // and Zen 5. On an Intel CPU with AVX512_BF16 but no AMX a bf16 dot
 // product does the work of one FMA and oneDNN's bf16 matmul ran at about
-// half its sgemm's rate, so there the emulation is the default (README,
-// Performance). LACT_CPU_BF16_MATMUL in the environment
-// overrides the default where HasBf16Matmul(): 1, true, on or yes for the
-// matmul; 0, false, off or no for the emulation (another value is ignored,
-// and Bf16MatmulReason() says so). Process-wide; turning it on without
-// HasBf16Matmul() leaves it off. Call between runs.
+// half its sgemm's rate, so there the emulation is the default. LACT_CPU_BF16_MATMUL in the
+// environment overrides the default where HasBf16Matmul(): 1, true, on or yes for the matmul; 0,
+// false, off or no for the emulation (another value is ignored, and Bf16MatmulReason() says so).
+// Process-wide; turning it on without HasBf16Matmul() leaves it off. Call between runs.
 void SetBf16Matmul(bool on);
 bool Bf16MatmulOn();
 

@@ -1,4 +1,4 @@
-// The causal depthwise conv of SPEC.md section 5 followed by silu, over one
+// The causal depthwise conv of docs/model.md, BiMamba followed by silu, over one
 // segment of T tokens:
 //   out_t[c] = silu(bias[c] + sum_{j<W} w[c, j] * u_{t-W+1+j}[c])
 // where inputs before the segment come from `history` ([W-1, C], oldest row

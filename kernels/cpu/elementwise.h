@@ -1,4 +1,4 @@
-// Row-wise normalisations and the scalar activations of SPEC.md, float32.
+// Row-wise normalisations and the scalar activations of docs/model.md, float32.
 // Loops run in parallel over rows on the shared OpenMP pool.
 #ifndef LACT_KERNELS_CPU_ELEMENTWISE_H_
 #define LACT_KERNELS_CPU_ELEMENTWISE_H_

@@ -1,4 +1,4 @@
-// LaCT large-chunk test-time training with SwiGLU fast weights (SPEC.md
+// LaCT large-chunk test-time training with SwiGLU fast weights (docs/model.md
 // section 6), split into the steps that distribution needs:
 //   1. projections of a tile of tokens (k, v, lr for the update; q to apply),
 //   2. partial sums of dw0, dw1, dw2 over any subset of a chunk's tokens

@@ -1,4 +1,4 @@
-// One direction of the BiMamba mixer (SPEC.md section 5) over a segment of
+// One direction of the BiMamba mixer (docs/model.md, BiMamba) over a segment of
 // tokens given in scan order, carrying the direction's state across calls:
 //   proj = h @ in_proj^T -> z, xBC, dt;  xBC = silu(conv(xBC));
 //   y = scan(x, B, C, softplus(dt + dt_bias));  y = rmsnorm(y * silu(z), norm)

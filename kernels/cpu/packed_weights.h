@@ -4,8 +4,7 @@
 // and reused. Without it every product re-lays its weights out: sgemm
 // packs B on each call, and the bf16 matmul reads a plain B it copies into
 // blocks. Measured on one core of an AMX Xeon (M = 512): float32 1-12%
-// and bf16 2-26% faster than the same products on plain weights (README,
-// Performance).
+// and bf16 2-26% faster than the same products on plain weights.
 //
 // A weight is identified by its address and shape: it must not change, nor
 // its memory be reused for another, while the PackedWeights lives (a

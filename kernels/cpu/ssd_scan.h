@@ -1,4 +1,4 @@
-// The Mamba-2 selective scan of SPEC.md section 5 in chunked (SSD) form, for
+// The Mamba-2 selective scan of docs/model.md, BiMamba in chunked (SSD) form, for
 // one segment of T tokens in scan order (the backward direction is scanned
 // by feeding the segment reversed). Per head h, channels p of that head:
 //   S(t) = exp(dt_t[h] A[h]) S(t-1) + dt_t[h] outer(x_t[p], B_t)

@@ -1,4 +1,4 @@
-// Muon's Newton-Schulz iteration (SPEC.md section 6) on the device, batched
+// Muon's Newton-Schulz iteration (docs/model.md, LaCT) on the device, batched
 // over heads with strided cuBLAS GEMMs:
 //   X = G / (||G||_F + 1e-7); repeat: A = X X^T; X = a X + (b A + c A A) X
 // For rows > cols the spec transposes X first; here the same iteration runs

@@ -48,7 +48,7 @@ absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t token
                       int width, const float* weight, const float* bias, float* history,
                       float* scratch, float* out, int64_t ldo);
 
-// The selective scan of SPEC section 5 as its per-token recurrence, one
+// The selective scan of docs/model.md, BiMamba as its per-token recurrence, one
 // thread per (head, channel); state [H, P, N] in and out.
 absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_dim, int d_state,
                             const float* x, int64_t ldx, const float* b, int64_t ldb,

@@ -1,4 +1,4 @@
-// The Mamba-2 selective scan of SPEC.md section 5 on the GPU, in chunked
+// The Mamba-2 selective scan of docs/model.md, BiMamba on the GPU, in chunked
 // (SSD) form: the CUDA counterpart of kernels/cpu/ssd_scan.h, fp32 throughout
 // (state and accumulation included, no TF32). For one segment of T tokens in
 // scan order, per head h and channel p of that head:

@@ -116,7 +116,7 @@ struct MixerState {
   Mat conv;
 };
 
-// SPEC section 5, one direction, tokens already in scan order.
+// docs/model.md, BiMamba, one direction, tokens already in scan order.
 Mat Mixer(const Mat& h, const MambaDirWeights& w, const ModelConfig& c, MixerState* st) {
   const int64_t L = h.rows, di = c.d_inner(), N = c.ssm.d_state, hs = c.ssm_heads(),
                 P = c.ssm.head_dim;
@@ -207,7 +207,7 @@ Mat ApplyFast(const FastWeights& f, const Mat& q) {
   return MatMul(g, Transpose(f.w1));
 }
 
-// One chunk's update of one head's fast weights (SPEC section 6).
+// One chunk's update of one head's fast weights (docs/model.md, LaCT).
 void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat& v, const Mat& lr,
                 int muon_steps) {
   const int64_t n = k.rows;
@@ -235,7 +235,7 @@ void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat
   UpdateWeight(&f->w2, dw2, init.w2, muon_steps);
 }
 
-// SPEC section 6 for all heads. Context: updates `fast` chunk by chunk;
+// docs/model.md, LaCT for all heads. Context: updates `fast` chunk by chunk;
 // query (is_context false): applies `fast` as it is.
 Mat Lact(const Mat& h, const LayerWeights& w, const ModelConfig& c, bool is_context,
          std::vector<FastWeights>* fast, const std::vector<FastWeights>& init) {
@@ -307,7 +307,7 @@ LayerRefState InitialLayerState(const LayerWeights& w, const ModelConfig& c) {
   return s;
 }
 
-// SPEC section 4. For a query set, `state` holds the context's final state
+// docs/model.md, A block. For a query set, `state` holds the context's final state
 // and is left unchanged.
 Mat Block(const Mat& x_in, const LayerWeights& w, const ModelConfig& c, bool is_context,
           LayerRefState* state) {

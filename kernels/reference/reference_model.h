@@ -1,4 +1,4 @@
-// A deliberately naive float64 implementation of SPEC.md, written for
+// A deliberately naive float64 implementation of docs/model.md, written for
 // obviousness, not speed: whole sequences at once, explicit reversal, one
 // loop per formula. It is the trivially-correct model that every backend is
 // run beside in the parity tests. Single-threaded; O(L) memory per tensor.
@@ -17,7 +17,7 @@ namespace lact::reference {
 struct JobOutputs {
   TensorD output;                        // [L, d_out]
   std::vector<TensorD> queries;          // [L_k, d_out] each
-  std::map<std::string, TensorD> state;  // SPEC section 7 names
+  std::map<std::string, TensorD> state;  // docs/model.md, The fused state names
 };
 
 struct ReferenceOptions {

@@ -17,7 +17,7 @@
 // once, where they are made: h (kept as bf16 only: half h's memory), the
 // mixer's normed y, the MLP's normed input and hidden rows, LaCT's
 // per-head k, v, q and hidden factors. In float32 the BiMamba output
-// projection runs once, on the sum of both directions' outputs (SPEC.md
+// projection runs once, on the sum of both directions' outputs (docs/model.md
 // section 5): the first direction's are held until the second's tile
 // reaches them, in acc's memory and a [L, d_inner - D] buffer (L x D floats
 // for preset:small). The bf16 mode projects each direction's rounded

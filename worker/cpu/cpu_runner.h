@@ -1,4 +1,4 @@
-// Runs the model of SPEC.md on the CPU (float32, oneDNN + OpenMP): the
+// Runs the model of docs/model.md on the CPU (float32, oneDNN + OpenMP): the
 // one schedule (block_schedule.h) over CpuOps, tiled over tokens so that
 // working memory beyond three [L, D] activations stays at a few tiles.
 // With BackendOptions::precision "bf16" its GEMMs take bf16-rounded
@@ -8,7 +8,7 @@
 // (SharedBf16Weights) or are made once per runner.
 //
 // RunContext() runs a context and produces the fused state; RunQuery() runs
-// a query set against a fused state (SPEC section 3: the forward Mamba
+// a query set against a fused state (docs/model.md, A job: the forward Mamba
 // direction continues from the context's state, LaCT applies the final fast
 // weights). RunContextShard() runs this rank's shard with its group: `sync`
 // carries the halos and summaries, `grads` the gradient all-reduce (two
@@ -56,7 +56,7 @@ std::string CpuBf16Mode();
 // ran the preset:small layer (16K tokens) 1.10x faster than 4,096 in the
 // bf16 mode and 1.03x in fp32 on 2 threads, 1.17x and 1.02x on 1, and
 // the bf16 mode's shorter GEMMs gain again at 512 (1.03x against 1,024),
-// where fp32 does not (README, Performance).
+// where fp32 does not (docs/performance.md).
 constexpr int64_t kDefaultCpuTileTokens = 1024;
 constexpr int64_t kDefaultCpuBf16TileTokens = 512;
 int64_t DefaultCpuTileTokens(std::string_view precision);

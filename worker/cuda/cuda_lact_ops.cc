@@ -1,4 +1,4 @@
-// The LaCT operations of CudaOps (SPEC.md section 6): a tile's fast-weight
+// The LaCT operations of CudaOps (docs/model.md, LaCT): a tile's fast-weight
 // gradient sums (batched over heads with strided GEMMs), the gradient
 // all-reduce, the update (Newton-Schulz, weight norm), and a tile's
 // application of the fast weights into acc.

@@ -1,4 +1,4 @@
-// Runs the model of SPEC.md on one NVIDIA GPU: the one schedule
+// Runs the model of docs/model.md on one NVIDIA GPU: the one schedule
 // (block_schedule.h) over CudaOps. Weights are uploaded at Create(), or
 // taken from a DeviceWeightsCache that uploaded them once for the process.
 // Precision: fp32 (TF32 off; parity with the float64 reference) or bf16 GEMM

@@ -1,4 +1,4 @@
-// The operations the model of SPEC.md is computed with, on one backend (the
+// The operations the model of docs/model.md is computed with, on one backend (the
 // CPU, a GPU), over the activations the backend holds for one sequence or
 // one rank's shard of it. The schedule (block_schedule.h) decides what runs
 // when and what is exchanged with the other ranks; a backend decides how an
@@ -51,7 +51,7 @@ class BackendOps {
   // h = rmsnorm(x, norm1); acc = 0.
   virtual absl::Status BeginBlock(const LayerWeights& w) = 0;
 
-  // --- BiMamba (SPEC.md section 5) ---
+  // --- BiMamba (docs/model.md, BiMamba) ---
   // Sets the scan state; log decay starts at zero.
   virtual absl::Status LoadScanState(const MambaState& state) = 0;
   // The scan state now, and (if not null) the log decay summed over the
@@ -65,11 +65,11 @@ class BackendOps {
   // block each direction runs with outputs once over all rows, one after
   // the other in either order; acc is read only after both: a backend may
   // hold the first direction's outputs (in acc's memory) and project the
-  // sum of both once, as SPEC.md applies out_proj.
+  // sum of both once, as docs/model.md applies out_proj.
   virtual absl::Status MixerTile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                                  bool outputs, bool summarize) = 0;
 
-  // --- LaCT (SPEC.md section 6) ---
+  // --- LaCT (docs/model.md, LaCT) ---
   // The fast weights: the layer's initial ones, or a context's final ones.
   virtual absl::Status LoadFastWeights(const LayerWeights& w, const LayerState* retained) = 0;
   virtual absl::Status StoreFastWeights(LayerState* state) = 0;

@@ -1,4 +1,4 @@
-// The BiMamba half of a block (SPEC.md section 5) over this rank's shard:
+// The BiMamba half of a block (docs/model.md, BiMamba) over this rank's shard:
 // acc = (Mixer_fwd(h) + reverse(Mixer_bwd(reverse(h)))) @ out_proj^T.
 //
 // Each direction scans its tiles in scan order (the backward direction

@@ -1,4 +1,4 @@
-// The schedule of the model of SPEC.md over one rank's contiguous shard of
+// The schedule of the model of docs/model.md over one rank's contiguous shard of
 // a sequence, the same for every backend: what runs in which order, tile by
 // tile, and what is exchanged with the group's other ranks. The backend's
 // BackendOps compute; this file and bimamba_schedule.h are the only place

@@ -43,7 +43,7 @@ _MIN_TOKEN_BYTES = 16  # proto/auth.h kMinSecretBytes
 @dataclasses.dataclass(frozen=True)
 class Model:
     """A model the cluster serves: its name for submit(), how many healthy
-    workers hold it, and its config (SPEC section 1) as a dict."""
+    workers hold it, and its config (docs/model.md, Configuration) as a dict."""
     name: str
     workers: int
     config: Dict[str, Any]

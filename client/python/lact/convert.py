@@ -211,7 +211,7 @@ class Mamba2Checkpoint:
 
         layer_type = cfg.get("layer", "Mamba2")
         if str(layer_type).lower() != "mamba2":
-            cfg.refuse("layer", "lact's BiMamba is a Mamba-2 mixer (SPEC.md section 5)")
+            cfg.refuse("layer", "lact's BiMamba is a Mamba-2 mixer (docs/model.md, BiMamba)")
         if cfg.get("attn_layer_idx", None):
             cfg.refuse("attn_layer_idx", "attention layers have no counterpart in lact")
         activation = cfg.get("activation", "silu")
@@ -239,7 +239,7 @@ class Mamba2Checkpoint:
         ngroups = cfg.get("ngroups", 1)
         if ngroups != 1:
             cfg.refuse("ngroups", "lact's BiMamba has one group: B and C are shared by all "
-                                  "heads (SPEC.md section 5)")
+                                  "heads (docs/model.md, BiMamba)")
 
         first = self.layers[0][1]
         for suffix in ("in_proj.bias", "out_proj.bias"):

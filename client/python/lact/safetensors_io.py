@@ -4,7 +4,7 @@ The format: an 8-byte little-endian header length, a JSON header mapping each
 tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets into
 the data that follows the header) plus an optional "__metadata__" map of
 strings, then the raw little-endian data. lact keeps its model config under
-``__metadata__["lact.config"]`` (SPEC.md section 1).
+``__metadata__["lact.config"]`` (docs/model.md, Configuration).
 
     tensors, metadata = read(path)        # name -> numpy array, {str: str}
     write(path, tensors, metadata)        # numpy arrays or torch tensors

@@ -1,4 +1,4 @@
-"""lact.torch: the LaCT-BiMamba model of SPEC.md as a differentiable torch.nn.Module.
+"""lact.torch: the LaCT-BiMamba model of docs/model.md as a differentiable torch.nn.Module.
 
     import lact.torch as lt
     model = lt.LactModel.from_safetensors("model.safetensors")   # or lt.LactModel(config)
@@ -7,7 +7,7 @@
     out, queries, state = model.run(context, [q0, q1], muon_steps=2, chunk_tokens=64)
     model.save_safetensors("trained.safetensors")  # what `lact run` / the service load
 
-The computation is SPEC.md's, written from its text: a job's context updates
+The computation is docs/model.md's, written from its text: a job's context updates
 the TTT fast weights and the Mamba states; query sets read them. Every
 operation is out of place and in torch, so gradients flow to the context, the
 query tokens and every weight (train the slow weights with any optimiser).
@@ -34,9 +34,9 @@ __all__ = ["LactModel", "preset_config", "parse_config", "config_to_json",
            "expected_tensors", "state_tensor_shapes", "init_rule", "load_state", "save_state",
            "newton_schulz", "ssd_scan"]
 
-EPS = 1e-5  # rmsnorm and l2norm (SPEC notation)
+EPS = 1e-5  # rmsnorm and l2norm (docs/model.md)
 
-# --- configuration (SPEC.md section 1) ---------------------------------------
+# --- configuration (docs/model.md, Configuration) ---------------------------------------
 
 _SMALL = {"d_model": 256, "n_layers": 2, "d_input": 0, "d_output": 0,
           "ssm": {"expand": 2, "head_dim": 64, "d_state": 64, "conv_width": 4},
@@ -121,7 +121,7 @@ def config_to_json(config):
 
 
 class _Sizes:
-    """The derived sizes of a config (SPEC notation)."""
+    """The derived sizes of a config (docs/model.md)."""
 
     def __init__(self, c):
         self.D, self.n_layers = c["d_model"], c["n_layers"]
@@ -138,7 +138,7 @@ class _Sizes:
 
 
 def expected_tensors(config):
-    """[(name, shape)] of every weight the config asks for, in SPEC order."""
+    """[(name, shape)] of every weight the config asks for, in docs/model.md's order."""
     s, out = _Sizes(parse_config(config)), []
     for i in range(s.n_layers):
         p = f"layers.{i}."
@@ -165,7 +165,7 @@ def expected_tensors(config):
 
 
 def state_tensor_shapes(config):
-    """[(name, shape)] of the fused state of a job (SPEC.md section 7)."""
+    """[(name, shape)] of the fused state of a job (docs/model.md, The fused state)."""
     s, out = _Sizes(parse_config(config)), []
     for i in range(s.n_layers):
         p = f"layers.{i}."
@@ -212,7 +212,7 @@ def _job_option(value, default, name, maximum):
     return value
 
 
-# --- the math (SPEC notation) -------------------------------------------------
+# --- the math (docs/model.md) -------------------------------------------------
 
 def rmsnorm(x, weight):
     """x / sqrt(mean(x^2) + eps) * weight over the last axis."""
@@ -235,7 +235,7 @@ def inv_softplus(y):
 
 
 def newton_schulz(g, steps):
-    """SPEC's NS on the last two axes of g (batched): normalise, transpose if
+    """docs/model.md's NS on the last two axes of g (batched): normalise, transpose if
     rows > cols, `steps` quintic iterations, transpose back."""
     x = g / (torch.linalg.matrix_norm(g, keepdim=True) + 1e-7)
     transposed = g.shape[-2] > g.shape[-1]
@@ -248,7 +248,7 @@ def newton_schulz(g, steps):
 
 
 def ssd_scan(x, dt, A, B, C, state=None, chunk=64):
-    """The Mamba-2 scan of SPEC section 5 without the D skip, in chunks of `chunk`
+    """The Mamba-2 scan of docs/model.md, BiMamba without the D skip, in chunks of `chunk`
     tokens (exact up to reassociation; chunk=1 is the token-by-token recurrence).
 
     x [L, H, P], dt [L, H] (after softplus), A [H] (negative), B, C [L, N],
@@ -320,7 +320,7 @@ class _Conv1d(nn.Module):
 
 
 class MambaMixer(nn.Module):
-    """One direction's Mamba-2 mixer (SPEC section 5, before out_proj)."""
+    """One direction's Mamba-2 mixer (docs/model.md, BiMamba, before out_proj)."""
 
     def __init__(self, s, dtype=None):
         super().__init__()
@@ -373,7 +373,7 @@ def _fast(q, w0, w1, w2):
 
 
 class LaCT(nn.Module):
-    """Large-chunk test-time training with SwiGLU fast weights (SPEC section 6)."""
+    """Large-chunk test-time training with SwiGLU fast weights (docs/model.md, LaCT)."""
 
     def __init__(self, s, base_lr, dtype=None):
         super().__init__()
@@ -443,7 +443,7 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    """SPEC section 4."""
+    """docs/model.md, A block."""
 
     def __init__(self, s, base_lr, dtype=None):
         super().__init__()
@@ -475,7 +475,7 @@ class Block(nn.Module):
 
 
 class LactModel(nn.Module):
-    """The LaCT-BiMamba model (SPEC.md) with the service's weights and job options.
+    """The LaCT-BiMamba model (docs/model.md) with the service's weights and job options.
 
     LactModel(config, dtype=torch.float32, seed=None): random weights (as the
     service's random models: normal(1/sqrt(fan_in)), residual projections
@@ -521,7 +521,7 @@ class LactModel(nn.Module):
             params[name].copy_(x.to(params[name].dtype))
 
     def tensors(self):
-        """name -> parameter (the safetensors names, in SPEC order)."""
+        """name -> parameter (the safetensors names, in docs/model.md's order)."""
         params = dict(self.named_parameters())
         return {name: params[name] for name, _ in expected_tensors(self.config)}
 
