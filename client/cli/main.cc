@@ -56,6 +56,7 @@ constexpr Subcommand kCommands[] = {
     {"query", lact::cli::QueryCommand,
      "  query   query sets against a finished job's retained state:\n"
      "        lact query --server ADDR --job ID --query FILE.npy... --out FILE.safetensors\n"
+     "                   [--dtype f32|bf16|f16 (the query tokens' wire type)]\n"
      "                   [--timeout S] (default an hour)\n"},
     {"status", lact::cli::StatusCommand,
      "  status  one job, or every job of this tenant:\n"
