@@ -107,6 +107,7 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
   if (by_ref) {
     o.context_ref = context_path;
     o.output_ref = out_path;
+    o.replace_output = true;  // the second rep rewrites the first's file
   } else {
     LACT_ASSIGN_OR_RETURN(context,
                           ReadNpy(context_path));  // before the clock: the client's own input
