@@ -45,25 +45,4 @@ std::map<std::string, const Tensor*> FusedStateTensors(const FusedState& state) 
   return out;
 }
 
-absl::StatusOr<FusedState> FusedStateFromTensors(const ModelConfig& config,
-                                                 std::map<std::string, Tensor> tensors) {
-  FusedState state = ZeroFusedState(config);
-  absl::Status status;
-  ForEachTensor(state, [&](const std::string& name, Tensor& slot) {
-    if (!status.ok()) return;
-    auto it = tensors.find(name);
-    if (it == tensors.end()) {
-      status = absl::InvalidArgumentError(absl::StrCat("state: missing tensor '", name, "'"));
-    } else if (it->second.shape != slot.shape) {
-      status = absl::InvalidArgumentError(absl::StrCat("state: tensor '", name, "' has shape ",
-                                                       ShapeString(it->second.shape), ", expected ",
-                                                       ShapeString(slot.shape)));
-    } else {
-      slot = std::move(it->second);
-    }
-  });
-  if (!status.ok()) return status;
-  return state;
-}
-
 }  // namespace lact

@@ -34,11 +34,6 @@ FusedState ZeroFusedState(const ModelConfig& config);
 // name -> tensor, borrowing from `state`.
 std::map<std::string, const Tensor*> FusedStateTensors(const FusedState& state);
 
-// Rebuilds a state from named tensors (e.g. a state file a client sent back);
-// INVALID_ARGUMENT naming any missing or mis-shaped tensor.
-absl::StatusOr<FusedState> FusedStateFromTensors(const ModelConfig& config,
-                                                 std::map<std::string, Tensor> tensors);
-
 }  // namespace lact
 
 #endif  // LACT_COMMON_FUSED_STATE_H_

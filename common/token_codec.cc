@@ -86,17 +86,6 @@ absl::Status DecodeTokenPiecesInto(const std::vector<absl::string_view>& pieces,
   return CheckFinite(dst, bytes / 4, width, first_token);
 }
 
-absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width,
-                          int64_t first_token, std::vector<float>* out) {
-  const size_t start = out->size();
-  out->resize(start + bytes.size() / WireBytes(type));
-  int64_t tokens = 0;
-  absl::Status s = DecodeTokensInto(bytes, type, width, first_token, out->data() + start,
-                                    static_cast<int64_t>(out->size() - start), &tokens);
-  if (!s.ok()) out->resize(start);
-  return s;
-}
-
 std::string EncodeFloats(const float* data, int64_t count, WireType type) {
   if (type == WireType::kF32)
     return std::string(reinterpret_cast<const char*>(data), count * sizeof(float));

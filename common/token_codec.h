@@ -17,10 +17,6 @@ enum class WireType { kF32 = 1, kBF16 = 2, kF16 = 3 };
 
 int WireBytes(WireType type);
 
-// Appends the decoded floats to *out.
-absl::Status DecodeTokens(const std::string& bytes, WireType type, int64_t width,
-                          int64_t first_token, std::vector<float>* out);
-
 // Decodes into dst, which has room for `capacity` floats (INVALID_ARGUMENT
 // when the chunk is larger); *tokens receives the number of tokens.
 absl::Status DecodeTokensInto(absl::string_view bytes, WireType type, int64_t width,

@@ -17,6 +17,7 @@
 #include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -109,6 +110,11 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     return state_.EndedAfterReads(short_of_expected);
   }
   std::chrono::system_clock::time_point deadline() const { return context_->deadline(); }
+  // The deadline, at most a week from now: what the calls made on this
+  // call's behalf inherit (a call without a deadline has an infinite one).
+  std::chrono::system_clock::time_point capped_deadline() const {
+    return std::min(deadline(), std::chrono::system_clock::now() + std::chrono::hours(24 * 7));
+  }
 
  private:
   // Where an idle alarm finds its call: cleared once the read it guards

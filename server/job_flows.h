@@ -18,6 +18,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "common/timing.h"
 #include "lact/v1/coordinator.grpc.pb.h"
 #include "proto/status_conversion.h"
 #include "proto/stream_call.h"
@@ -37,8 +38,9 @@ struct CoordinatorOptions {
   std::chrono::seconds default_retain{3600};
   std::chrono::milliseconds acquire_wait{std::chrono::hours(24 * 7)};  // longest time in the queue
   int max_queued_jobs = 256;  // jobs waiting for workers beyond which Submit is refused
-  int collective_timeout_ms = 60000;
-  std::chrono::milliseconds upload_idle_timeout{60000};  // max wait for a client's stream or chunk
+  int collective_timeout_ms = static_cast<int>(kDefaultCollectiveTimeout.count());
+  // Longest wait for a client's stream, and between its chunks.
+  std::chrono::milliseconds upload_idle_timeout = kDefaultUploadIdleTimeout;
   std::string data_root;         // where files by reference may be; empty = none allowed
   bool tenant_folders = true;    // with tokens: each tenant's files in DATA_ROOT/TENANT
   int max_pending_calls = 1024;  // Submit and Query calls waiting for their first message

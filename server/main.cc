@@ -26,6 +26,7 @@
 #include "common/metrics_endpoint.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
+#include "common/timing.h"
 #include "common/wire_limits.h"
 #include "proto/auth.h"
 #include "proto/health.h"
@@ -71,12 +72,14 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   LACT_ASSIGN_OR_RETURN(
       o->limits.max_context_tokens,
       flags.Int("max-context-tokens", o->limits.max_context_tokens, 1, int64_t{1} << 34));
-  LACT_ASSIGN_OR_RETURN(int64_t collective,
-                        flags.Int("collective-timeout-ms", 60000, 100, 3600000));
+  LACT_ASSIGN_OR_RETURN(
+      int64_t collective,
+      flags.Int("collective-timeout-ms", kDefaultCollectiveTimeout.count(), 100, 3600000));
   LACT_ASSIGN_OR_RETURN(int64_t acquire, flags.Int("acquire-timeout-ms", 0, 0, int64_t{1} << 40));
   LACT_ASSIGN_OR_RETURN(int64_t queued, flags.Int("max-queued-jobs", 256, 0, 1 << 20));
   o->max_queued_jobs = static_cast<int>(queued);
-  LACT_ASSIGN_OR_RETURN(int64_t idle, flags.Int("upload-idle-timeout-ms", 60000, 100, 3600000));
+  LACT_ASSIGN_OR_RETURN(int64_t idle, flags.Int("upload-idle-timeout-ms",
+                                                kDefaultUploadIdleTimeout.count(), 100, 3600000));
   o->upload_idle_timeout = std::chrono::milliseconds(idle);
   o->default_retain = std::chrono::seconds(retain);
   o->collective_timeout_ms = static_cast<int>(collective);

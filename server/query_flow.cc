@@ -11,11 +11,6 @@
 namespace lact::server {
 namespace {
 
-std::chrono::system_clock::time_point CallDeadline(const QueryCall& call) {
-  const auto cap = std::chrono::system_clock::now() + std::chrono::hours(24 * 7);
-  return std::min(call.deadline(), cap);
-}
-
 // Passes the client's query chunks to the worker keeping the state, and
 // its outputs back; counts the bytes relayed.
 absl::Status RelayQuery(const ClusterLink& link, const RetainedState& kept,
@@ -23,7 +18,7 @@ absl::Status RelayQuery(const ClusterLink& link, const RetainedState& kept,
                         std::chrono::milliseconds idle, QueryCall& call, int64_t* payload) {
   auto stub = v1::Worker::NewStub(WorkerChannel(link, kept.worker));
   grpc::ClientContext ctx;
-  ctx.set_deadline(CallDeadline(call));
+  ctx.set_deadline(call.capped_deadline());
   auto worker = stub->RunQuery(&ctx);
   QueryCall::EndWatch watch(&call, [&ctx] { ctx.TryCancel(); });
   v1::WorkerQueryRequest header;

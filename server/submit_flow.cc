@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
+#include "common/timing.h"
 #include "proto/in_band.h"
 #include "proto/job_options.h"
 #include "proto/status_conversion.h"
@@ -34,10 +35,6 @@ using Clock = std::chrono::steady_clock;
 // end to be heard of, when its worker says the client went away.
 constexpr absl::Duration kClientGoneGrace = absl::Seconds(2);
 
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // Returns leased workers to the registry at scope exit.
 class WorkerLease {
  public:
@@ -50,11 +47,6 @@ class WorkerLease {
   WorkerRegistry* registry_;
   std::vector<std::string> addresses_;
 };
-
-std::chrono::system_clock::time_point CallDeadline(const SubmitCall& call) {
-  const auto cap = std::chrono::system_clock::now() + std::chrono::hours(24 * 7);
-  return std::min(call.deadline(), cap);
-}
 
 // 128 random bits as hex: the secret a client's Transfer and FetchResult
 // streams present.
@@ -151,7 +143,7 @@ class SubmitFlow {
         gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
       c_.registry->MarkFailed(lease_addresses_[*gone]);
     }
-    stats_.set_seconds(Since(start_));
+    stats_.set_seconds(SecondsSince(start_));
     stats_.set_coordinator_peak_rss_bytes(PeakRssBytes());
     if (!status.ok()) {
       if (output_ && output_->created) (void)RemoveDataFile(files_.output, output_->id);
@@ -207,7 +199,7 @@ class SubmitFlow {
 
   // Whether the client going away ends the job.
   bool BoundToCall() const {
-    return spec_.cancel_on_disconnect() || (HasInBandInput() && !accepted_sent_);
+    return spec_.cancel_on_disconnect() || (ClientSendsTokens() && !accepted_sent_);
   }
 
   // OnCallEnded, if the call has ended or its deadline passed (the watcher
@@ -265,7 +257,9 @@ class SubmitFlow {
 
   // Whether any token (context or query sets) comes in band: the client
   // that sends them must be there to see JobAccepted.
-  bool HasInBandInput() const { return !spec_.has_context_ref() || spec_.query_tokens_size() > 0; }
+  bool ClientSendsTokens() const {
+    return !spec_.has_context_ref() || spec_.query_tokens_size() > 0;
+  }
   bool HasInBandResults() const {
     return !spec_.has_output_ref() || spec_.query_tokens_size() > 0 || spec_.return_state();
   }
@@ -286,7 +280,7 @@ class SubmitFlow {
   // To the client (if it is still there) and the job's record.
   void WriteProgress(v1::Progress progress) {
     progress.set_job_id(job_id_);
-    progress.set_elapsed_seconds(Since(start_));
+    progress.set_elapsed_seconds(SecondsSince(start_));
     c_.jobs->SetProgress(job_id_, progress);
     v1::SubmitResponse r;
     *r.mutable_progress() = std::move(progress);
@@ -296,7 +290,7 @@ class SubmitFlow {
   // Queue, lease, start, collect: the job's outcome as its machine decided.
   absl::Status Execute() {
     const auto until_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
-        CallDeadline(call_) - std::chrono::system_clock::now());
+        call_.capped_deadline() - std::chrono::system_clock::now());
     WorkerRegistry::Wait wait{
         std::max(std::chrono::milliseconds(0), std::min(c_.options.acquire_wait, until_deadline)),
         c_.options.max_queued_jobs,
@@ -340,7 +334,7 @@ class SubmitFlow {
     shown.clear_ticket();  // the Transfer ticket is this call's client's alone
     c_.jobs->Start(job_id_, shown);
     Log(LogLevel::kInfo, "job_started", {{"job", job_id_}, {"workers", lease_addresses_}});
-    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), CallDeadline(call_));
+    if (absl::Status opened = streams_->Open(ShardSpecs(ticket), call_.capped_deadline());
         !opened.ok()) {
       CheckCall();  // an expired deadline is not the worker's fault
       machine_->StartFailed(streams_->broken_rank(), opened);
@@ -517,7 +511,7 @@ class SubmitFlow {
     stats_.set_allreduce_seconds(allreduce);
     stats_.set_allreduce_hidden_fraction(
         allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
-    stats_.set_tokens_per_second(spec_.context_tokens() / std::max(1e-9, Since(start_)));
+    stats_.set_tokens_per_second(spec_.context_tokens() / std::max(1e-9, SecondsSince(start_)));
     stats_.set_coordinator_payload_bytes(0);
     stats_.set_results_delivered(delivered);
   }

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
+#include "common/timing.h"
 #include "common/wire_limits.h"
 #include "proto/auth.h"
 #include "proto/in_band.h"
@@ -32,10 +33,6 @@ using QueryCall = StreamCall<v1::WorkerQueryRequest, v1::ShardResponse>;
 // How long outputs that reached the client are kept, for a client that
 // died with the last messages in flight.
 constexpr std::chrono::seconds kDeliveredGrace(60);
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 struct JobModel {
   std::shared_ptr<const Model> model;
@@ -138,7 +135,7 @@ class ShardJob {
   absl::StatusOr<v1::ShardDone> Run() {
     const auto start = Clock::now();
     LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
-    done_.set_upload_seconds(Since(start));
+    done_.set_upload_seconds(SecondsSince(start));
     if (spec_.has_output_ref()) {
       LACT_ASSIGN_OR_RETURN(output_file_,
                             OpenOutputRows(w_.data_root, spec_, job_.config.output_width()));
@@ -157,8 +154,9 @@ class ShardJob {
                    [this](int64_t first, Tensor rows) { return TakeOutputRows(first, rows); }};
     LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
                           MakeShardRunner(w_.backend, job_.model, job_.config, std::move(hooks)));
-    const std::chrono::milliseconds timeout(
-        spec_.collective_timeout_ms() > 0 ? spec_.collective_timeout_ms() : 60000);
+    const std::chrono::milliseconds timeout(spec_.collective_timeout_ms() > 0
+                                                ? spec_.collective_timeout_ms()
+                                                : kDefaultCollectiveTimeout.count());
     KvStoreClient store(w_.control, timeout);
     LACT_RETURN_IF_ERROR(runner->JoinGroup(
         {&store, spec_.rendezvous_prefix(), spec_.rank(), spec_.world_size(), timeout}));
@@ -167,14 +165,14 @@ class ShardJob {
     LACT_ASSIGN_OR_RETURN(Tensor output, runner->RunContextShard(std::move(shard), spec_.begin(),
                                                                  spec_.total_tokens(), &state));
     if (output.size() != 0) return absl::InternalError("the shard's outputs were not streamed");
-    done_.set_compute_seconds(Since(compute_start));
+    done_.set_compute_seconds(SecondsSince(compute_start));
     context_done_ = true;
     done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
     done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
     ReportSpooled();
     const auto download_start = Clock::now();
     LACT_RETURN_IF_ERROR(Deliver(*runner, std::move(state)));
-    done_.set_download_seconds(Since(download_start));
+    done_.set_download_seconds(SecondsSince(download_start));
     done_.set_peak_rss_bytes(PeakRssBytes());
     return done_;
   }
@@ -265,8 +263,9 @@ class ShardJob {
 
   // Longest wait for the client's stream and between its chunks.
   std::chrono::milliseconds IdleTimeout() const {
-    return std::chrono::milliseconds(
-        spec_.upload_idle_timeout_ms() > 0 ? spec_.upload_idle_timeout_ms() : 60000);
+    return std::chrono::milliseconds(spec_.upload_idle_timeout_ms() > 0
+                                         ? spec_.upload_idle_timeout_ms()
+                                         : kDefaultUploadIdleTimeout.count());
   }
 
   const WorkerContext& w_;

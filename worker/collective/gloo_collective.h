@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/timing.h"
 #include "worker/collective/collective.h"
 
 namespace gloo {
@@ -31,7 +32,7 @@ namespace lact {
 
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // address this rank listens on
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
 class GlooCollective final : public Collective {

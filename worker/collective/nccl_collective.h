@@ -34,6 +34,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/timing.h"
 #include "kernels/cuda/handles.h"
 #include "worker/collective/collective.h"
 #include "worker/collective/device_allreduce.h"
@@ -50,7 +51,7 @@ namespace lact {
 
 struct NcclOptions {
   int device = 0;  // CUDA device index of this rank
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
 class NcclCollective final : public Collective, public DeviceAllReduce {

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "common/tensor.h"
+#include "common/timing.h"
 #include "worker/collective/collective.h"
 
 namespace gloo::rendezvous {
@@ -53,7 +54,7 @@ struct GroupSpec {
   std::string prefix;
   int rank = 0;
   int size = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
 // A context (its outputs, and the fused state it leaves) or a query set (its

@@ -1,0 +1,23 @@
+// Durations every process agrees on, and elapsed time on the steady clock.
+#ifndef LACT_COMMON_TIMING_H_
+#define LACT_COMMON_TIMING_H_
+
+#include <chrono>
+
+namespace lact {
+
+// How long a collective waits for its peers, and a shard for its client's
+// stream and between its chunks, when the job's spec leaves it unset (and
+// the coordinator's --collective-timeout-ms and --upload-idle-timeout-ms
+// defaults).
+inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{60000};
+inline constexpr std::chrono::milliseconds kDefaultUploadIdleTimeout{60000};
+
+// Seconds from `start` to now.
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace lact
+
+#endif  // LACT_COMMON_TIMING_H_
