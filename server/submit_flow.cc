@@ -258,7 +258,7 @@ class SubmitFlow {
   // Whether any token (context or query sets) comes in band: the client
   // that sends them must be there to see JobAccepted.
   bool ClientSendsTokens() const {
-    return !spec_.has_context_ref() || spec_.query_tokens_size() > 0;
+    return ShardTakesTokensInBand(spec_.has_context_ref(), 0, spec_.query_tokens_size() > 0);
   }
   bool HasInBandResults() const {
     return !spec_.has_output_ref() || spec_.query_tokens_size() > 0 || spec_.return_state();

@@ -621,10 +621,16 @@ TEST(Drain, AWorkerFinishesItsShardThenLeaves) {
   int workers_while_draining = -1;
   const ActedJob job = SubmitActingAtFirstLayer(client, o, RandomTokens(65536, 256, 91), [&] {
     cluster->SignalWorker(0, SIGTERM);
-    // Deregistered at once, not after its heartbeats lapse (0.9 s here).
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    absl::StatusOr<std::vector<v1::ModelInfo>> models = LactClient(cluster->address()).ListModels();
-    if (models.ok() && !models->empty()) workers_while_draining = models->front().workers();
+    // Deregistered at once, while it still runs its shard and heartbeats:
+    // a worker that did not deregister stays counted until it exits. (Polled,
+    // for a loaded machine may take a while to deliver the signal.)
+    LactClient observer(cluster->address());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (workers_while_draining != 1 && std::chrono::steady_clock::now() < until) {
+      absl::StatusOr<std::vector<v1::ModelInfo>> models = observer.ListModels();
+      if (models.ok() && !models->empty()) workers_while_draining = models->front().workers();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();

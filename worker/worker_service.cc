@@ -75,13 +75,6 @@ absl::StatusOr<std::unique_ptr<OutputFileStream>> OpenOutputRows(const std::stri
   return OutputFileStream::Open(path, spec.total_tokens(), width, spec.begin(), spec.tokens());
 }
 
-// Whether the shard's client sends it tokens: context rows (unless the job
-// reads them from context_ref) or, on rank 0, query sets. A shard without
-// them only sends results, and does not wait for the client to start.
-bool HasInBandInput(const v1::ShardSpec& spec) {
-  return !spec.has_context_ref() || (spec.rank() == 0 && spec.query_tokens_size() > 0);
-}
-
 // The coordinator's spool file for the shard's in-band context rows, open
 // for writing; nullopt (the job cannot run again from a spool, it still
 // runs) when the worker has no --spool-dir or the file is not usable.
@@ -188,7 +181,8 @@ class ShardJob {
                                  width, w_.huge_pages, &bytes));
       done_.set_context_bytes(bytes);
     }
-    if (transfer_ != nullptr && HasInBandInput(spec_)) {
+    if (transfer_ != nullptr && ShardTakesTokensInBand(spec_.has_context_ref(), spec_.rank(),
+                                                       spec_.query_tokens_size() > 0)) {
       LACT_RETURN_IF_ERROR(transfer_->AwaitUpload(IdleTimeout()));
       if (!spec_.has_context_ref()) {
         shard = transfer_->receiver().TakeSet(0);

@@ -14,6 +14,7 @@
 #include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "common/timing.h"
 #include "worker/cpu/cpu_runner.h"
 #include "worker/shard_runner.h"
 
@@ -79,9 +80,7 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
                static_cast<long long>(model->num_parameters()));
 
   const auto start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
+  const auto elapsed = [start] { return SecondsSince(start); };
   if (backend_options.backend == "cpu" && backend_options.precision == "bf16")
     std::fprintf(stderr, "lact run: --precision bf16 on the CPU is %s\n", CpuBf16Mode().c_str());
   const RunHooks hooks{[&](int done, int all) {
