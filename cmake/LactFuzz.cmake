@@ -1,4 +1,4 @@
-# The fuzz build: tools/fuzz's libFuzzer targets, built by clang in
+# The fuzz build: tests/fuzz's libFuzzer targets, built by clang in
 # build/fuzz as an external project of this build (LACT_FUZZ_ONLY), and one
 # ctest per target that fuzzes it briefly from its seed corpus
 # (LACT_FUZZ_SECONDS each; label `fuzz`). Added when clang++ and its
@@ -27,8 +27,8 @@ ExternalProject_Add(lact_fuzz
 
 foreach(target npy safetensors model_config token_codec job_spec)
   add_test(NAME fuzz_${target}
-           COMMAND ${PROJECT_SOURCE_DIR}/tools/fuzz/run-fuzzer ${fuzz_dir}/bin/${target}_fuzz
-                   ${PROJECT_SOURCE_DIR}/tools/fuzz/corpus/${target} ${fuzz_dir}/runs/${target}
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/fuzz/run-fuzzer ${fuzz_dir}/bin/${target}_fuzz
+                   ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus/${target} ${fuzz_dir}/runs/${target}
                    ${LACT_FUZZ_SECONDS})
   set_tests_properties(fuzz_${target} PROPERTIES LABELS fuzz)
 endforeach()

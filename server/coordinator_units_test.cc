@@ -88,7 +88,7 @@ TEST(PlanJob, BadPresetNamesAndShardSizesAreNamedBeforeAnyWorker) {
 }
 
 TEST(CheckQuerySets, HugeCountsDoNotOverflowTheirSum) {
-  // Found by tools/fuzz/job_spec_fuzz: the running sum once wrapped negative
+  // Found by tests/fuzz/job_spec_fuzz: the running sum once wrapped negative
   // and let these through.
   google::protobuf::RepeatedField<int64_t> tokens;
   tokens.Add(2068);

@@ -3,10 +3,13 @@
 // each with its own Gloo contexts), uneven splits, shards of one token and shards shorter than W-1,
 // chunks spanning shards. Every golden tensor within 1e-4; random models agree with the float64
 // reference for P = 1..4; every rank ends with the same fused state.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,10 +21,13 @@
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
 #include "worker/collective/gloo_collective.h"
+#include "worker/collective/rendezvous_timeout.h"
 #include "worker/cpu/cpu_runner.h"
 
 namespace lact::testing {
 namespace {
+
+using ::testing::HasSubstr;
 
 struct DistributedResult {
   Tensor output;
@@ -197,6 +203,39 @@ TEST(GlooCollective, PeerThatNeverArrivesTimesOut) {
   options.timeout = std::chrono::milliseconds(500);
   auto one = GlooCollective::Connect(store, "lonely", 0, 2, options);
   EXPECT_FALSE(one.ok());
+}
+
+// A store whose waits end the way `fail` says: the worker's KvStoreClient
+// throws RendezvousTimeout when the coordinator's wait ran out, and other
+// errors when the coordinator cannot be reached.
+class FailingStore : public gloo::rendezvous::HashStore {
+ public:
+  explicit FailingStore(std::function<void()> fail) : fail_(std::move(fail)) {}
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    fail_();
+  }
+
+ private:
+  std::function<void()> fail_;
+};
+
+TEST(GlooCollective, ARendezvousTimeoutIsDeadlineExceededAndABrokenStoreUnavailable) {
+  GlooOptions options;
+  options.timeout = std::chrono::milliseconds(500);
+  FailingStore late([] { throw RendezvousTimeout("the peers did not come"); });
+  absl::StatusOr<std::unique_ptr<GlooCollective>> timed_out =
+      GlooCollective::Connect(late, "late", 0, 2, options);
+  ASSERT_FALSE(timed_out.ok());
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded) << timed_out.status();
+  EXPECT_THAT(std::string(timed_out.status().message()), HasSubstr("the peers did not come"));
+  FailingStore broken(
+      [] { throw std::runtime_error("rendezvous get failed: connection refused"); });
+  absl::StatusOr<std::unique_ptr<GlooCollective>> gone =
+      GlooCollective::Connect(broken, "broken", 0, 2, options);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().code(), absl::StatusCode::kDeadlineExceeded) << gone.status();
+  EXPECT_THAT(std::string(gone.status().message()), HasSubstr("connection refused"));
 }
 
 }  // namespace

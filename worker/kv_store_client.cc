@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "gloo/common/error.h"
+#include "worker/collective/rendezvous_timeout.h"
 
 namespace lact {
 
@@ -30,8 +30,8 @@ std::vector<std::string> KvStoreClient::Get(const std::vector<std::string>& keys
   v1::KvGetResponse response;
   grpc::Status s = control_->KvGet(&ctx, request, &response);
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    // Gloo's own timeout type, so the collective reports DEADLINE_EXCEEDED.
-    throw gloo::IoException("rendezvous: Timed out waiting for peers: " + s.error_message());
+    throw RendezvousTimeout("rendezvous: the group's other ranks did not come in time: " +
+                            s.error_message());
   }
   if (!s.ok()) throw std::runtime_error("rendezvous get failed: " + s.error_message());
   return {response.values().begin(), response.values().end()};

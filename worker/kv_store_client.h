@@ -1,6 +1,7 @@
 // A gloo::rendezvous::Store over the coordinator's Control KV (gRPC), so the
 // ranks of a job's group find each other through the coordinator. Failures
-// throw, as Gloo expects of a Store; GlooCollective turns them into statuses.
+// throw, as Gloo expects of a Store: RendezvousTimeout when the keys waited
+// for do not come in time; the collectives turn them into statuses.
 #ifndef LACT_WORKER_KV_STORE_CLIENT_H_
 #define LACT_WORKER_KV_STORE_CLIENT_H_
 

@@ -27,10 +27,10 @@
 #include "proto/health.h"
 #include "proto/keepalive.h"
 #include "proto/tls.h"
+#include "worker/backends.h"
 #include "worker/cpu/cpu_runner.h"
 #include "worker/data_service.h"
 #include "worker/model_cache.h"
-#include "worker/shard_runner.h"
 #include "worker/worker_service.h"
 
 namespace lact {
@@ -223,9 +223,7 @@ int Main(int argc, char** argv) {
 
   TransferBoard transfers;
   RetainedResults results(*retain_bytes, *retain_tenant_bytes);
-  std::function<std::optional<DeviceMemoryBytes>()> device_memory;  // a CUDA worker's GPU
-  if (backend.backend == "cuda") device_memory = [backend] { return ReadDeviceMemory(backend); };
-  WorkerMetrics metrics(&results, std::move(device_memory));
+  WorkerMetrics metrics(&results, DeviceMemoryReader(backend));
   std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Worker's health
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
       *flags, host, metrics.registry(), [&metrics] { metrics.Refresh(); },

@@ -19,7 +19,7 @@
 #include <optional>
 
 #include "lact/v1/worker.pb.h"
-#include "worker/shard_runner.h"
+#include "worker/backends.h"
 
 namespace lact {
 

@@ -1,5 +1,5 @@
 // The Worker gRPC service (thin adapter): RunShard runs one shard of a
-// job's context with its group (on the CPU or a GPU, shard_runner.h), its
+// job's context with its group (on the CPU or a GPU, worker/backends.h), its
 // bytes moving over the shard's ShardTransfer (in band, the client's
 // stream) or through files under the data root (by reference); rank 0
 // runs the job's query sets and keeps the fused state. Results sent in
@@ -22,9 +22,9 @@
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "proto/stream_call.h"
+#include "worker/backends.h"
 #include "worker/model_cache.h"
 #include "worker/retained_results.h"
-#include "worker/shard_runner.h"
 #include "worker/shard_transfer.h"
 #include "worker/worker_metrics.h"
 

@@ -15,8 +15,8 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/timing.h"
+#include "worker/backends.h"
 #include "worker/cpu/cpu_runner.h"
-#include "worker/shard_runner.h"
 
 namespace lact::cli {
 namespace {

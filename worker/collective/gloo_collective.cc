@@ -23,6 +23,7 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "worker/collective/rendezvous_timeout.h"
 
 namespace lact {
 namespace {
@@ -33,7 +34,10 @@ absl::Status Guard(const char* what, Fn fn) {
   try {
     fn();
     return absl::OkStatus();
+  } catch (const RendezvousTimeout& e) {
+    return absl::DeadlineExceededError(absl::StrCat("gloo ", what, " timed out: ", e.what()));
   } catch (const gloo::IoException& e) {
+    // Gloo's transport has no timeout type: its timeouts say so.
     if (absl::StrContains(e.what(), "Timed out")) {
       return absl::DeadlineExceededError(absl::StrCat("gloo ", what, " timed out: ", e.what()));
     }

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/collective/collective.h"
-#include "worker/schedule/shard.h"
+#include "worker/collective/group_spec.h"
 
 namespace lact {
 

@@ -9,14 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "gloo/common/error.h"
 #include "gloo/rendezvous/store.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
+#include "worker/collective/rendezvous_timeout.h"
 
 // The NCCL counterpart of LACT_CUDA_RETURN_IF_ERROR, for calls that are done
 // when they return (the calls that queue work go through Enqueued).
@@ -84,11 +82,6 @@ std::chrono::milliseconds Remaining(Clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
-bool MentionsTimeout(const char* what) {
-  const std::string lower = absl::AsciiStrToLower(what);
-  return absl::StrContains(lower, "timeout") || absl::StrContains(lower, "timed out");
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Connect(
@@ -152,12 +145,13 @@ absl::StatusOr<std::string> NcclCollective::ExchangeId(gloo::rendezvous::Store& 
   try {
     store.wait({key}, Remaining(deadline));
     bytes = store.get(key);
+  } catch (const RendezvousTimeout& e) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("waiting for rank 0's id under '", key, "': ", e.what()));
   } catch (const std::exception& e) {
     const std::string cause = absl::StrCat("waiting for rank 0's id under '", key, "': ", e.what());
-    const bool timed_out =
-        Clock::now() >= deadline ||
-        (dynamic_cast<const gloo::IoException*>(&e) != nullptr && MentionsTimeout(e.what()));
-    return timed_out ? absl::DeadlineExceededError(cause) : absl::UnavailableError(cause);
+    return Clock::now() >= deadline ? absl::DeadlineExceededError(cause)
+                                    : absl::UnavailableError(cause);
   }
   if (bytes.size() != sizeof(ncclUniqueId)) {
     return absl::InternalError(absl::StrCat("the id under '", key, "' has ", bytes.size(),

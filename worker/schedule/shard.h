@@ -1,27 +1,22 @@
 // The types a shard's run is described by, shared by the schedule, the
-// backends, the collectives and the worker service. A leaf: it includes
-// nothing of worker/ but the collective interface.
+// backends and the worker service. It includes nothing of worker/ but the
+// collectives' interface and group.
 #ifndef LACT_WORKER_SCHEDULE_SHARD_H_
 #define LACT_WORKER_SCHEDULE_SHARD_H_
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "common/tensor.h"
-#include "common/timing.h"
 #include "worker/collective/collective.h"
-
-namespace gloo::rendezvous {
-class Store;
-}  // namespace gloo::rendezvous
+#include "worker/collective/group_spec.h"
 
 namespace lact {
 
 // Where a backend runs and with what; chosen when a worker or `lact run`
-// starts. Unknown values are refused by ValidateBackend (shard_runner.h).
+// starts. Unknown values are refused by ValidateBackend (worker/backends.h).
 struct BackendOptions {
   std::string backend = "cpu";                // cpu | cuda
   int threads = 0;                            // CPU compute threads, 0 = all cores
@@ -46,15 +41,6 @@ struct RunHooks {
   // When set, a context's outputs go here tile by tile and the run returns
   // an empty tensor; query sets return theirs whole.
   OutputRowsSink on_output_rows;
-};
-
-// The group a shard runs in; the ranks meet through `store` under `prefix`.
-struct GroupSpec {
-  gloo::rendezvous::Store* store = nullptr;  // unused for a group of one
-  std::string prefix;
-  int rank = 0;
-  int size = 1;
-  std::chrono::milliseconds timeout = kDefaultCollectiveTimeout;
 };
 
 // A context (its outputs, and the fused state it leaves) or a query set (its

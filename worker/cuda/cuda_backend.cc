@@ -1,4 +1,4 @@
-#include "worker/cuda/cuda_shard_runner.h"
+#include "worker/cuda/cuda_backend.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -69,8 +69,6 @@ class CudaShardRunner final : public ShardRunner {
   DeviceAllReduce* grads_ = nullptr;
 };
 
-}  // namespace
-
 absl::Status ValidateCudaBackend(const BackendOptions& options) {
   LACT_RETURN_IF_ERROR(cuda::ParsePrecision(options.precision).status());
   LACT_RETURN_IF_ERROR(cuda::ParseSsdMath(options.scan_math).status());
@@ -98,6 +96,21 @@ absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCudaShardRunner(const BackendOp
                         CudaRunner::Create(std::move(model), config, options, std::move(hooks),
                                            DeviceWeightsCache::Process()));
   return std::unique_ptr<ShardRunner>(new CudaShardRunner(options, std::move(runner)));
+}
+
+std::optional<DeviceMemoryBytes> ReadCudaMemory(const BackendOptions& options) {
+  absl::StatusOr<cuda::DeviceMemory> memory = cuda::QueryDeviceMemory(options.device);
+  if (!memory.ok()) return std::nullopt;
+  return DeviceMemoryBytes{memory->used_bytes, memory->total_bytes};
+}
+
+}  // namespace
+
+Backend CudaBackend() {
+  return {.name = "cuda",
+          .validate = ValidateCudaBackend,
+          .make_runner = MakeCudaShardRunner,
+          .device_memory = ReadCudaMemory};
 }
 
 }  // namespace lact

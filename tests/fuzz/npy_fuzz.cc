@@ -7,7 +7,7 @@
 
 #include "common/data_files.h"
 #include "common/npy.h"
-#include "tools/fuzz/fuzz_file.h"
+#include "tests/fuzz/fuzz_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lact::fuzz::FuzzFile file(data, size);

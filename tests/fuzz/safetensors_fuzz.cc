@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "common/safetensors.h"
-#include "tools/fuzz/fuzz_file.h"
+#include "tests/fuzz/fuzz_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lact::fuzz::FuzzFile file(data, size);

@@ -1,13 +1,9 @@
-#include "worker/shard_runner.h"
+#include "worker/cpu/cpu_backend.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/collective/group.h"
 #include "worker/cpu/cpu_runner.h"
-#ifdef LACT_HAVE_CUDA
-#include "kernels/cuda/device.h"
-#include "worker/cuda/cuda_shard_runner.h"
-#endif
 
 namespace lact {
 namespace {
@@ -45,9 +41,6 @@ class CpuShardRunner final : public ShardRunner {
   GlooGroup group_;
 };
 
-// The CPU backend computes in fp32, or in bf16 (CpuBf16Mode says how), and
-// meets its peers over Gloo; tf32x3 is the CUDA SSD scan's. What it cannot
-// do is refused rather than ignored.
 absl::Status ValidateCpuBackend(const BackendOptions& options) {
   if (options.precision != "fp32" && options.precision != "bf16") {
     return absl::InvalidArgumentError(
@@ -65,47 +58,22 @@ absl::Status ValidateCpuBackend(const BackendOptions& options) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status ValidateBackend(const BackendOptions& options) {
-  if (options.backend == "cpu") return ValidateCpuBackend(options);
-  if (options.backend != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown backend '", options.backend, "' (allowed: cpu, cuda)"));
-  }
-#ifdef LACT_HAVE_CUDA
-  return ValidateCudaBackend(options);
-#else
-  return absl::FailedPreconditionError(
-      "this build has no CUDA backend (no CUDA toolkit was found at build time)");
-#endif
-}
-
-std::optional<DeviceMemoryBytes> ReadDeviceMemory(const BackendOptions& options) {
-#ifdef LACT_HAVE_CUDA
-  if (options.backend == "cuda") {
-    absl::StatusOr<cuda::DeviceMemory> memory = cuda::QueryDeviceMemory(options.device);
-    if (memory.ok()) return DeviceMemoryBytes{memory->used_bytes, memory->total_bytes};
-  }
-#endif
-  return std::nullopt;
-}
-
-absl::StatusOr<std::unique_ptr<ShardRunner>> MakeShardRunner(const BackendOptions& options,
-                                                             std::shared_ptr<const Model> model,
-                                                             const ModelConfig& config,
-                                                             RunHooks hooks) {
-  LACT_RETURN_IF_ERROR(ValidateBackend(options));
-#ifdef LACT_HAVE_CUDA
-  if (options.backend == "cuda")
-    return MakeCudaShardRunner(options, std::move(model), config, std::move(hooks));
-#endif
+absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCpuShardRunner(const BackendOptions& options,
+                                                                std::shared_ptr<const Model> model,
+                                                                const ModelConfig& config,
+                                                                RunHooks hooks) {
   std::shared_ptr<const Model> bf16_weights;  // made once per model (SharedBf16Weights)
   if (options.precision == "bf16") {
     LACT_ASSIGN_OR_RETURN(bf16_weights, SharedBf16Weights(model));
   }
   return std::unique_ptr<ShardRunner>(new CpuShardRunner(
       std::move(model), config, options, std::move(hooks), std::move(bf16_weights)));
+}
+
+}  // namespace
+
+Backend CpuBackend() {
+  return {.name = "cpu", .validate = ValidateCpuBackend, .make_runner = MakeCpuShardRunner};
 }
 
 }  // namespace lact
