@@ -141,6 +141,33 @@ Case UnsentQueries(const LocalCluster& cluster, const std::string& job_id, int n
   return c;
 }
 
+// One shard's Transfer: its ticket and one 4 MiB chunk sent, then nothing.
+struct StalledTransfer {
+  std::unique_ptr<v1::ShardData::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>> stream;
+};
+
+std::unique_ptr<StalledTransfer> StartStalledTransfer(const v1::JobAccepted& accepted, int rank) {
+  static const std::string chunk = EncodeFloats(std::vector<float>(kMaxChunkBytes / 4, 0.5f).data(),
+                                                kMaxChunkBytes / 4, WireType::kF32);
+  auto t = std::make_unique<StalledTransfer>();
+  t->stub = v1::ShardData::NewStub(Channel(accepted.shards(rank).worker()));
+  t->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  t->stream = t->stub->Transfer(&t->ctx);
+  v1::TransferRequest first;
+  first.mutable_ticket()->set_job_id(accepted.job_id());
+  first.mutable_ticket()->set_rank(rank);
+  first.mutable_ticket()->set_ticket(accepted.ticket());
+  t->stream->Write(first);
+  v1::TransferRequest data;
+  data.mutable_chunk()->set_set(0);
+  data.mutable_chunk()->set_offset(0);
+  data.mutable_chunk()->set_data(chunk);
+  t->stream->Write(data);
+  return t;
+}
+
 // A job declaring a kTokens context in band; each shard's Transfer sends
 // its ticket and one 4 MiB chunk, then stalls.
 Case StalledUpload(const LocalCluster& cluster) {
@@ -173,31 +200,9 @@ Case StalledUpload(const LocalCluster& cluster) {
     c.outcome = absl::StrCat("not accepted: ", submit->Finish().error_message());
     return c;
   }
-  struct Transfer {
-    std::unique_ptr<v1::ShardData::Stub> stub;
-    grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>> stream;
-  };
-  std::vector<std::unique_ptr<Transfer>> transfers;
-  const std::string chunk = EncodeFloats(std::vector<float>(kMaxChunkBytes / 4, 0.5f).data(),
-                                         kMaxChunkBytes / 4, WireType::kF32);
-  for (int rank = 0; rank < accepted.shards_size(); ++rank) {
-    auto t = std::make_unique<Transfer>();
-    t->stub = v1::ShardData::NewStub(Channel(accepted.shards(rank).worker()));
-    t->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-    t->stream = t->stub->Transfer(&t->ctx);
-    v1::TransferRequest first;
-    first.mutable_ticket()->set_job_id(accepted.job_id());
-    first.mutable_ticket()->set_rank(rank);
-    first.mutable_ticket()->set_ticket(accepted.ticket());
-    t->stream->Write(first);
-    v1::TransferRequest data;
-    data.mutable_chunk()->set_set(0);
-    data.mutable_chunk()->set_offset(0);
-    data.mutable_chunk()->set_data(chunk);
-    t->stream->Write(data);
-    transfers.push_back(std::move(t));
-  }
+  std::vector<std::unique_ptr<StalledTransfer>> transfers;
+  for (int rank = 0; rank < accepted.shards_size(); ++rank)
+    transfers.push_back(StartStalledTransfer(accepted, rank));
   c.peak = PeakOver(cluster, 3);
   ctx.TryCancel();
   for (auto& t : transfers) t->ctx.TryCancel();

@@ -148,6 +148,44 @@ absl::StatusOr<std::pair<double, double>> GemmRates(cudaStream_t s, EventTimer& 
   return std::make_pair(flops / bf16 / 1e12, flops / fp32 / 1e12);
 }
 
+// A scan's inputs on the device: x, B and C as column slices of one row
+// of xbc, dt log-uniform in [0.001, 0.1] (Mamba's range), and room for y.
+struct ScanBuffers {
+  cuda::DeviceBuffer xbc, dt, a_log, d_skip, state, y;
+};
+
+absl::StatusOr<ScanBuffers> ScanInputs(int64_t T, int H, int P, int N) {
+  const int64_t width = int64_t{H} * P, ld = width + 2 * N;
+  std::vector<float> xbc(T * ld), dt(T * H), a_log(H), d_skip(H, 1.0f), state(width * N, 0.0f);
+  FillUniform(xbc, 3, -1, 1);
+  FillUniform(dt, 4, std::log(1e-3f), std::log(1e-1f));
+  for (float& v : dt) v = std::exp(v);
+  FillUniform(a_log, 5, 0, std::log(16.0f));
+  ScanBuffers b;
+  LACT_ASSIGN_OR_RETURN(b.xbc, Upload(xbc));
+  LACT_ASSIGN_OR_RETURN(b.dt, Upload(dt));
+  LACT_ASSIGN_OR_RETURN(b.a_log, Upload(a_log));
+  LACT_ASSIGN_OR_RETURN(b.d_skip, Upload(d_skip));
+  LACT_ASSIGN_OR_RETURN(b.state, Upload(state));
+  LACT_ASSIGN_OR_RETURN(b.y, cuda::DeviceBuffer::Allocate(T * width));
+  return b;
+}
+
+// The scan's time for each window of chunks it keeps in flight.
+absl::Status SweepWindows(cudaStream_t s, EventTimer& timer,
+                          const std::function<absl::Status(cuda::SsdWorkspace&, bool)>& scan,
+                          nlohmann::json* result) {
+  nlohmann::json windows = nlohmann::json::array();
+  for (int64_t chunks : {16, 64, 256, 1024}) {
+    cuda::SsdWorkspace sized(chunks);
+    LACT_ASSIGN_OR_RETURN(const double t,
+                          timer.Time(s, 1, kReps, [&] { return scan(sized, true); }));
+    windows.push_back({{"window_chunks", chunks}, {"ms", 1e3 * t}});
+  }
+  (*result)["window_sweep"] = windows;
+  return absl::OkStatus();
+}
+
 // SsdScan on T = 65536 tokens of a preset:base-like mixer (H = 24 heads,
 // P = 64, N = 128), x, B, C column slices of one row as in the runner.
 absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, double copy_gbps,
@@ -155,18 +193,10 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
   const int64_t T = 65536;
   const int H = 24, P = 64, N = 128;
   const int64_t width = int64_t{H} * P, ld = width + 2 * N;
-  std::vector<float> xbc(T * ld), dt(T * H), a_log(H), d_skip(H, 1.0f), state(width * N, 0.0f);
-  FillUniform(xbc, 3, -1, 1);
-  FillUniform(dt, 4, std::log(1e-3f), std::log(1e-1f));
-  for (float& v : dt) v = std::exp(v);  // log-uniform in [0.001, 0.1], Mamba's dt range
-  FillUniform(a_log, 5, 0, std::log(16.0f));
-  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer xbc_d, Upload(xbc));
-  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer dt_d, Upload(dt));
-  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer a_log_d, Upload(a_log));
-  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer d_skip_d, Upload(d_skip));
-  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer state_d, Upload(state));
-  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y_d, cuda::DeviceBuffer::Allocate(T * width));
-  const float* x = xbc_d.get();
+  LACT_ASSIGN_OR_RETURN(ScanBuffers buffers, ScanInputs(T, H, P, N));
+  const cuda::DeviceBuffer &dt_d = buffers.dt, &a_log_d = buffers.a_log, &d_skip_d = buffers.d_skip,
+                           &state_d = buffers.state, &y_d = buffers.y;
+  const float* x = buffers.xbc.get();
   auto scan = [&](cuda::SsdWorkspace& ws, bool with_y) {
     return cuda::SsdScan(s, ws, T, H, P, N, x, ld, x + width, ld, x + width + N, ld, dt_d.get(), H,
                          a_log_d.get(), d_skip_d.get(), with_y ? y_d.get() : nullptr, width,
@@ -206,23 +236,16 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
                         {"of_copy", gbps / copy_gbps},
                         {"state_only_ms", 1e3 * state_only}};
   if (quick) return result;
-  nlohmann::json windows = nlohmann::json::array();
-  for (int64_t chunks : {16, 64, 256, 1024}) {
-    cuda::SsdWorkspace sized(chunks);
-    LACT_ASSIGN_OR_RETURN(const double t,
-                          timer.Time(s, 1, kReps, [&] { return scan(sized, true); }));
-    windows.push_back({{"window_chunks", chunks}, {"ms", 1e3 * t}});
-  }
   auto recurrence = [&](int64_t tokens) {
     return cuda::ScanRecurrence(s, tokens, H, P, N, x, ld, x + width, ld, x + width + N, ld,
                                 dt_d.get(), H, a_log_d.get(), d_skip_d.get(), y_d.get(), width,
                                 state_d.get());
   };
+  LACT_RETURN_IF_ERROR(SweepWindows(s, timer, scan, &result));
   LACT_RETURN_IF_ERROR(recurrence(64));
   LACT_ASSIGN_OR_RETURN(const double naive, timer.Time(s, 0, 1, [&] { return recurrence(T); }));
   result["recurrence_ms"] = 1e3 * naive;
   result["speedup_over_recurrence"] = naive / ssd;
-  result["window_sweep"] = windows;
   return result;
 }
 

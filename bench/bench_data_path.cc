@@ -131,119 +131,144 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
                 s.coordinator_payload_bytes()};
 }
 
+// A cluster's kind: with --tls, every job runs again on a cluster with TLS
+// on every port (the cost of TLS, measured in the same run); with
+// --no-spool, on one that does not spool in-band contexts (the cost of the
+// spool); with --no-huge-pages, on one whose workers receive into 4 KiB
+// pages.
+struct Mode {
+  const char* label;
+  bool tls, spool, huge_pages;
+};
+
+std::vector<Mode> Modes(const Flags& flags) {
+  std::vector<Mode> modes = {{"", false, true, true}};
+  if (flags.Has("no-spool")) modes.push_back({"unspooled ", false, false, true});
+  if (flags.Has("no-huge-pages")) modes.push_back({"4k-pages ", false, true, false});
+  if (flags.Has("tls")) modes.push_back({"tls ", true, true, true});
+  return modes;
+}
+
+// What every job reads: the models and contexts of each width.
+struct Setup {
+  std::string dir, model, only;
+  std::vector<int> widths;
+  int64_t tokens = 0;
+  int reps = 0;
+};
+
+absl::Status WriteInputs(const Setup& setup) {
+  fs::create_directories(setup.dir + "/models");
+  fs::create_directories(setup.dir + "/root");
+  for (int width : setup.widths) {
+    LACT_RETURN_IF_ERROR(
+        WriteCheapModel(absl::StrCat(setup.dir, "/models/io", width, ".safetensors"), width));
+    LACT_RETURN_IF_ERROR(
+        WriteContext(absl::StrCat(setup.dir, "/root/context", width, ".npy"), setup.tokens, width));
+  }
+  return absl::OkStatus();
+}
+
+void PrintRow(const Result& r) {
+  std::printf("%-30s %6.2f %8.2f %8.2f %8.2f %9.0f %8.2f %9.0f %9.2f %6lldMi %8lld\n",
+              r.name.c_str(), r.gib, r.job_s, r.compute_s, r.in_s, r.in_mbps, r.out_s, r.out_mbps,
+              r.job_s - r.compute_s, static_cast<long long>(r.coordinator_rss >> 20),
+              static_cast<long long>(r.payload));
+  std::fflush(stdout);
+}
+
+// Every width's jobs, in band and by reference, on a cluster of `mode`.
+absl::Status RunMode(const Mode& mode, const Setup& setup, std::vector<Result>* results) {
+  LocalClusterOptions options;
+  options.workers = 2;
+  options.threads_per_worker = 1;
+  options.model_dir = setup.dir + "/models";
+  options.data_root = setup.dir + "/root";
+  options.tls = mode.tls;
+  options.spool = mode.spool;
+  if (!mode.huge_pages) options.worker_args.push_back("--no-huge-pages");
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
+  sync();  // the context files' writeback would otherwise compete with the first jobs' writes
+  LactClient client(cluster->address(), cluster->security());
+  for (int width : setup.widths) {
+    const std::string context = absl::StrCat(setup.dir, "/root/context", width, ".npy");
+    const std::string out = absl::StrCat(setup.dir, "/root/out", width, ".npy");
+    for (bool by_ref : {false, true}) {
+      if (!setup.only.empty() && setup.only != absl::StrCat(width, by_ref ? "ref" : "band"))
+        continue;
+      for (int rep = 0; rep < setup.reps; ++rep) {
+        const std::string name = absl::StrCat(mode.label, "w", width,
+                                              by_ref ? " by reference" : " in band", " #", rep + 1);
+        absl::StatusOr<Result> r = RunOne(client, setup.model, name, width, context, out, by_ref);
+        if (!r.ok())
+          return absl::Status(r.status().code(), absl::StrCat(name, ": ", r.status().message()));
+        PrintRow(*r);
+        results->push_back(*r);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void WriteJson(const std::string& path, double memcpy_gbps, const Setup& setup,
+               const std::vector<Result>& results) {
+  std::ofstream f(path);
+  f << "{\n  \"memcpy_gb_per_s\": " << memcpy_gbps << ",\n  \"tokens\": " << setup.tokens
+    << ",\n  \"model\": \""
+    << (setup.model.empty() ? "io<width> (d_model 16, 1 layer)" : setup.model)
+    << "\",\n  \"jobs\": [\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    f << absl::StrFormat(
+        "    {\"job\": \"%s\", \"gib\": %.3f, \"job_s\": %.3f, \"compute_s\": %.3f, \"in_s\": "
+        "%.3f, \"in_mb_per_s\": %.0f, \"out_s\": %.3f, \"out_mb_per_s\": %.0f, \"overhead_s\": "
+        "%.3f, \"in_vs_memcpy\": %.3f, \"coordinator_peak_rss_mib\": %lld, "
+        "\"coordinator_payload_bytes\": %lld}%s\n",
+        r.name, r.gib, r.job_s, r.compute_s, r.in_s, r.in_mbps, r.out_s, r.out_mbps,
+        r.job_s - r.compute_s, r.in_mbps / 1e3 / memcpy_gbps,
+        static_cast<long long>(r.coordinator_rss >> 20), static_cast<long long>(r.payload),
+        i + 1 < results.size() ? "," : "");
+  }
+  f << "  ]\n}\n";
+}
+
+int Fail(const absl::Status& status, int code = 1) {
+  std::fprintf(stderr, "bench_data_path: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
 int Main(int argc, char** argv) {
   absl::StatusOr<Flags> flags =
       Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
                    {"tokens", "dir", "json", "only", "model", "widths", "reps", "tls", "no-spool",
                     "no-huge-pages", "malloc-default"},
                    {}, {"tls", "no-spool", "no-huge-pages", "malloc-default"});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "bench_data_path: %s\n", std::string(flags.status().message()).c_str());
-    return 2;
-  }
+  if (!flags.ok()) return Fail(flags.status(), 2);
   // As the `lact` client does, unless asked for glibc's defaults (to compare).
   if (!flags->Has("malloc-default")) KeepFreedMemory();
-  const int64_t tokens = flags->Int("tokens", 1 << 20, 1, int64_t{1} << 26).value_or(1 << 20);
-  const int reps = static_cast<int>(flags->Int("reps", 2, 1, 100).value_or(2));
-  const std::string model = flags->Get("model").value_or("");
-  std::vector<int> widths;
+  Setup setup;
+  setup.tokens = flags->Int("tokens", 1 << 20, 1, int64_t{1} << 26).value_or(1 << 20);
+  setup.reps = static_cast<int>(flags->Int("reps", 2, 1, 100).value_or(2));
+  setup.model = flags->Get("model").value_or("");
+  setup.only = flags->Get("only").value_or("");
   for (absl::string_view w : absl::StrSplit(flags->Get("widths").value_or("256,768"), ',')) {
     int v = 0;
-    if (absl::SimpleAtoi(w, &v) && v > 0) widths.push_back(v);
+    if (absl::SimpleAtoi(w, &v) && v > 0) setup.widths.push_back(v);
   }
-  const std::string dir =
-      flags->Get("dir").value_or(absl::StrCat("/tmp/lact_bench_data_", getpid()));
-  fs::create_directories(dir + "/models");
-  fs::create_directories(dir + "/root");
+  setup.dir = flags->Get("dir").value_or(absl::StrCat("/tmp/lact_bench_data_", getpid()));
   const double memcpy_gbps = MemcpyGBps();
   std::fprintf(stderr, "memcpy (1 core): %.2f GB/s\n", memcpy_gbps);
-  for (int width : widths) {
-    absl::Status s = WriteCheapModel(absl::StrCat(dir, "/models/io", width, ".safetensors"), width);
-    if (s.ok()) s = WriteContext(absl::StrCat(dir, "/root/context", width, ".npy"), tokens, width);
-    if (!s.ok()) {
-      std::fprintf(stderr, "bench_data_path: %s\n", std::string(s.message()).c_str());
-      return 1;
-    }
-  }
-  // With --tls, every job runs again on a cluster with TLS on every port
-  // (the cost of TLS, measured in the same run); with --no-spool, on one
-  // that does not spool in-band contexts (the cost of the spool); with
-  // --no-huge-pages, on one whose workers receive into 4 KiB pages.
+  if (absl::Status s = WriteInputs(setup); !s.ok()) return Fail(s);
   std::vector<Result> results;
   std::printf("%-30s %6s %8s %8s %8s %9s %8s %9s %9s %8s %8s\n", "job", "GiB", "job s", "compute",
               "in s", "in MB/s", "out s", "out MB/s", "overhead", "coord", "payload");
-  struct Mode {
-    const char* label;
-    bool tls, spool, huge_pages;
-  };
-  std::vector<Mode> modes = {{"", false, true, true}};
-  if (flags->Has("no-spool")) modes.push_back({"unspooled ", false, false, true});
-  if (flags->Has("no-huge-pages")) modes.push_back({"4k-pages ", false, true, false});
-  if (flags->Has("tls")) modes.push_back({"tls ", true, true, true});
-  for (const auto& [label, tls, spool, huge_pages] : modes) {
-    LocalClusterOptions options;
-    options.workers = 2;
-    options.threads_per_worker = 1;
-    options.model_dir = dir + "/models";
-    options.data_root = dir + "/root";
-    options.tls = tls;
-    options.spool = spool;
-    if (!huge_pages) options.worker_args.push_back("--no-huge-pages");
-    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);
-    if (!cluster.ok()) {
-      std::fprintf(stderr, "bench_data_path: %s\n",
-                   std::string(cluster.status().message()).c_str());
-      return 1;
-    }
-    sync();  // the context files' writeback would otherwise compete with the first jobs' writes
-    LactClient client((*cluster)->address(), (*cluster)->security());
-    for (int width : widths) {
-      const std::string context = absl::StrCat(dir, "/root/context", width, ".npy");
-      const std::string out = absl::StrCat(dir, "/root/out", width, ".npy");
-      for (bool by_ref : {false, true}) {
-        for (int rep = 0; rep < reps; ++rep) {
-          const std::string only = flags->Get("only").value_or("");
-          if (!only.empty() && only != absl::StrCat(width, by_ref ? "ref" : "band")) continue;
-          const std::string name =
-              absl::StrCat(label, "w", width, by_ref ? " by reference" : " in band", " #", rep + 1);
-          absl::StatusOr<Result> r = RunOne(client, model, name, width, context, out, by_ref);
-          if (!r.ok()) {
-            std::fprintf(stderr, "bench_data_path: %s: %s\n", name.c_str(),
-                         std::string(r.status().message()).c_str());
-            return 1;
-          }
-          std::printf("%-30s %6.2f %8.2f %8.2f %8.2f %9.0f %8.2f %9.0f %9.2f %6lldMi %8lld\n",
-                      name.c_str(), r->gib, r->job_s, r->compute_s, r->in_s, r->in_mbps, r->out_s,
-                      r->out_mbps, r->job_s - r->compute_s,
-                      static_cast<long long>(r->coordinator_rss >> 20),
-                      static_cast<long long>(r->payload));
-          std::fflush(stdout);
-          results.push_back(*r);
-        }
-      }
-    }
+  for (const Mode& mode : Modes(*flags)) {
+    if (absl::Status s = RunMode(mode, setup, &results); !s.ok()) return Fail(s);
   }
   if (std::optional<std::string> json = flags->Get("json")) {
-    std::ofstream f(*json);
-    f << "{\n  \"memcpy_gb_per_s\": " << memcpy_gbps << ",\n  \"tokens\": " << tokens
-      << ",\n  \"model\": \"" << (model.empty() ? "io<width> (d_model 16, 1 layer)" : model)
-      << "\",\n  \"jobs\": [\n";
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
-      f << absl::StrFormat(
-          "    {\"job\": \"%s\", \"gib\": %.3f, \"job_s\": %.3f, \"compute_s\": %.3f, \"in_s\": "
-          "%.3f, "
-          "\"in_mb_per_s\": %.0f, \"out_s\": %.3f, \"out_mb_per_s\": %.0f, \"overhead_s\": %.3f, "
-          "\"in_vs_memcpy\": %.3f, \"coordinator_peak_rss_mib\": %lld, "
-          "\"coordinator_payload_bytes\": %lld}%s\n",
-          r.name, r.gib, r.job_s, r.compute_s, r.in_s, r.in_mbps, r.out_s, r.out_mbps,
-          r.job_s - r.compute_s, r.in_mbps / 1e3 / memcpy_gbps,
-          static_cast<long long>(r.coordinator_rss >> 20), static_cast<long long>(r.payload),
-          i + 1 < results.size() ? "," : "");
-    }
-    f << "  ]\n}\n";
+    WriteJson(*json, memcpy_gbps, setup, results);
   }
-  fs::remove_all(dir);
+  fs::remove_all(setup.dir);
   return 0;
 }
 

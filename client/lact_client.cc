@@ -90,6 +90,24 @@ absl::Status CheckShapes(const SubmitOptions& options, const Tensor& context,
   return absl::OkStatus();
 }
 
+// A detached Submit returns once the job is admitted: only a job whose
+// bytes all go by reference can be.
+absl::Status CheckDetachable(const SubmitOptions& options, const std::vector<Tensor>& queries) {
+  if (!options.detach) return absl::OkStatus();
+  if (options.context_ref.empty() || options.output_ref.empty() || !queries.empty() ||
+      options.return_state) {
+    return absl::InvalidArgumentError(
+        "detach needs a job whose bytes all go by reference (context_ref and output_ref, no query "
+        "sets, return_state off); a job with bytes in band runs on anyway if its client goes away "
+        "after the upload, and FetchResult collects its results");
+  }
+  return absl::OkStatus();
+}
+
+const std::string& JobIdOf(const v1::SubmitResponse& response) {
+  return response.has_accepted() ? response.accepted().job_id() : response.progress().job_id();
+}
+
 }  // namespace
 
 v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t width,
@@ -139,16 +157,8 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
                                              const ProgressFn& progress,
                                              std::function<void(const std::string&)> on_accepted) {
   LACT_RETURN_IF_ERROR(CheckShapes(options, context, queries));
+  LACT_RETURN_IF_ERROR(CheckDetachable(options, queries));
   const bool by_ref = !options.context_ref.empty();
-  if (options.detach &&
-      (!by_ref || options.output_ref.empty() || !queries.empty() || options.return_state)) {
-    return absl::InvalidArgumentError(
-        "detach needs a job whose bytes all go by reference (context_ref and output_ref, no query "
-        "sets, "
-        "return_state off); a job with bytes in band runs on anyway if its client goes away after "
-        "the "
-        "upload, and FetchResult collects its results");
-  }
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout, kDefaultJobTimeout);
   auto stream = stub_->Submit(&ctx);
@@ -162,11 +172,9 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   ProgressRelay relay(progress);
   v1::SubmitResponse response;
   while (stream->Read(&response)) {
-    const std::string& id =
-        response.has_accepted() ? response.accepted().job_id() : response.progress().job_id();
-    if (result.job_id.empty() && !id.empty()) {
-      result.job_id = id;
-      if (on_accepted) on_accepted(id);
+    if (result.job_id.empty() && !JobIdOf(response).empty()) {
+      result.job_id = JobIdOf(response);
+      if (on_accepted) on_accepted(result.job_id);
       if (options.detach) {
         ctx.TryCancel();  // the job runs on without this call
         stream->Finish().IgnoreError();

@@ -97,6 +97,49 @@ void Stop(pid_t pid) {
 
 }  // namespace
 
+namespace {
+
+// The flags every process of the cluster gets: the cluster's secret, the
+// spool, TLS and metrics.
+struct CommonArgs {
+  std::string secret_file;
+  std::vector<std::string> spool, tls, metrics;
+};
+
+// In-band contexts are spooled in the cluster's folder, so a job whose
+// worker dies runs again; not when the data root holds that folder.
+std::vector<std::string> SpoolArgs(const LocalClusterOptions& options, const std::string& dir) {
+  const std::string spool_dir = dir + "/spool";
+  if (!options.spool) return {};
+  if (!Contains(options.data_root, spool_dir)) return {"--spool-dir", spool_dir};
+  std::fprintf(stderr,
+               "lact local: --data-root %s holds the cluster's folder %s; in-band contexts are "
+               "not spooled (jobs could name them by reference)\n",
+               options.data_root.c_str(), dir.c_str());
+  return {};
+}
+
+std::vector<std::string> WorkerCommand(const LocalClusterOptions& options, const std::string& bin,
+                                       const std::string& control, const CommonArgs& common, int i,
+                                       int threads) {
+  std::vector<std::string> w = {bin + "/lact-worker",    "--coordinator",    control,
+                                "--cluster-secret-file", common.secret_file, "--threads",
+                                std::to_string(threads)};
+  w.insert(w.end(), common.spool.begin(), common.spool.end());
+  w.insert(w.end(), common.tls.begin(), common.tls.end());
+  w.insert(w.end(), common.metrics.begin(), common.metrics.end());
+  if (!options.model_dir.empty()) w.insert(w.end(), {"--model-dir", options.model_dir});
+  if (!options.data_root.empty()) w.insert(w.end(), {"--data-root", options.data_root});
+  if (!options.devices.empty()) {
+    w.push_back("--device");
+    w.push_back(std::to_string(options.devices[i % options.devices.size()]));
+  }
+  w.insert(w.end(), options.worker_args.begin(), options.worker_args.end());
+  return w;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
     const LocalClusterOptions& options) {
   if (options.workers < 1)
@@ -109,64 +152,35 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   }
   auto cluster = std::unique_ptr<LocalCluster>(new LocalCluster());
   LACT_ASSIGN_OR_RETURN(cluster->dir_, MakePrivateDir());
-  const std::string secret_file = cluster->dir_ + "/cluster-secret";
-  LACT_RETURN_IF_ERROR(WriteTextFile(secret_file, RandomHex(32) + "\n"));
-  std::vector<std::string> tls_args;
+  // Control on a port of its own, both guarded by a secret made for this
+  // cluster: no other local user can register a worker or run its shards.
+  CommonArgs common{.secret_file = cluster->dir_ + "/cluster-secret"};
+  LACT_RETURN_IF_ERROR(WriteTextFile(common.secret_file, RandomHex(32) + "\n"));
   if (options.tls) {
     LACT_ASSIGN_OR_RETURN(LocalCredentials files, MakeLocalCredentials(cluster->dir_));
-    tls_args = {"--tls-cert",   files.cert_file, "--tls-key",
-                files.key_file, "--tls-ca",      files.ca_file};
+    common.tls = {"--tls-cert",   files.cert_file, "--tls-key",
+                  files.key_file, "--tls-ca",      files.ca_file};
     LACT_ASSIGN_OR_RETURN(cluster->security_.tls_roots, ReadTextFile(files.ca_file));
     cluster->tls_ca_file_ = files.ca_file;
   }
   cluster->security_.token = options.token;
-  // Control on a port of its own, both guarded by a secret made for this
-  // cluster: no other local user can register a worker or run its shards.
-  // In-band contexts are spooled in the cluster's folder, so a job whose
-  // worker dies runs again.
-  const std::string spool_dir = cluster->dir_ + "/spool";
-  std::vector<std::string> spool_args;
-  if (options.spool && !Contains(options.data_root, spool_dir)) {
-    spool_args = {"--spool-dir", spool_dir};
-  } else if (options.spool) {
-    std::fprintf(stderr,
-                 "lact local: --data-root %s holds the cluster's folder %s; in-band contexts are "
-                 "not spooled (jobs could name them by reference)\n",
-                 options.data_root.c_str(), cluster->dir_.c_str());
-  }
-  std::vector<std::string> args = {"--port", std::to_string(options.port), "--control-port",
-                                   "0",      "--cluster-secret-file",      secret_file};
-  args.insert(args.end(), spool_args.begin(), spool_args.end());
-  args.insert(args.end(), tls_args.begin(), tls_args.end());
+  common.spool = SpoolArgs(options, cluster->dir_);
   // Every process serves its metrics on a free port (lact workers lists the workers').
-  const std::vector<std::string> metrics_args = {"--metrics-port", "0"};
-  if (options.metrics) args.insert(args.end(), metrics_args.begin(), metrics_args.end());
+  if (options.metrics) common.metrics = {"--metrics-port", "0"};
+  std::vector<std::string> args = {"--port", std::to_string(options.port), "--control-port",
+                                   "0",      "--cluster-secret-file",      common.secret_file};
+  for (const auto* more : {&common.spool, &common.tls, &common.metrics})
+    args.insert(args.end(), more->begin(), more->end());
   if (!options.data_root.empty()) args.insert(args.end(), {"--data-root", options.data_root});
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
   cluster->coordinator_binary_ = bin + "/lact-coordinator";
   LACT_RETURN_IF_ERROR(cluster->StartCoordinator(args));
-  const std::string& control_address = cluster->control_address_;
-
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads_per_worker > 0 ? options.threads_per_worker
                                                      : std::max(1, cores / options.workers);
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> w = {bin + "/lact-worker",    "--coordinator", control_address,
-                                  "--cluster-secret-file", secret_file,     "--threads",
-                                  std::to_string(threads)};
-    w.insert(w.end(), spool_args.begin(), spool_args.end());
-    w.insert(w.end(), tls_args.begin(), tls_args.end());
-    if (options.metrics) w.insert(w.end(), metrics_args.begin(), metrics_args.end());
-    if (!options.model_dir.empty()) {
-      w.push_back("--model-dir");
-      w.push_back(options.model_dir);
-    }
-    if (!options.data_root.empty()) w.insert(w.end(), {"--data-root", options.data_root});
-    if (!options.devices.empty()) {
-      w.push_back("--device");
-      w.push_back(std::to_string(options.devices[i % options.devices.size()]));
-    }
-    w.insert(w.end(), options.worker_args.begin(), options.worker_args.end());
+    std::vector<std::string> w =
+        WorkerCommand(options, bin, cluster->control_address_, common, i, threads);
     LACT_ASSIGN_OR_RETURN(pid_t pid, Spawn(w, -1));
     cluster->workers_.push_back(pid);
     cluster->worker_commands_.push_back(std::move(w));

@@ -126,6 +126,56 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::FromMapped(MappedFile file,
   return st;
 }
 
+namespace {
+
+// One tensor's header entry, checked against a data section of
+// `data_size` bytes.
+absl::StatusOr<TensorEntry> ParseEntry(const std::string& path, const std::string& name,
+                                       const json& v, size_t data_size) {
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+      !v.contains("data_offsets")) {
+    return EntryError(path, name, "needs dtype, shape and data_offsets");
+  }
+  TensorEntry e;
+  if (!v["dtype"].is_string() || !ParseDType(v["dtype"].get<std::string>(), &e.dtype)) {
+    return EntryError(path, name,
+                      absl::StrCat("unsupported dtype ", ErrorQuote(v["dtype"].dump()),
+                                   " (allowed: F32, F16, BF16, F64)"));
+  }
+  if (!v["shape"].is_array()) return EntryError(path, name, "shape must be an array");
+  uint64_t numel = 1;
+  for (const json& d : v["shape"]) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40)) {
+      return EntryError(path, name, "shape entries must be non-negative integers");
+    }
+    e.shape.push_back(d.get<int64_t>());
+    numel *= d.get<uint64_t>();
+    if (numel > (1ull << 40)) return EntryError(path, name, "too many elements");
+  }
+  const json& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned()) {
+    return EntryError(path, name, "data_offsets must be two non-negative integers");
+  }
+  const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+  if (begin > end || end > data_size) {
+    return EntryError(path, name,
+                      absl::StrCat("data_offsets [", begin, ", ", end, ") outside the ", data_size,
+                                   "-byte data section (truncated file?)"));
+  }
+  if (end - begin != numel * DTypeSize(e.dtype)) {
+    return EntryError(
+        path, name,
+        absl::StrCat("has ", end - begin, " bytes but shape ", ShapeString(e.shape), " of ",
+                     DTypeName(e.dtype), " needs ", numel * DTypeSize(e.dtype)));
+  }
+  e.offset = begin;
+  e.nbytes = end - begin;
+  return e;
+}
+
+}  // namespace
+
 absl::Status SafetensorsFile::ParseHeader(const std::string& header) {
   const std::string& path = file_.path();
   json root = json::parse(header, nullptr, /*allow_exceptions=*/false);
@@ -145,46 +195,7 @@ absl::Status SafetensorsFile::ParseHeader(const std::string& header) {
       }
       continue;
     }
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
-        !v.contains("data_offsets")) {
-      return EntryError(path, name, "needs dtype, shape and data_offsets");
-    }
-    TensorEntry e;
-    if (!v["dtype"].is_string() || !ParseDType(v["dtype"].get<std::string>(), &e.dtype)) {
-      return EntryError(path, name,
-                        absl::StrCat("unsupported dtype ", ErrorQuote(v["dtype"].dump()),
-                                     " (allowed: F32, F16, BF16, F64)"));
-    }
-    if (!v["shape"].is_array()) return EntryError(path, name, "shape must be an array");
-    uint64_t numel = 1;
-    for (const json& d : v["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (1ull << 40)) {
-        return EntryError(path, name, "shape entries must be non-negative integers");
-      }
-      e.shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
-      if (numel > (1ull << 40)) return EntryError(path, name, "too many elements");
-    }
-    const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned()) {
-      return EntryError(path, name, "data_offsets must be two non-negative integers");
-    }
-    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (begin > end || end > data_size) {
-      return EntryError(path, name,
-                        absl::StrCat("data_offsets [", begin, ", ", end, ") outside the ",
-                                     data_size, "-byte data section (truncated file?)"));
-    }
-    if (end - begin != numel * DTypeSize(e.dtype)) {
-      return EntryError(
-          path, name,
-          absl::StrCat("has ", end - begin, " bytes but shape ", ShapeString(e.shape), " of ",
-                       DTypeName(e.dtype), " needs ", numel * DTypeSize(e.dtype)));
-    }
-    e.offset = begin;
-    e.nbytes = end - begin;
-    entries_[name] = std::move(e);
+    LACT_ASSIGN_OR_RETURN(entries_[name], ParseEntry(path, name, v, data_size));
   }
   return absl::OkStatus();
 }

@@ -46,39 +46,12 @@ absl::Status CheckQuerySets(const google::protobuf::RepeatedField<int64_t>& toke
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& registry,
-                                const AdmissionLimits& limits) {
-  if (spec.model().empty())
-    return Invalid("JobSpec.model is empty; ListModels shows the available models");
-  const std::string& tenant = spec.tenant();
-  if (!ValidTenantName(tenant)) {
-    return Invalid(absl::StrCat("JobSpec.tenant '", tenant.substr(0, 80),
-                                "' must be at most 64 letters, digits, '-', '_' or '.'"));
-  }
-  if (absl::Status name = CheckModelName(spec.model()); !name.ok()) return name;
-  absl::StatusOr<ModelConfig> model = registry.FindModel(spec.model());
-  if (!model.ok()) {
-    return model.status().code() == absl::StatusCode::kNotFound
-               ? Invalid(std::string(model.status().message()))
-               : model.status();
-  }
-  JobPlan plan;
-  LACT_ASSIGN_OR_RETURN(plan.dtype, FromProto(spec.dtype()));
-  absl::StatusOr<ModelConfig> config = ApplyJobOptions(*model, FromProto(spec.options()));
-  if (!config.ok()) return Invalid(std::string(config.status().message()));
-  plan.config = *config;
-  const int64_t L = spec.context_tokens();
-  if (L < 1 || L > limits.max_context_tokens) {
-    return Invalid(absl::StrCat("context_tokens ", L, " is out of range (allowed: 1..",
-                                limits.max_context_tokens, ")"));
-  }
-  if (spec.token_width() != plan.config.input_width()) {
-    return Invalid(absl::StrCat("token_width ", spec.token_width(), " does not match model '",
-                                spec.model(), "', which takes ", plan.config.input_width(),
-                                " features per token"));
-  }
-  LACT_RETURN_IF_ERROR(CheckQuerySets(spec.query_tokens(), limits));
-  const int holding = registry.CountHolding(spec.model());
+namespace {
+
+// How many workers the job runs on: JobSpec.workers, or as many as it
+// gives shard_tokens, or (0) every healthy worker that holds the model, at
+// most one per token.
+absl::StatusOr<int> WorkerCount(const v1::JobSpec& spec, int holding, int64_t L) {
   int workers = spec.workers();
   if (spec.shard_tokens_size() > 0) {
     if (workers != 0 && workers != spec.shard_tokens_size()) {
@@ -102,32 +75,80 @@ absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& r
     return Invalid(absl::StrCat("cannot shard ", L, " context tokens over ", workers,
                                 " workers; each needs at least one token"));
   }
+  return workers;
+}
+
+// Each rank's (begin, tokens): even, or as shard_tokens says.
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> Shards(const v1::JobSpec& spec, int64_t L,
+                                                                int workers) {
+  std::vector<std::pair<int64_t, int64_t>> shards = SplitContext(L, workers);
+  if (spec.shard_tokens_size() == 0) return shards;
+  for (int r = 0; r < workers; ++r) {
+    if (const int64_t n = spec.shard_tokens(r); n < 1)
+      return Invalid(absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
+  }
+  int64_t begin = 0;
+  for (int r = 0; r < workers; ++r) {
+    const int64_t n = spec.shard_tokens(r);
+    if (n > L - begin)
+      return Invalid(absl::StrCat("shard_tokens add up to more than context_tokens ", L));
+    shards[r] = {begin, n};
+    begin += n;
+  }
+  if (begin != L) {
+    return Invalid(absl::StrCat("shard_tokens add up to ", begin, ", not context_tokens ", L));
+  }
+  return shards;
+}
+
+// The model the job names, with the job's options applied.
+absl::StatusOr<ModelConfig> JobModel(const v1::JobSpec& spec, const WorkerRegistry& registry) {
+  if (spec.model().empty())
+    return Invalid("JobSpec.model is empty; ListModels shows the available models");
+  const std::string& tenant = spec.tenant();
+  if (!ValidTenantName(tenant)) {
+    return Invalid(absl::StrCat("JobSpec.tenant '", tenant.substr(0, 80),
+                                "' must be at most 64 letters, digits, '-', '_' or '.'"));
+  }
+  if (absl::Status name = CheckModelName(spec.model()); !name.ok()) return name;
+  absl::StatusOr<ModelConfig> model = registry.FindModel(spec.model());
+  if (!model.ok()) {
+    return model.status().code() == absl::StatusCode::kNotFound
+               ? Invalid(std::string(model.status().message()))
+               : model.status();
+  }
+  return *model;
+}
+
+}  // namespace
+
+absl::StatusOr<JobPlan> PlanJob(const v1::JobSpec& spec, const WorkerRegistry& registry,
+                                const AdmissionLimits& limits) {
+  LACT_ASSIGN_OR_RETURN(const ModelConfig model, JobModel(spec, registry));
+  JobPlan plan;
+  LACT_ASSIGN_OR_RETURN(plan.dtype, FromProto(spec.dtype()));
+  absl::StatusOr<ModelConfig> config = ApplyJobOptions(model, FromProto(spec.options()));
+  if (!config.ok()) return Invalid(std::string(config.status().message()));
+  plan.config = *config;
+  const int64_t L = spec.context_tokens();
+  if (L < 1 || L > limits.max_context_tokens) {
+    return Invalid(absl::StrCat("context_tokens ", L, " is out of range (allowed: 1..",
+                                limits.max_context_tokens, ")"));
+  }
+  if (spec.token_width() != plan.config.input_width()) {
+    return Invalid(absl::StrCat("token_width ", spec.token_width(), " does not match model '",
+                                spec.model(), "', which takes ", plan.config.input_width(),
+                                " features per token"));
+  }
+  LACT_RETURN_IF_ERROR(CheckQuerySets(spec.query_tokens(), limits));
+  LACT_ASSIGN_OR_RETURN(plan.workers, WorkerCount(spec, registry.CountHolding(spec.model()), L));
   constexpr int64_t kMaxRetainSeconds = int64_t{30} * 24 * 3600;
   if (spec.retain_seconds() < 0 || spec.retain_seconds() > kMaxRetainSeconds) {
     return Invalid(absl::StrCat("retain_seconds ", spec.retain_seconds(),
                                 " is out of range (allowed: 0..", kMaxRetainSeconds,
                                 ", 30 days; 0 = the server default)"));
   }
-  plan.workers = workers;
-  plan.shards = SplitContext(L, workers);
-  if (spec.shard_tokens_size() > 0) {
-    for (int r = 0; r < workers; ++r) {
-      if (const int64_t n = spec.shard_tokens(r); n < 1)
-        return Invalid(
-            absl::StrCat("shard_tokens[", r, "] = ", n, "; every shard needs >= 1 token"));
-    }
-    int64_t begin = 0;
-    for (int r = 0; r < workers; ++r) {
-      const int64_t n = spec.shard_tokens(r);
-      if (n > L - begin)
-        return Invalid(absl::StrCat("shard_tokens add up to more than context_tokens ", L));
-      plan.shards[r] = {begin, n};
-      begin += n;
-    }
-    if (begin != L) {
-      return Invalid(absl::StrCat("shard_tokens add up to ", begin, ", not context_tokens ", L));
-    }
-  }
+  LACT_ASSIGN_OR_RETURN(plan.shards, Shards(spec, L, plan.workers));
   return plan;
 }
 

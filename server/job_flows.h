@@ -1,7 +1,8 @@
 // The two streaming flows of the coordinator, as plain functions over a
-// call (proto/stream_call.h): Submit (submit_flow.cc: admit, resolve files by reference, queue
-// for workers, start the shards, relay progress, record where results are
-// kept; the job's stages and failure causes are its JobMachine's) and
+// call (proto/stream_call.h): Submit (submit_flow.cc: admit, resolve files
+// by reference, then the job's run, job_run.h: queue for workers, start
+// the shards, relay progress, run again, record where results are kept;
+// the job's stages and failure causes are its JobMachine's) and
 // Query (query_flow.cc: query sets passed on to the worker that keeps the
 // job's state). Submit touches no bulk bytes: clients move them straight
 // to and from the workers (data.proto) or name files. A job outlives its

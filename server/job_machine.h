@@ -1,5 +1,5 @@
-// The life of one job on the coordinator, with no network in it: the gRPC
-// adapters (submit_flow.cc) report what happened, and the machine decides
+// The life of one job on the coordinator, with no network in it: the
+// job's run (job_run.h) reports what happened, and the machine decides
 // the job's stage and, when it ends, its outcome. Stages:
 //
 //   kQueued --Leased--> kStarting --Started--> kRunning --all ranks ended--> kSucceeded

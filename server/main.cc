@@ -194,130 +194,160 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
   return server;
 }
 
-int Main(int argc, char** argv) {
-  if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-coordinator", kUsage))
-    return *answered;
-  absl::StatusOr<Flags> flags =
-      Flags::Parse(std::vector<std::string>(argv + 1, argv + argc), {"host",
-                                                                     "port",
-                                                                     "heartbeat-ms",
-                                                                     "retain-seconds",
-                                                                     "max-context-tokens",
-                                                                     "collective-timeout-ms",
-                                                                     "acquire-timeout-ms",
-                                                                     "upload-idle-timeout-ms",
-                                                                     "data-root",
-                                                                     "data-root-layout",
-                                                                     "max-queued-jobs",
-                                                                     "auth-tokens",
-                                                                     "cluster-secret-file",
-                                                                     "control-port",
-                                                                     "tls-cert",
-                                                                     "tls-key",
-                                                                     "tls-ca",
-                                                                     "max-pending-calls",
-                                                                     "first-message-timeout-ms",
-                                                                     "max-job-records",
-                                                                     "max-workers",
-                                                                     "state-dir",
-                                                                     "max-reruns",
-                                                                     "drain-seconds",
-                                                                     "spool-dir",
-                                                                     "spool-bytes",
-                                                                     "metrics-port",
-                                                                     "log-level"});
-  EnableHealthAndReflection();
+// What the command line says.
+struct CoordinatorFlags {
+  Flags flags;
   CoordinatorOptions options;
-  int64_t port = 0, heartbeat_ms = 1000;
-  absl::Status parsed =
-      flags.ok() ? ParseOptions(*flags, &options, &port, &heartbeat_ms) : flags.status();
-  if (parsed.ok()) parsed = InitLogFromFlag("lact-coordinator", flags->Get("log-level"));
-  const std::string host = flags.ok() ? flags->Get("host").value_or("127.0.0.1") : "";
-  absl::StatusOr<Guards> guards = parsed.ok() ? LoadGuards(*flags, host) : parsed;
-  absl::StatusOr<int64_t> control_port =
-      guards.ok() ? flags->Int("control-port", -1, -1, 65535) : guards.status();
-  // Control shares the public port unless it has its own (--control-port).
-  const bool shared = control_port.ok() && *control_port < 0;
-  absl::StatusOr<PortCredentials> credentials =
-      control_port.ok() ? MakePortCredentials(guards->tls, shared) : control_port.status();
-  if (!credentials.ok()) {
-    std::fprintf(stderr, "lact-coordinator: %s\n",
-                 std::string(credentials.status().message()).c_str());
-    return 2;
+  std::string host;
+  int64_t port = 0;
+  int64_t heartbeat_ms = 1000;
+  int64_t control_port = -1;  // -1: Control shares the public port
+};
+
+absl::StatusOr<CoordinatorFlags> ParseFlags(int argc, char** argv) {
+  CoordinatorFlags f;
+  LACT_ASSIGN_OR_RETURN(f.flags, Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                                              {"host",
+                                               "port",
+                                               "heartbeat-ms",
+                                               "retain-seconds",
+                                               "max-context-tokens",
+                                               "collective-timeout-ms",
+                                               "acquire-timeout-ms",
+                                               "upload-idle-timeout-ms",
+                                               "data-root",
+                                               "data-root-layout",
+                                               "max-queued-jobs",
+                                               "auth-tokens",
+                                               "cluster-secret-file",
+                                               "control-port",
+                                               "tls-cert",
+                                               "tls-key",
+                                               "tls-ca",
+                                               "max-pending-calls",
+                                               "first-message-timeout-ms",
+                                               "max-job-records",
+                                               "max-workers",
+                                               "state-dir",
+                                               "max-reruns",
+                                               "drain-seconds",
+                                               "spool-dir",
+                                               "spool-bytes",
+                                               "metrics-port",
+                                               "log-level"}));
+  LACT_RETURN_IF_ERROR(ParseOptions(f.flags, &f.options, &f.port, &f.heartbeat_ms));
+  LACT_RETURN_IF_ERROR(InitLogFromFlag("lact-coordinator", f.flags.Get("log-level")));
+  f.host = f.flags.Get("host").value_or("127.0.0.1");
+  LACT_ASSIGN_OR_RETURN(f.control_port, f.flags.Int("control-port", -1, -1, 65535));
+  return f;
+}
+
+// The coordinator's records: the registry, the rendezvous store, the jobs
+// (restored from --state-dir's journal when given) and the spool.
+struct Records {
+  explicit Records(const CoordinatorFlags& f)
+      : registry(std::chrono::milliseconds(f.heartbeat_ms),
+                 static_cast<size_t>(f.options.max_workers)),
+        jobs(f.options.default_retain, static_cast<size_t>(f.options.max_job_records)),
+        spool(f.options.spool_dir, f.options.spool_bytes) {}
+
+  // Restores the journal's jobs and opens the spool.
+  absl::Status Open(const CoordinatorFlags& f) {
+    if (std::optional<std::string> dir = f.flags.Get("state-dir")) {
+      absl::StatusOr<std::unique_ptr<JobJournal>> opened = JobJournal::Open(*dir);
+      absl::Status restored = opened.ok() ? jobs.Restore(opened->get()) : opened.status();
+      if (!restored.ok()) {
+        return absl::Status(restored.code(),
+                            absl::StrCat("--state-dir ", *dir, ": ", restored.message()));
+      }
+      journal = *std::move(opened);
+    }
+    LACT_RETURN_IF_ERROR(spool.Open());
+    return CheckSpoolOutsideDataRoot(f.options.spool_dir, f.options.data_root);
   }
-  std::atomic<bool> draining{false};
-  WorkerRegistry registry{std::chrono::milliseconds(heartbeat_ms),
-                          static_cast<size_t>(options.max_workers)};
+
+  WorkerRegistry registry;
   KvStore kv;
   std::unique_ptr<JobJournal> journal;  // outlives the store that writes to it
-  JobStore jobs(options.default_retain, static_cast<size_t>(options.max_job_records));
-  if (std::optional<std::string> dir = flags->Get("state-dir")) {
-    absl::StatusOr<std::unique_ptr<JobJournal>> opened = JobJournal::Open(*dir);
-    absl::Status restored = opened.ok() ? jobs.Restore(opened->get()) : opened.status();
-    if (!restored.ok()) {
-      std::fprintf(stderr, "lact-coordinator: --state-dir %s: %s\n", dir->c_str(),
-                   std::string(restored.message()).c_str());
-      return 2;
-    }
-    journal = *std::move(opened);
-  }
-  JobSpool spool(options.spool_dir, options.spool_bytes);
-  absl::Status opened = spool.Open();
-  if (opened.ok()) opened = CheckSpoolOutsideDataRoot(options.spool_dir, options.data_root);
-  if (!opened.ok()) {
-    std::fprintf(stderr, "lact-coordinator: %s\n", std::string(opened.message()).c_str());
-    return 2;
-  }
-  CoordinatorMetrics metrics(&jobs, &registry);
-  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Coordinator's health
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
-      *flags, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
-      [&serving] { return serving.load(); }, "lact-coordinator");
-  if (!metrics_endpoint.ok()) {
-    std::fprintf(stderr, "lact-coordinator: %s\n",
-                 std::string(metrics_endpoint.status().message()).c_str());
-    return 2;
-  }
-  CoordinatorService coordinator(Coordinator{
-      &registry, &kv, &jobs, options, &guards->tenants,
-      ClusterLink{credentials->to_workers, guards->cluster_secret}, &draining, &spool, &metrics});
-  ControlService control(&registry, &kv, &jobs, guards->cluster_secret);
+  JobStore jobs;
+  JobSpool spool;
+};
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "lact-coordinator: %s\n", std::string(status.message()).c_str());
+  return 2;
+}
+
+// Serves until SIGINT/SIGTERM, then drains: no new jobs (the probes hear
+// the public service NOT_SERVING); the running ones get up to
+// --drain-seconds; in-flight calls 10 s more.
+int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
+                      const PortCredentials& credentials, Records& records,
+                      CoordinatorMetrics* metrics, std::atomic<bool>* serving) {
+  const bool shared = f.control_port < 0;
+  std::atomic<bool> draining{false};
+  CoordinatorService coordinator(
+      Coordinator{&records.registry, &records.kv, &records.jobs, f.options, &guards.tenants,
+                  ClusterLink{credentials.to_workers, guards.cluster_secret}, &draining,
+                  &records.spool, metrics});
+  ControlService control(&records.registry, &records.kv, &records.jobs, guards.cluster_secret);
   std::unique_ptr<grpc::Server> server =
-      shared ? Serve(host, port, credentials->public_port, {&coordinator, &control}, "listening on")
-             : Serve(host, port, credentials->public_port, {&coordinator}, "listening on");
+      shared
+          ? Serve(f.host, f.port, credentials.public_port, {&coordinator, &control}, "listening on")
+          : Serve(f.host, f.port, credentials.public_port, {&coordinator}, "listening on");
   if (!server) return 1;
   std::unique_ptr<grpc::Server> control_server;
   if (!shared) {
     control_server =
-        Serve(host, *control_port, credentials->control_port, {&control}, "control on");
+        Serve(f.host, f.control_port, credentials.control_port, {&control}, "control on");
     if (!control_server) return 1;
   }
   // Control serves the running jobs' workers to the end of a drain.
   SetServing(*server, {"lact.v1.Coordinator"}, true);
-  serving = true;
+  *serving = true;
   SetServing(shared ? *server : *control_server, {"lact.v1.Control"}, true);
   Log(LogLevel::kInfo, "started",
       {{"version", LactVersion()},
-       {"tls", guards->tls.serves_tls()},
-       {"tokens_required", !guards->tenants.open()},
-       {"spool", !options.spool_dir.empty()},
-       {"state_dir", flags->Get("state-dir").value_or("")}});
+       {"tls", guards.tls.serves_tls()},
+       {"tokens_required", !guards.tenants.open()},
+       {"spool", !f.options.spool_dir.empty()},
+       {"state_dir", f.flags.Get("state-dir").value_or("")}});
   WaitForStopSignal();
-  Log(LogLevel::kInfo, "draining", {{"drain_seconds", options.drain_seconds}});
-  // Drain: no new jobs (the probes hear the public service NOT_SERVING);
-  // the running ones get up to --drain-seconds.
+  Log(LogLevel::kInfo, "draining", {{"drain_seconds", f.options.drain_seconds}});
   draining = true;
   SetServing(*server, {"lact.v1.Coordinator"}, false);
-  serving = false;
-  if (!jobs.AwaitNoLiveJobs(absl::Now() + absl::Seconds(options.drain_seconds))) {
+  *serving = false;
+  if (!records.jobs.AwaitNoLiveJobs(absl::Now() + absl::Seconds(f.options.drain_seconds))) {
     Log(LogLevel::kWarn, "drain_timed_out",
-        {{"drain_seconds", options.drain_seconds}, {"consequence", "running jobs are stopped"}});
+        {{"drain_seconds", f.options.drain_seconds}, {"consequence", "running jobs are stopped"}});
   }
   const auto grace = std::chrono::system_clock::now() + std::chrono::seconds(10);
   server->Shutdown(grace);
   if (control_server) control_server->Shutdown(grace);
   Log(LogLevel::kInfo, "stopped");
   return 0;
+}
+
+int Main(int argc, char** argv) {
+  if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-coordinator", kUsage))
+    return *answered;
+  EnableHealthAndReflection();
+  absl::StatusOr<CoordinatorFlags> f = ParseFlags(argc, argv);
+  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Guards> guards = LoadGuards(f->flags, f->host);
+  if (!guards.ok()) return Fail(guards.status());
+  absl::StatusOr<PortCredentials> credentials =
+      MakePortCredentials(guards->tls, /*control_shared=*/f->control_port < 0);
+  if (!credentials.ok()) return Fail(credentials.status());
+  Records records(*f);
+  if (absl::Status opened = records.Open(*f); !opened.ok()) return Fail(opened);
+  CoordinatorMetrics metrics(&records.jobs, &records.registry);
+  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Coordinator's health
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
+      f->flags, f->host, metrics.registry(), [&metrics] { metrics.Refresh(); },
+      [&serving] { return serving.load(); }, "lact-coordinator");
+  if (!metrics_endpoint.ok()) return Fail(metrics_endpoint.status());
+  return ServeUntilStopped(*f, *guards, *credentials, records, &metrics, &serving);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/wire_limits.h"
 #include "proto/auth.h"
+#include "proto/status_conversion.h"
 
 namespace lact::server {
 
@@ -52,15 +53,14 @@ absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
   return absl::OkStatus();
 }
 
-grpc::Status WorkerStreams::Finish(int rank, bool* from_worker) {
-  grpc::Status s = streams_[rank]->Finish();
+RankEnd WorkerStreams::Finish(int rank) {
+  const grpc::Status s = streams_[rank]->Finish();
   grpc::ClientContext* context;
   {
     absl::MutexLock lock(&mu_);
     context = contexts_[rank].get();
   }
-  *from_worker = context->GetServerTrailingMetadata().count(kWorkerStatusKey) > 0;
-  return s;
+  return {FromGrpcStatus(s), context->GetServerTrailingMetadata().count(kWorkerStatusKey) > 0};
 }
 
 void WorkerStreams::Cancel() {

@@ -1,8 +1,6 @@
-// The RunShard streams of one running job, one per rank: opens them with
-// each rank's ShardSpec and cancels them all at once. Open is called by one
-// thread; each rank's stream is then read (and finished) by one thread;
-// Cancel may be called from any thread, before, during or after Open (a
-// stream opened after Cancel is cancelled at once).
+// How the coordinator reaches its workers over gRPC: the channels, Forget,
+// and the RunShard streams of one attempt of a job (job_transport.h),
+// opened with each rank's ShardSpec and cancelled all at once.
 #ifndef LACT_SERVER_WORKER_STREAMS_H_
 #define LACT_SERVER_WORKER_STREAMS_H_
 
@@ -18,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "proto/metadata_keys.h"
+#include "server/job_transport.h"
 
 namespace lact::server {
 
@@ -36,26 +35,26 @@ std::shared_ptr<grpc::Channel> WorkerChannel(const ClusterLink& link, const std:
 void ForgetOnWorkers(const ClusterLink& link, const std::string& job_id,
                      const std::string& fetch_ticket, const std::vector<std::string>& workers);
 
-class WorkerStreams {
+// The network's AttemptStreams: RunShard calls to the workers.
+class WorkerStreams final : public AttemptStreams {
  public:
   using Stream = grpc::ClientReaderWriter<v1::ShardRequest, v1::ShardResponse>;
 
   WorkerStreams(ClusterLink link, std::vector<std::string> addresses)
       : link_(std::move(link)), addresses_(std::move(addresses)) {}
 
-  // Opens every stream and sends specs[r] to rank r.
   absl::Status Open(const std::vector<v1::ShardSpec>& specs,
-                    std::chrono::system_clock::time_point deadline);
-  void Cancel();
-
-  int size() const { return static_cast<int>(addresses_.size()); }
-  Stream* stream(int rank) { return streams_[rank].get(); }
-  const std::string& address(int rank) const { return addresses_[rank]; }
-  // Ends rank's stream; `*from_worker` says whether the status came from
-  // the worker's handler (false: the transport broke, the worker is gone).
-  grpc::Status Finish(int rank, bool* from_worker);
-  // The rank whose stream broke in Open, or -1.
-  int broken_rank() const { return broken_rank_; }
+                    std::chrono::system_clock::time_point deadline) override;
+  bool Read(int rank, v1::ShardResponse* response) override {
+    return streams_[rank]->Read(response);
+  }
+  // from_worker says whether the status came from the worker's handler
+  // (false: the transport broke, the worker is gone).
+  RankEnd Finish(int rank) override;
+  void Cancel() override;
+  int size() const override { return static_cast<int>(addresses_.size()); }
+  const std::string& address(int rank) const override { return addresses_[rank]; }
+  int broken_rank() const override { return broken_rank_; }
 
  private:
   const ClusterLink link_;
@@ -66,6 +65,22 @@ class WorkerStreams {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Stream>> streams_;
   int broken_rank_ = -1;
+};
+
+// The network's JobTransport.
+class GrpcJobTransport final : public JobTransport {
+ public:
+  explicit GrpcJobTransport(ClusterLink link) : link_(std::move(link)) {}
+  std::shared_ptr<AttemptStreams> Streams(std::vector<std::string> addresses) override {
+    return std::make_shared<WorkerStreams>(link_, std::move(addresses));
+  }
+  void Forget(const std::string& job_id, const std::string& fetch_ticket,
+              const std::vector<std::string>& workers) override {
+    ForgetOnWorkers(link_, job_id, fetch_ticket, workers);
+  }
+
+ private:
+  const ClusterLink link_;
 };
 
 }  // namespace lact::server

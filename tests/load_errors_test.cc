@@ -314,7 +314,7 @@ TEST(RunnerErrors, BadTokens) {
   Tensor nan = RandomTokens(3, 16, 1);
   nan.data[2 * 16 + 5] = std::nanf("");
   EXPECT_THAT(ErrorOf(runner.RunContext(nan, &state)),
-              HasSubstr("non-finite value at token 2, feature 5"));
+              HasSubstr("context: token 2 feature 5 is nan; tokens must be finite"));
   ASSERT_TRUE(runner.RunContext(RandomTokens(3, 16, 1), &state).ok());
   EXPECT_THAT(ErrorOf(runner.RunQuery(Tensor({2, 3}), state)),
               HasSubstr("query set has shape [2, 3]"));

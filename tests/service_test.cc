@@ -514,6 +514,8 @@ TEST(WorkerStartup, UnusableBackendIsRefusedWithAMessage) {
   };
   const std::vector<Case> cases = {
       {"--backend tpu", "unknown backend 'tpu' (allowed: cpu, cuda)"},
+      // Every flag --help shows is taken (it is parsed before the backend).
+      {"--retain-bytes 1000 --retain-bytes-per-tenant 500 --backend tpu", "unknown backend 'tpu'"},
 #ifdef LACT_HAVE_CUDA
       {"--backend cuda --device 999", "no CUDA device 999"},
       {"--backend cuda --precision fp8", "unknown precision 'fp8' (allowed: fp32, bf16)"},

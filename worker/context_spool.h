@@ -12,17 +12,17 @@
 #ifndef LACT_WORKER_CONTEXT_SPOOL_H_
 #define LACT_WORKER_CONTEXT_SPOOL_H_
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/data_files.h"
+#include "worker/write_queue.h"
 
 namespace lact {
 
@@ -46,23 +46,21 @@ class ContextSpool {
 
  private:
   struct Chunk {
-    int64_t row;
+    int64_t row = 0;
     std::vector<absl::string_view> pieces;
     std::shared_ptr<const void> owner;  // of `pieces`; null: the rows are in `bytes`
     std::string bytes;
   };
-  void Run();
+  absl::Status Write(Chunk& chunk);
+  // After its write: the slices go back, a copy buffer is kept for reuse.
+  void Written(Chunk& chunk);
 
-  TokenFileWriter file_;  // the thread's
+  TokenFileWriter file_;  // the queue's thread's
   const int64_t context_begin_;
-  mutable absl::Mutex mu_;
-  std::deque<Chunk> queued_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);  // copy buffers to reuse
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  bool failed_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  absl::Mutex free_mu_;
+  std::vector<std::string> free_ ABSL_GUARDED_BY(free_mu_);  // copy buffers to reuse
+  std::atomic<bool> ended_{false};
+  WriteQueue<Chunk> queue_;  // last: its thread writes with the rest
 };
 
 }  // namespace lact

@@ -30,6 +30,7 @@
 #include "worker/backends.h"
 #include "worker/cpu/cpu_runner.h"
 #include "worker/data_service.h"
+#include "worker/membership.h"
 #include "worker/model_cache.h"
 #include "worker/worker_service.h"
 
@@ -93,256 +94,218 @@ absl::StatusOr<Guards> LoadGuards(const Flags& flags, const std::string& host) {
   return g;
 }
 
-absl::StatusOr<std::string> Register(v1::Control::Stub& control, const std::string& address,
-                                     const std::string& metrics_address, const ModelCache& models,
-                                     const BackendOptions& backend, int* interval_ms) {
+// What the command line says.
+struct WorkerFlags {
+  Flags flags;  // the TLS and metrics flags, read where they are used
+  std::string coordinator;
+  std::string host;
+  int64_t port = 0;
+  BackendOptions backend;
+  int64_t drain_seconds = 60;
+  int64_t retain_bytes = 0;
+  int64_t retain_tenant_bytes = 0;
+  int pending_calls = 1024;
+  std::chrono::milliseconds first_message{30000};
+};
+
+absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
+  WorkerFlags f;
+  LACT_ASSIGN_OR_RETURN(f.flags, Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                                              {"coordinator",
+                                               "host",
+                                               "port",
+                                               "model-dir",
+                                               "threads",
+                                               "tile-tokens",
+                                               "backend",
+                                               "device",
+                                               "precision",
+                                               "scan-math",
+                                               "collective",
+                                               "data-root",
+                                               "retain-bytes",
+                                               "retain-bytes-per-tenant",
+                                               "cluster-secret-file",
+                                               "tls-cert",
+                                               "tls-key",
+                                               "tls-ca",
+                                               "drain-seconds",
+                                               "spool-dir",
+                                               "no-huge-pages",
+                                               "metrics-port",
+                                               "advertise-host",
+                                               "log-level",
+                                               "max-pending-calls",
+                                               "first-message-timeout-ms"},
+                                              {}, {"no-huge-pages"}));
+  const Flags& flags = f.flags;
+  LACT_ASSIGN_OR_RETURN(f.coordinator, flags.Required("coordinator"));
+  LACT_ASSIGN_OR_RETURN(f.port, flags.Int("port", 0, 0, 65535));
+  LACT_ASSIGN_OR_RETURN(const int64_t threads, flags.Int("threads", 0, 0, 1024));
+  LACT_ASSIGN_OR_RETURN(const int64_t tile, flags.Int("tile-tokens", 0, 0, 1 << 24));
+  LACT_ASSIGN_OR_RETURN(const int64_t device, flags.Int("device", 0, 0, 1024));
+  LACT_ASSIGN_OR_RETURN(f.drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
+  LACT_ASSIGN_OR_RETURN(const int64_t pending, flags.Int("max-pending-calls", 1024, 1, 1 << 20));
+  LACT_ASSIGN_OR_RETURN(const int64_t first_message,
+                        flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
+  LACT_ASSIGN_OR_RETURN(f.retain_bytes,
+                        flags.Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50));
+  LACT_ASSIGN_OR_RETURN(f.retain_tenant_bytes,
+                        flags.Int("retain-bytes-per-tenant", f.retain_bytes, 0, int64_t{1} << 50));
+  LACT_RETURN_IF_ERROR(InitLogFromFlag("lact-worker", flags.Get("log-level")));
+  f.pending_calls = static_cast<int>(pending);
+  f.first_message = std::chrono::milliseconds(first_message);
+  f.host = flags.Get("host").value_or("127.0.0.1");
+  f.backend = {flags.Get("backend").value_or("cpu"),
+               static_cast<int>(threads),
+               tile,
+               static_cast<int>(device),
+               flags.Get("precision").value_or("fp32"),
+               flags.Get("collective").value_or("gloo"),
+               f.host,
+               flags.Get("scan-math").value_or("fp32")};
+  if (absl::Status s = ValidateBackend(f.backend); !s.ok())
+    return absl::Status(s.code(), absl::StrCat("--backend ", f.backend.backend, ": ", s.message()));
+  return f;
+}
+
+// What this worker registers: the address peers and clients dial (and its
+// TLS certificate must name: --advertise-host, or --host), its metrics
+// port, its backend and its models.
+v1::RegisterRequest Registration(const WorkerFlags& f, int bound_port,
+                                 const std::string& metrics_address, const ModelCache& models) {
   v1::RegisterRequest request;
-  request.set_address(address);
+  request.set_address(
+      absl::StrCat(f.flags.Get("advertise-host").value_or(f.host), ":", bound_port));
   request.set_metrics_address(metrics_address);
-  request.set_backend(backend.backend);
-  request.set_threads(backend.threads);
+  request.set_backend(f.backend.backend);
+  request.set_threads(f.backend.threads);
   for (const auto& [name, config] : models.Catalog()) {
     v1::WorkerModel* m = request.add_models();
     m->set_name(name);
     m->set_config_json(ModelConfigToJson(config));
   }
-  grpc::Status last;
-  for (int attempt = 0; attempt < 100; ++attempt) {  // ~30 s for the coordinator to come up
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::RegisterResponse response;
-    last = control.Register(&ctx, request, &response);
-    if (last.ok()) {
-      *interval_ms = response.heartbeat_interval_ms();
-      return response.worker_id();
-    }
-    if (last.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-        last.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      break;  // no retry will fix a wrong secret or request
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  return request;
+}
+
+// The gRPC server with `services` on HOST:PORT; its port in *bound_port.
+std::unique_ptr<grpc::Server> StartServer(const WorkerFlags& f,
+                                          std::shared_ptr<grpc::ServerCredentials> credentials,
+                                          std::vector<grpc::Service*> services, int* bound_port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(f.host, ":", f.port), std::move(credentials), bound_port);
+  builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
+  TuneBulkServer(&builder);
+  SetKeepalive(&builder);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
+void LogStarted(const std::string& id, const v1::RegisterRequest& registered,
+                const BackendOptions& backend, const ModelCache& models) {
+  Log(LogLevel::kInfo, "started",
+      {{"version", LactVersion()},
+       {"worker", id},
+       {"address", registered.address()},
+       {"backend", backend.backend},
+       {"precision", backend.backend == "cpu" && backend.precision == "bf16"
+                         ? absl::StrCat("bf16, ", CpuBf16Mode())
+                         : backend.precision},
+       {"metrics", registered.metrics_address()},
+       {"models", models.Catalog().size()}});
+  std::printf("lact-worker %s listening on %s\n", id.c_str(), registered.address().c_str());
+  std::fflush(stdout);
+}
+
+int Fail(const absl::Status& status, int code = 2) {
+  std::fprintf(stderr, "lact-worker: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
+// The worker's parts: its services over the model cache, the transfers it
+// meets, the results it keeps and its metrics.
+struct WorkerParts {
+  std::unique_ptr<ModelCache> models;
+  std::shared_ptr<v1::Control::Stub> control;
+  std::string secret;
+  TransferBoard transfers;
+  std::unique_ptr<RetainedResults> results;
+  std::unique_ptr<WorkerMetrics> metrics;
+  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Worker's health
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint;
+};
+
+// Serves until SIGINT/SIGTERM, then drains: no new work, the coordinator
+// and the probes told so, the running shards given up to --drain-seconds
+// to finish; then the server stops.
+int Serve(const WorkerFlags& f, const Guards& guards, WorkerParts& p) {
+  WorkerService service(
+      {p.models.get(), p.control, f.backend, f.flags.Get("data-root").value_or(""),
+       f.flags.Get("spool-dir").value_or(""), &p.transfers, p.results.get(), p.secret,
+       !f.flags.Has("no-huge-pages"), p.metrics.get(), f.pending_calls, f.first_message});
+  DataService data(&p.transfers, p.results.get(), f.pending_calls, f.first_message);
+  int bound_port = 0;
+  std::unique_ptr<grpc::Server> server =
+      StartServer(f, guards.port, {&service, &data}, &bound_port);
+  if (!server || bound_port == 0) {
+    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", f.host, ":", f.port)), 1);
   }
-  return absl::UnavailableError(
-      absl::StrCat("cannot register with the coordinator: ", last.error_message()));
+  // Not serving until the coordinator knows this worker.
+  const std::vector<std::string> served = {"lact.v1.Worker", "lact.v1.ShardData"};
+  SetServing(*server, served, false);
+  const std::string metrics_address =
+      p.metrics_endpoint ? absl::StrCat(f.host, ":", p.metrics_endpoint->port()) : "";
+  const v1::RegisterRequest registered = Registration(f, bound_port, metrics_address, *p.models);
+  Membership membership(p.control, registered, p.results.get());
+  absl::StatusOr<std::string> id = membership.Join();
+  if (!id.ok()) return Fail(id.status(), 1);
+  SetServing(*server, served, true);
+  p.serving = true;
+  LogStarted(*id, registered, f.backend, *p.models);
+  WaitForStopSignal();
+  Log(LogLevel::kInfo, "draining", {{"drain_seconds", f.drain_seconds}});
+  service.Drain();
+  SetServing(*server, served, false);
+  p.serving = false;
+  membership.Leave();
+  if (!service.AwaitIdle(absl::Now() + absl::Seconds(f.drain_seconds))) {
+    Log(LogLevel::kWarn, "drain_timed_out",
+        {{"drain_seconds", f.drain_seconds}, {"consequence", "running shards are stopped"}});
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  Log(LogLevel::kInfo, "stopped");
+  return 0;
 }
 
 int Main(int argc, char** argv) {
   if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-worker", kUsage))
     return *answered;
-  absl::StatusOr<Flags> flags = Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                                             {"coordinator",
-                                              "host",
-                                              "port",
-                                              "model-dir",
-                                              "threads",
-                                              "tile-tokens",
-                                              "backend",
-                                              "device",
-                                              "precision",
-                                              "scan-math",
-                                              "collective",
-                                              "data-root",
-                                              "retain-bytes",
-                                              "cluster-secret-file",
-                                              "tls-cert",
-                                              "tls-key",
-                                              "tls-ca",
-                                              "drain-seconds",
-                                              "spool-dir",
-                                              "no-huge-pages",
-                                              "metrics-port",
-                                              "advertise-host",
-                                              "log-level",
-                                              "max-pending-calls",
-                                              "first-message-timeout-ms"},
-                                             {}, {"no-huge-pages"});
-  absl::StatusOr<std::string> coordinator =
-      flags.ok() ? flags->Required("coordinator") : flags.status();
-  absl::StatusOr<int64_t> port = flags.ok() ? flags->Int("port", 0, 0, 65535) : flags.status();
-  absl::StatusOr<int64_t> threads = flags.ok() ? flags->Int("threads", 0, 0, 1024) : flags.status();
-  absl::StatusOr<int64_t> tile =
-      flags.ok() ? flags->Int("tile-tokens", 0, 0, 1 << 24) : flags.status();
-  absl::StatusOr<int64_t> device = flags.ok() ? flags->Int("device", 0, 0, 1024) : flags.status();
-  absl::StatusOr<int64_t> drain_seconds =
-      flags.ok() ? flags->Int("drain-seconds", 60, 0, 86400) : flags.status();
-  absl::StatusOr<int64_t> pending =
-      flags.ok() ? flags->Int("max-pending-calls", 1024, 1, 1 << 20) : flags.status();
-  absl::StatusOr<int64_t> first_message =
-      flags.ok() ? flags->Int("first-message-timeout-ms", 30000, 100, 3600000) : flags.status();
-  absl::StatusOr<int64_t> retain_bytes =
-      flags.ok() ? flags->Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50)
-                 : flags.status();
-  absl::StatusOr<int64_t> retain_tenant_bytes =
-      flags.ok() && retain_bytes.ok()
-          ? flags->Int("retain-bytes-per-tenant", *retain_bytes, 0, int64_t{1} << 50)
-          : flags.status();
-  const absl::Status logged =
-      flags.ok() ? InitLogFromFlag("lact-worker", flags->Get("log-level")) : flags.status();
-  for (const absl::Status& s :
-       {coordinator.status(), port.status(), threads.status(), tile.status(), device.status(),
-        retain_bytes.status(), retain_tenant_bytes.status(), drain_seconds.status(),
-        pending.status(), first_message.status(), logged}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "lact-worker: %s\n", std::string(s.message()).c_str());
-      return 2;
-    }
-  }
+  absl::StatusOr<WorkerFlags> f = ParseFlags(argc, argv);
+  if (!f.ok()) return Fail(f.status());
   KeepFreedMemory();
   EnableHealthAndReflection();
-  const std::string host = flags->Get("host").value_or("127.0.0.1");
-  absl::StatusOr<Guards> guards = LoadGuards(*flags, host);
-  if (!guards.ok()) {
-    std::fprintf(stderr, "lact-worker: %s\n", std::string(guards.status().message()).c_str());
-    return 2;
-  }
-  const std::string& secret = guards->cluster_secret;
-  const BackendOptions backend{flags->Get("backend").value_or("cpu"),
-                               static_cast<int>(*threads),
-                               *tile,
-                               static_cast<int>(*device),
-                               flags->Get("precision").value_or("fp32"),
-                               flags->Get("collective").value_or("gloo"),
-                               host,
-                               flags->Get("scan-math").value_or("fp32")};
-  if (absl::Status s = ValidateBackend(backend); !s.ok()) {
-    std::fprintf(stderr, "lact-worker: --backend %s: %s\n", backend.backend.c_str(),
-                 std::string(s.message()).c_str());
-    return 2;
-  }
+  absl::StatusOr<Guards> guards = LoadGuards(f->flags, f->host);
+  if (!guards.ok()) return Fail(guards.status());
+  WorkerParts p;
+  p.secret = guards->cluster_secret;
   absl::StatusOr<std::unique_ptr<ModelCache>> models =
-      ModelCache::Create(flags->Get("model-dir").value_or(""));
-  if (!models.ok()) {
-    std::fprintf(stderr, "lact-worker: %s\n", std::string(models.status().message()).c_str());
-    return 2;
-  }
+      ModelCache::Create(f->flags.Get("model-dir").value_or(""));
+  if (!models.ok()) return Fail(models.status());
+  p.models = *std::move(models);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   args.SetMaxSendMessageSize(kMaxServerMessageBytes);
-  auto control = std::shared_ptr<v1::Control::Stub>(
-      v1::Control::NewStub(MakeChannel(*coordinator, guards->to_coordinator, args, secret)));
-
-  TransferBoard transfers;
-  RetainedResults results(*retain_bytes, *retain_tenant_bytes);
-  WorkerMetrics metrics(&results, DeviceMemoryReader(backend));
-  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Worker's health
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
-      *flags, host, metrics.registry(), [&metrics] { metrics.Refresh(); },
-      [&serving] { return serving.load(); }, "lact-worker");
-  if (!metrics_endpoint.ok()) {
-    std::fprintf(stderr, "lact-worker: %s\n",
-                 std::string(metrics_endpoint.status().message()).c_str());
-    return 2;
-  }
-  const std::string metrics_address =
-      *metrics_endpoint ? absl::StrCat(host, ":", (*metrics_endpoint)->port()) : "";
-  WorkerService service({models->get(), control, backend, flags->Get("data-root").value_or(""),
-                         flags->Get("spool-dir").value_or(""), &transfers, &results, secret,
-                         !flags->Has("no-huge-pages"), &metrics, static_cast<int>(*pending),
-                         std::chrono::milliseconds(*first_message)});
-  DataService data(&transfers, &results, static_cast<int>(*pending),
-                   std::chrono::milliseconds(*first_message));
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(absl::StrCat(host, ":", *port), guards->port, &bound_port);
-  builder.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxServerMessageBytes);
-  TuneBulkServer(&builder);
-  SetKeepalive(&builder);
-  builder.RegisterService(&service);
-  builder.RegisterService(&data);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    std::fprintf(stderr, "lact-worker: cannot listen on %s:%lld\n", host.c_str(),
-                 static_cast<long long>(*port));
-    return 1;
-  }
-  // Not serving until the coordinator knows this worker.
-  const std::vector<std::string> served = {"lact.v1.Worker", "lact.v1.ShardData"};
-  SetServing(*server, served, false);
-  // What it registers, and so what the coordinator and clients dial (and
-  // what its TLS certificate must name): --advertise-host, or --host.
-  const std::string address =
-      absl::StrCat(flags->Get("advertise-host").value_or(host), ":", bound_port);
-  int interval_ms = 1000;
-  absl::StatusOr<std::string> id =
-      Register(*control, address, metrics_address, **models, backend, &interval_ms);
-  if (!id.ok()) {
-    std::fprintf(stderr, "lact-worker: %s\n", std::string(id.status().message()).c_str());
-    return 1;
-  }
-  SetServing(*server, served, true);
-  serving = true;
-  Log(LogLevel::kInfo, "started",
-      {{"version", LactVersion()},
-       {"worker", *id},
-       {"address", address},
-       {"backend", backend.backend},
-       {"precision", backend.backend == "cpu" && backend.precision == "bf16"
-                         ? absl::StrCat("bf16, ", CpuBf16Mode())
-                         : backend.precision},
-       {"metrics", metrics_address},
-       {"models", (*models)->Catalog().size()}});
-  std::printf("lact-worker %s listening on %s\n", id->c_str(), address.c_str());
-  std::fflush(stdout);
-
-  std::atomic<bool> stopping{false};
-  absl::Mutex id_mu;
-  std::string worker_id = *id;  // guarded by id_mu: a re-registration changes it
-  std::thread heartbeat([&] {
-    std::vector<DroppedJob> unreported;  // dropped results the coordinator has not heard of
-    while (!stopping) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(interval_ms));
-      v1::HeartbeatRequest request;
-      {
-        absl::MutexLock lock(&id_mu);
-        request.set_worker_id(worker_id);
-      }
-      for (DroppedJob& dropped : results.TakeDropped()) unreported.push_back(std::move(dropped));
-      for (const DroppedJob& dropped : unreported) {
-        v1::DroppedResults* d = request.add_dropped();
-        d->set_job_id(dropped.job_id);
-        d->set_state(dropped.state);
-      }
-      v1::HeartbeatResponse response;
-      const bool heard = control->Heartbeat(&ctx, request, &response).ok();
-      if (heard) unreported.clear();
-      if (heard && !response.known() && !stopping) {
-        absl::StatusOr<std::string> again =
-            Register(*control, address, metrics_address, **models, backend, &interval_ms);
-        absl::MutexLock lock(&id_mu);
-        if (again.ok()) worker_id = *again;
-      }
-    }
-  });
-  WaitForStopSignal();
-  Log(LogLevel::kInfo, "draining", {{"drain_seconds", *drain_seconds}});
-  // Drain: no new work, the coordinator and the probes told so, the running
-  // shards given up to --drain-seconds to finish; then the server stops.
-  service.Drain();
-  SetServing(*server, served, false);
-  serving = false;
-  stopping = true;
-  heartbeat.join();
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    v1::DeregisterRequest request;
-    {
-      absl::MutexLock lock(&id_mu);
-      request.set_worker_id(worker_id);
-    }
-    v1::DeregisterResponse response;
-    control->Deregister(&ctx, request, &response).IgnoreError();
-  }
-  if (!service.AwaitIdle(absl::Now() + absl::Seconds(*drain_seconds))) {
-    Log(LogLevel::kWarn, "drain_timed_out",
-        {{"drain_seconds", *drain_seconds}, {"consequence", "running shards are stopped"}});
-  }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  Log(LogLevel::kInfo, "stopped");
-  return 0;
+  p.control = std::shared_ptr<v1::Control::Stub>(
+      v1::Control::NewStub(MakeChannel(f->coordinator, guards->to_coordinator, args, p.secret)));
+  p.results = std::make_unique<RetainedResults>(f->retain_bytes, f->retain_tenant_bytes);
+  p.metrics = std::make_unique<WorkerMetrics>(p.results.get(), DeviceMemoryReader(f->backend));
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = MetricsEndpoint::StartIfAsked(
+      f->flags, f->host, p.metrics->registry(), [&p] { p.metrics->Refresh(); },
+      [&p] { return p.serving.load(); }, "lact-worker");
+  if (!endpoint.ok()) return Fail(endpoint.status());
+  p.metrics_endpoint = *std::move(endpoint);
+  return Serve(*f, *guards, p);
 }
 
 }  // namespace

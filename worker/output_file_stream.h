@@ -10,18 +10,16 @@
 #ifndef LACT_WORKER_OUTPUT_FILE_STREAM_H_
 #define LACT_WORKER_OUTPUT_FILE_STREAM_H_
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "common/data_files.h"
 #include "common/tensor.h"
+#include "worker/write_queue.h"
 
 namespace lact {
 
@@ -44,16 +42,11 @@ class OutputFileStream {
 
  private:
   explicit OutputFileStream(std::unique_ptr<OutputRowsWriter> writer);
-  void Run();
+  absl::Status Write(Tensor& rows);
 
-  std::unique_ptr<OutputRowsWriter> writer_;  // the thread's
-  mutable absl::Mutex mu_;
-  std::deque<Tensor> queued_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  int64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;
+  std::unique_ptr<OutputRowsWriter> writer_;  // the queue's thread's, then Finish's
+  std::atomic<int64_t> bytes_written_{0};
+  WriteQueue<Tensor> queue_;  // last: its thread writes with the rest
 };
 
 }  // namespace lact

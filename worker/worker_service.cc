@@ -21,59 +21,13 @@
 #include "proto/status_conversion.h"
 #include "proto/stream_call.h"
 #include "worker/kv_store_client.h"
-#include "worker/output_file_stream.h"
+#include "worker/shard_run.h"
 
 namespace lact {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using ShardCall = StreamCall<v1::ShardRequest, v1::ShardResponse>;
 using QueryCall = StreamCall<v1::WorkerQueryRequest, v1::ShardResponse>;
-
-// How long outputs that reached the client are kept, for a client that
-// died with the last messages in flight.
-constexpr std::chrono::seconds kDeliveredGrace(60);
-
-struct JobModel {
-  std::shared_ptr<const Model> model;
-  ModelConfig config;  // with the job's overrides
-};
-
-absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
-                                         const v1::JobOptions& o) {
-  JobModel m;
-  LACT_ASSIGN_OR_RETURN(m.model, models.Get(name));
-  LACT_ASSIGN_OR_RETURN(m.config, ApplyJobOptions(m.model->config(), FromProto(o)));
-  return m;
-}
-
-// The shard's rows of the context file, checked against the job, read
-// into huge pages if `huge_pages`.
-absl::StatusOr<Tensor> ReadContextRows(const std::string& data_root, const v1::ShardSpec& spec,
-                                       int64_t width, bool huge_pages, int64_t* bytes) {
-  LACT_ASSIGN_OR_RETURN(const DataPath path, ResolveDataPath(data_root, spec.context_ref().path()));
-  LACT_ASSIGN_OR_RETURN(TokenFileLayout file, OpenTokenFile(path, spec.context_ref().tensor()));
-  if (file.rows != spec.total_tokens() || file.width != width) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("context '", path.shown(), "' holds ", file.rows, " x ", file.width,
-                     " tokens, not the job's ", spec.total_tokens(), " x ", width,
-                     " (changed since the job was accepted?)"));
-  }
-  Tensor rows =
-      huge_pages ? HugePageTensor({spec.tokens(), width}) : Tensor({spec.tokens(), width});
-  LACT_RETURN_IF_ERROR(ReadTokenRows(file, spec.begin(), spec.tokens(), rows.ptr()));
-  *bytes = spec.tokens() * width * WireBytes(file.dtype);
-  return rows;
-}
-
-// The shard's rows of the output file, open for them to be written as the
-// last block makes them.
-absl::StatusOr<std::unique_ptr<OutputFileStream>> OpenOutputRows(const std::string& data_root,
-                                                                 const v1::ShardSpec& spec,
-                                                                 int64_t width) {
-  LACT_ASSIGN_OR_RETURN(const DataPath path, ResolveDataPath(data_root, spec.output_ref().path()));
-  return OutputFileStream::Open(path, spec.total_tokens(), width, spec.begin(), spec.tokens());
-}
 
 // The coordinator's spool file for the shard's in-band context rows, open
 // for writing; nullopt (the job cannot run again from a spool, it still
@@ -112,175 +66,23 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec&
   return transfer;
 }
 
-// One RunShard call from its spec to its ShardDone.
-class ShardJob {
+// What a shard tells the coordinator, as messages on its RunShard call.
+class CallReports final : public ShardReports {
  public:
-  // `cancelled` turns true when the coordinator ends the call.
-  ShardJob(const WorkerContext& w, const v1::ShardSpec& spec, JobModel job, ShardCall& call,
-           const std::atomic<bool>& cancelled, std::shared_ptr<ShardTransfer> transfer)
-      : w_(w),
-        spec_(spec),
-        job_(std::move(job)),
-        call_(call),
-        cancelled_flag_(cancelled),
-        transfer_(std::move(transfer)) {}
-
-  absl::StatusOr<v1::ShardDone> Run() {
-    const auto start = Clock::now();
-    LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
-    done_.set_upload_seconds(SecondsSince(start));
-    if (spec_.has_output_ref()) {
-      LACT_ASSIGN_OR_RETURN(output_file_,
-                            OpenOutputRows(w_.data_root, spec_, job_.config.output_width()));
-    }
-    // Layer progress is the context's: the query sets run through the
-    // same hooks afterwards. The context's output rows leave as the last
-    // block makes them.
-    RunHooks hooks{[this](int layers, int) {
-                     ReportSpooled();
-                     if (spec_.rank() != 0 || context_done_) return;
-                     v1::ShardResponse r;
-                     r.set_layers_done(layers);
-                     call_.Write(r);
-                   },
-                   cancelled_,
-                   [this](int64_t first, Tensor rows) { return TakeOutputRows(first, rows); }};
-    LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
-                          MakeShardRunner(w_.backend, job_.model, job_.config, std::move(hooks)));
-    const std::chrono::milliseconds timeout(spec_.collective_timeout_ms() > 0
-                                                ? spec_.collective_timeout_ms()
-                                                : kDefaultCollectiveTimeout.count());
-    KvStoreClient store(w_.control, timeout);
-    LACT_RETURN_IF_ERROR(runner->JoinGroup(
-        {&store, spec_.rendezvous_prefix(), spec_.rank(), spec_.world_size(), timeout}));
-    const auto compute_start = Clock::now();
-    FusedState state;
-    LACT_ASSIGN_OR_RETURN(Tensor output, runner->RunContextShard(std::move(shard), spec_.begin(),
-                                                                 spec_.total_tokens(), &state));
-    if (output.size() != 0) return absl::InternalError("the shard's outputs were not streamed");
-    done_.set_compute_seconds(SecondsSince(compute_start));
-    context_done_ = true;
-    done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
-    done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
-    ReportSpooled();
-    const auto download_start = Clock::now();
-    LACT_RETURN_IF_ERROR(Deliver(*runner, std::move(state)));
-    done_.set_download_seconds(SecondsSince(download_start));
-    done_.set_peak_rss_bytes(PeakRssBytes());
-    return done_;
+  explicit CallReports(ShardCall* call) : call_(call) {}
+  void LayersDone(int layers) override {
+    v1::ShardResponse r;
+    r.set_layers_done(layers);
+    call_->Write(r);
+  }
+  void Spooled() override {
+    v1::ShardResponse r;
+    r.set_spooled(true);
+    call_->Write(r);
   }
 
  private:
-  absl::StatusOr<Tensor> ObtainContext() {
-    const int64_t width = job_.config.input_width();
-    Tensor shard;
-    if (spec_.has_context_ref()) {
-      int64_t bytes = 0;
-      LACT_ASSIGN_OR_RETURN(
-          shard, ReadContextRows(spec_.context_from_spool() ? w_.spool_dir : w_.data_root, spec_,
-                                 width, w_.huge_pages, &bytes));
-      done_.set_context_bytes(bytes);
-    }
-    if (transfer_ != nullptr && ShardTakesTokensInBand(spec_.has_context_ref(), spec_.rank(),
-                                                       spec_.query_tokens_size() > 0)) {
-      LACT_RETURN_IF_ERROR(transfer_->AwaitUpload(IdleTimeout()));
-      if (!spec_.has_context_ref()) {
-        shard = transfer_->receiver().TakeSet(0);
-        done_.set_context_bytes(transfer_->context_bytes());
-        ReportSpooled();
-      }
-    }
-    return shard;
-  }
-
-  // The context's output rows [first, ...) of the shard, from the run's
-  // thread: to the output file's writer, or published to the stream (and
-  // kept, so a client that goes away can fetch them).
-  absl::Status TakeOutputRows(int64_t first, Tensor& rows) {
-    output_bytes_ += rows.size() * static_cast<int64_t>(sizeof(float));
-    if (output_file_ != nullptr) return output_file_->Put(std::move(rows));
-    Keep({0, spec_.begin() + first, "", std::make_shared<const Tensor>(std::move(rows))});
-    return absl::OkStatus();
-  }
-
-  void Keep(ResultItem item) {
-    kept_.outputs.push_back(item);
-    if (transfer_ != nullptr) transfer_->Publish(std::move(item));
-  }
-
-  // The rest of the results, after the context's outputs (in the output
-  // file, or already published): on rank 0 the query sets and the fused
-  // state. Everything sent in band is retained first, so a client that
-  // goes away can fetch it: its shard still succeeds, with
-  // ShardDone.results_delivered false. Returns once all of it is delivered.
-  absl::Status Deliver(ShardRunner& runner, FusedState state) {
-    done_.set_output_bytes(output_bytes_);
-    if (output_file_ != nullptr) LACT_RETURN_IF_ERROR(output_file_->Finish());
-    if (spec_.rank() == 0) {
-      kept_.state = std::make_shared<const FusedState>(std::move(state));
-      for (int k = 0; k < spec_.query_tokens_size(); ++k) {
-        LACT_ASSIGN_OR_RETURN(Tensor out,
-                              runner.RunQuery(transfer_->receiver().TakeSet(k + 1), *kept_.state));
-        Keep({k + 1, 0, "", std::make_shared<const Tensor>(std::move(out))});
-      }
-      if (spec_.return_state()) {
-        for (ResultItem& item : StateItems(kept_.state)) transfer_->Publish(std::move(item));
-      }
-    }
-    const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
-    if (kept_.state != nullptr || !kept_.outputs.empty()) {
-      // Too large for the cap: the job still succeeds; FetchResult and Query
-      // will say why nothing was kept_.
-      w_.results->Put(spec_.job_id(), std::move(kept_), ttl).IgnoreError();
-    }
-    done_.set_results_delivered(true);
-    if (transfer_ == nullptr) return absl::OkStatus();
-    transfer_->EndPublishing();
-    absl::Status sent = transfer_->AwaitDownload(IdleTimeout());
-    if (cancelled_())
-      return sent.ok() ? absl::CancelledError("cancelled by the coordinator") : sent;
-    done_.set_results_delivered(sent.ok());
-    if (sent.ok()) w_.results->Delivered(spec_.job_id(), kDeliveredGrace);
-    return absl::OkStatus();
-  }
-
-  // Tells the coordinator, once, that the shard's context rows are all in
-  // the spool (the spool's thread writes them while the shard computes;
-  // checked after the upload and at every layer).
-  void ReportSpooled() {
-    if (spool_reported_ || transfer_ == nullptr || !transfer_->spooled()) return;
-    spool_reported_ = true;
-    v1::ShardResponse r;
-    r.set_spooled(true);
-    call_.Write(r);
-  }
-
-  // Longest wait for the client's stream and between its chunks.
-  std::chrono::milliseconds IdleTimeout() const {
-    return std::chrono::milliseconds(spec_.upload_idle_timeout_ms() > 0
-                                         ? spec_.upload_idle_timeout_ms()
-                                         : kDefaultUploadIdleTimeout.count());
-  }
-
-  const WorkerContext& w_;
-  const v1::ShardSpec& spec_;
-  JobModel job_;
-  ShardCall& call_;
-  const std::atomic<bool>& cancelled_flag_;
-  std::shared_ptr<ShardTransfer> transfer_;
-  const std::function<bool()> cancelled_ = [this] { return cancelled_flag_.load(); };
-  v1::ShardDone done_;
-  RetainedResult kept_{spec_.tenant(),
-                       spec_.model(),
-                       spec_.options(),
-                       spec_.fetch_ticket(),
-                       spec_.rank(),
-                       nullptr,
-                       {}};
-  std::unique_ptr<OutputFileStream> output_file_;  // by reference
-  int64_t output_bytes_ = 0;
-  bool spool_reported_ = false;
-  bool context_done_ = false;  // its layers ran; what runs now is query sets
+  ShardCall* const call_;
 };
 
 absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
@@ -326,7 +128,15 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
                                                      " but model '", spec.model(), "' takes ",
                                                      job.config.input_width()));
     }
-    return ShardJob(w, spec, std::move(job), call, cancelled, *transfer).Run();
+    const std::chrono::milliseconds timeout(spec.collective_timeout_ms() > 0
+                                                ? spec.collective_timeout_ms()
+                                                : kDefaultCollectiveTimeout.count());
+    KvStoreClient store(w.control, timeout);
+    CallReports reports(&call);
+    return ShardRun(
+               {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, &store}, spec,
+               std::move(job), &reports, [&cancelled] { return cancelled.load(); }, *transfer)
+        .Run();
   }();
   if (!done.ok()) {
     w.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now

@@ -33,6 +33,64 @@ absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
   return ApplyJobOptions(model.config(), options);
 }
 
+// --backend and the flags that go with it; a GPU wants far bigger tiles
+// than a CPU core's caches.
+absl::StatusOr<BackendOptions> BackendFromFlags(const Flags& flags) {
+  LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
+  const std::string backend = flags.Get("backend").value_or("cpu");
+  const std::string precision = flags.Get("precision").value_or("fp32");
+  LACT_ASSIGN_OR_RETURN(
+      int64_t tile,
+      flags.Int("tile-tokens", backend == "cuda" ? 65536 : DefaultCpuTileTokens(precision), 1,
+                int64_t{1} << 24));
+  LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
+  const BackendOptions options{.backend = backend,
+                               .threads = static_cast<int>(threads),
+                               .tile_tokens = tile,
+                               .device = static_cast<int>(device),
+                               .precision = precision,
+                               .scan_math = flags.Get("scan-math").value_or("fp32")};
+  LACT_RETURN_IF_ERROR(ValidateBackend(options));
+  return options;
+}
+
+// What a run produces: the context's outputs, each query set's, and the
+// fused state.
+struct RunOutputs {
+  Tensor output;
+  std::vector<Tensor> queries;
+  FusedState state;
+};
+
+absl::StatusOr<RunOutputs> RunJob(ShardRunner& runner, Tensor context,
+                                  std::vector<Tensor> queries) {
+  RunOutputs out;
+  LACT_RETURN_IF_ERROR(runner.JoinGroup(GroupSpec{}));  // a group of one
+  const int64_t context_tokens = context.rank() > 0 ? context.dim(0) : 0;
+  LACT_ASSIGN_OR_RETURN(out.output,
+                        runner.RunContextShard(std::move(context), 0, context_tokens, &out.state));
+  for (size_t k = 0; k < queries.size(); ++k) {
+    absl::StatusOr<Tensor> q = runner.RunQuery(std::move(queries[k]), out.state);
+    if (!q.ok()) {
+      return absl::Status(q.status().code(),
+                          absl::StrCat("query set ", k, ": ", q.status().message()));
+    }
+    out.queries.push_back(*std::move(q));
+  }
+  return out;
+}
+
+absl::Status WriteOutputs(const std::string& path, const ModelConfig& config,
+                          const RunOutputs& out) {
+  SafetensorsWriter writer;
+  writer.Add("output", out.output);
+  for (size_t k = 0; k < out.queries.size(); ++k)
+    writer.Add(absl::StrCat("query_", k), out.queries[k]);
+  for (const auto& [name, t] : FusedStateTensors(out.state)) writer.Add(name, *t);
+  writer.SetMetadata("lact.config", ModelConfigToJson(config));
+  return writer.Write(path);
+}
+
 }  // namespace
 
 absl::Status RunCommand(const std::vector<std::string>& args) {
@@ -45,31 +103,14 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string context_spec, flags.Required("context"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
   LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
-  LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
-  const std::string backend = flags.Get("backend").value_or("cpu");
-  const std::string precision = flags.Get("precision").value_or("fp32");
-  // A GPU wants far bigger tiles than a CPU core's caches.
-  LACT_ASSIGN_OR_RETURN(
-      int64_t tile,
-      flags.Int("tile-tokens", backend == "cuda" ? 65536 : DefaultCpuTileTokens(precision), 1,
-                int64_t{1} << 24));
-  LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
-  const BackendOptions backend_options{.backend = backend,
-                                       .threads = static_cast<int>(threads),
-                                       .tile_tokens = tile,
-                                       .device = static_cast<int>(device),
-                                       .precision = precision,
-                                       .scan_math = flags.Get("scan-math").value_or("fp32")};
-  LACT_RETURN_IF_ERROR(ValidateBackend(backend_options));
-
+  LACT_ASSIGN_OR_RETURN(const BackendOptions backend, BackendFromFlags(flags));
   LACT_ASSIGN_OR_RETURN(Model resolved, ResolveModel(model_spec));
   const auto model = std::make_shared<const Model>(std::move(resolved));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, JobConfig(*model, flags));
-  const int64_t width = config.input_width();
-  LACT_ASSIGN_OR_RETURN(Tensor context, LoadTokens(context_spec, width));
+  LACT_ASSIGN_OR_RETURN(Tensor context, LoadTokens(context_spec, config.input_width()));
   std::vector<Tensor> queries;
   for (const std::string& q : flags.GetAll("query")) {
-    LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, width));
+    LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
     queries.push_back(std::move(t));
   }
   const int64_t context_tokens = context.rank() > 0 ? context.dim(0) : 0;
@@ -78,42 +119,22 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
   std::fprintf(stderr, "lact run: %s, %lld context tokens, %zu query sets, %lld parameters\n",
                model_spec.c_str(), static_cast<long long>(context_tokens), queries.size(),
                static_cast<long long>(model->num_parameters()));
-
   const auto start = std::chrono::steady_clock::now();
-  const auto elapsed = [start] { return SecondsSince(start); };
-  if (backend_options.backend == "cpu" && backend_options.precision == "bf16")
+  if (backend.backend == "cpu" && backend.precision == "bf16")
     std::fprintf(stderr, "lact run: --precision bf16 on the CPU is %s\n", CpuBf16Mode().c_str());
-  const RunHooks hooks{[&](int done, int all) {
-    std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, elapsed());
+  const RunHooks hooks{[start](int done, int all) {
+    std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, SecondsSince(start));
   }};
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner,
-                        MakeShardRunner(backend_options, model, config, hooks));
-  LACT_RETURN_IF_ERROR(runner->JoinGroup(GroupSpec{}));  // a group of one
-  FusedState state;
-  LACT_ASSIGN_OR_RETURN(Tensor output,
-                        runner->RunContextShard(std::move(context), 0, context_tokens, &state));
-  std::vector<Tensor> query_outputs;
-  for (size_t k = 0; k < queries.size(); ++k) {
-    absl::StatusOr<Tensor> q = runner->RunQuery(std::move(queries[k]), state);
-    if (!q.ok()) {
-      return absl::Status(q.status().code(),
-                          absl::StrCat("query set ", k, ": ", q.status().message()));
-    }
-    query_outputs.push_back(*std::move(q));
-  }
-  const double seconds = elapsed();
-
-  SafetensorsWriter writer;
-  writer.Add("output", output);
-  for (size_t k = 0; k < query_outputs.size(); ++k)
-    writer.Add(absl::StrCat("query_", k), query_outputs[k]);
-  for (const auto& [name, t] : FusedStateTensors(state)) writer.Add(name, *t);
-  writer.SetMetadata("lact.config", ModelConfigToJson(config));
-  LACT_RETURN_IF_ERROR(writer.Write(out_path));
+                        MakeShardRunner(backend, model, config, hooks));
+  LACT_ASSIGN_OR_RETURN(const RunOutputs out,
+                        RunJob(*runner, std::move(context), std::move(queries)));
+  const double seconds = SecondsSince(start);
+  LACT_RETURN_IF_ERROR(WriteOutputs(out_path, config, out));
   if (flags.Has("json")) {
     PrintJson({{"model", model_spec},
                {"context_tokens", context_tokens},
-               {"query_sets", query_outputs.size()},
+               {"query_sets", out.queries.size()},
                {"tokens", total_tokens},
                {"seconds", seconds},
                {"tokens_per_second", static_cast<double>(total_tokens) / seconds},

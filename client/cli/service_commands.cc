@@ -166,17 +166,9 @@ absl::Status PrintMessages(const char* key, const std::vector<Message>& messages
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status SubmitCommand(const std::vector<std::string>& args) {
-  LACT_ASSIGN_OR_RETURN(
-      Flags flags,
-      Flags::Parse(args,
-                   {"server", "token-file", "tls-ca", "model", "context", "query", "workers",
-                    "muon-steps", "chunk-tokens", "dtype", "timeout", "out", "shards",
-                    "context-ref", "context-tensor", "out-ref", "tenant"},
-                   {"query", "shards"}, {"detach", "cancel-on-disconnect", "json", "replace"}));
-  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+// The job lact submit sends, as its flags say; the context and query sets
+// are read later, once the model's width is known.
+absl::StatusOr<SubmitOptions> SubmitOptionsFromFlags(const Flags& flags) {
   SubmitOptions options;
   LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
   options.context_ref = flags.Get("context-ref").value_or("");
@@ -189,8 +181,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   if (options.detach) options.return_state = false;
   options.cancel_on_disconnect = flags.Has("cancel-on-disconnect");
   options.tenant = flags.Get("tenant").value_or("");
-  const std::string context_spec = flags.Get("context").value_or("");
-  if (context_spec.empty() == options.context_ref.empty()) {
+  if (flags.Get("context").value_or("").empty() == options.context_ref.empty()) {
     return absl::InvalidArgumentError(
         "give the context as --context FILE.npy|random:L[:SEED] or --context-ref PATH");
   }
@@ -215,11 +206,69 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
       return absl::InvalidArgumentError(absl::StrCat("--shards '", s, "' is not an integer"));
     options.shard_tokens.push_back(n);
   }
+  return options;
+}
+
+// What a finished lact submit prints: the job's id on stdout, and its
+// outputs and statistics on stderr (or all of it as --json).
+absl::Status PrintSubmitted(const Flags& flags, const SubmitOptions& options,
+                            const JobResult& result) {
+  const std::string out_path = flags.Get("out").value_or("");
+  int64_t tokens = 0;
+  for (const v1::ShardRange& r : result.shards) tokens += r.tokens();
+  if (flags.Has("json")) {
+    LACT_ASSIGN_OR_RETURN(nlohmann::json stats, ProtoToJson(result.stats));
+    PrintJson({{"job_id", result.job_id},
+               {"status", "SUCCEEDED"},
+               {"model", options.model},
+               {"workers", result.shards.size()},
+               {"context_tokens", tokens},
+               {"query_sets", result.queries.size()},
+               {"state_tensors", result.state.size()},
+               {"out", out_path},
+               {"out_ref", options.output_ref},
+               {"stats", stats},
+               {"client_peak_rss_bytes", PeakRssBytes()}});
+    return absl::OkStatus();
+  }
+  std::printf("%s\n", result.job_id.c_str());
+  std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n", result.job_id.c_str(),
+               result.shards.size(),
+               out_path.empty()             ? options.output_ref.c_str()
+               : options.output_ref.empty() ? out_path.c_str()
+                                            : (out_path + " and " + options.output_ref).c_str());
+  PrintStats(result.stats, tokens);
+  return absl::OkStatus();
+}
+
+void PrintDetached(const Flags& flags, const std::string& server, const JobResult& result) {
+  if (flags.Has("json")) {
+    PrintJson({{"job_id", result.job_id}, {"detached", true}});
+  } else {
+    std::printf("%s\n", result.job_id.c_str());
+  }
+  std::fprintf(stderr,
+               "lact submit: job %s runs on; follow it with lact watch --server %s --job %s\n",
+               result.job_id.c_str(), server.c_str(), result.job_id.c_str());
+}
+
+}  // namespace
+
+absl::Status SubmitCommand(const std::vector<std::string>& args) {
+  LACT_ASSIGN_OR_RETURN(
+      Flags flags,
+      Flags::Parse(args,
+                   {"server", "token-file", "tls-ca", "model", "context", "query", "workers",
+                    "muon-steps", "chunk-tokens", "dtype", "timeout", "out", "shards",
+                    "context-ref", "context-tensor", "out-ref", "tenant"},
+                   {"query", "shards"}, {"detach", "cancel-on-disconnect", "json", "replace"}));
+  LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
+  LACT_ASSIGN_OR_RETURN(const SubmitOptions options, SubmitOptionsFromFlags(flags));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(options.model));
   Tensor context;
-  if (!context_spec.empty()) {
-    LACT_ASSIGN_OR_RETURN(context, LoadTokens(context_spec, config.input_width()));
+  if (const std::string spec = flags.Get("context").value_or(""); !spec.empty()) {
+    LACT_ASSIGN_OR_RETURN(context, LoadTokens(spec, config.input_width()));
   }
   std::vector<Tensor> queries;
   for (const std::string& q : flags.GetAll("query")) {
@@ -239,48 +288,16 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
       });
   line.Finish();
   LACT_RETURN_IF_ERROR(result.status());
-  const bool json = flags.Has("json");
   if (options.detach) {
-    if (json) {
-      PrintJson({{"job_id", result->job_id}, {"detached", true}});
-    } else {
-      std::printf("%s\n", result->job_id.c_str());
-    }
-    std::fprintf(stderr,
-                 "lact submit: job %s runs on; follow it with lact watch --server %s --job %s\n",
-                 result->job_id.c_str(), server.c_str(), result->job_id.c_str());
+    PrintDetached(flags, server, *result);
     return absl::OkStatus();
   }
-  if (!out_path.empty()) {
+  if (const std::string out_path = flags.Get("out").value_or(""); !out_path.empty()) {
     LACT_RETURN_IF_ERROR(config_json.status());
     LACT_RETURN_IF_ERROR(
         WriteResult(out_path, *config_json, &result->output, result->queries, result->state));
   }
-  int64_t tokens = 0;
-  for (const v1::ShardRange& r : result->shards) tokens += r.tokens();
-  if (json) {
-    LACT_ASSIGN_OR_RETURN(nlohmann::json stats, ProtoToJson(result->stats));
-    PrintJson({{"job_id", result->job_id},
-               {"status", "SUCCEEDED"},
-               {"model", options.model},
-               {"workers", result->shards.size()},
-               {"context_tokens", tokens},
-               {"query_sets", result->queries.size()},
-               {"state_tensors", result->state.size()},
-               {"out", out_path},
-               {"out_ref", options.output_ref},
-               {"stats", stats},
-               {"client_peak_rss_bytes", PeakRssBytes()}});
-    return absl::OkStatus();
-  }
-  std::printf("%s\n", result->job_id.c_str());
-  std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n",
-               result->job_id.c_str(), result->shards.size(),
-               out_path.empty()             ? options.output_ref.c_str()
-               : options.output_ref.empty() ? out_path.c_str()
-                                            : (out_path + " and " + options.output_ref).c_str());
-  PrintStats(result->stats, tokens);
-  return absl::OkStatus();
+  return PrintSubmitted(flags, options, *result);
 }
 
 absl::Status QueryCommand(const std::vector<std::string>& args) {

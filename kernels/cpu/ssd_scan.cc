@@ -53,13 +53,10 @@ struct ChunkScratch {
 constexpr int kChunkVecs = kChunk / kLanes;
 static_assert(kChunk % kLanes == 0);
 
-// One chunk of `n` tokens at t0 for head h, given cb = C B^T of the chunk
-// (row stride kChunk, zero past column n) and st = this head's state
-// transposed ([N, P], row stride ld_st): writes y, advances st past the
-// chunk and returns the chunk's log decay.
-float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb, float* st,
-                    int64_t ld_st, ChunkScratch* s) {
-  const int64_t P = p.head_dim, N = p.d_state;
+// The chunk's steps dt and their running sum cum = cumsum(dt * a) into
+// `s`, a short chunk's tail with no step and no decay (finite, and w = 0
+// there); returns cum's last value, the chunk's log decay.
+float ChunkDecays(const ScanParams& p, int h, int64_t t0, int64_t n, ChunkScratch* s) {
   const float a = p.a[h];
   float run = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -67,12 +64,22 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
     run += s->dt[i] * a;
     s->cum[i] = run;
   }
-  const float last = run;
-  // A short chunk's tail: no step, no decay (finite, and w = 0 there).
   for (int64_t i = n; i < kChunk; ++i) {
     s->dt[i] = 0.0f;
-    s->cum[i] = last;
+    s->cum[i] = run;
   }
+  return run;
+}
+
+// From cb and the chunk's decays: M into s->m, and s->e, s->w.
+// M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i, and D on the
+// diagonal besides, so that M @ X includes the skip term D x; zero past
+// the diagonal (the lower product reads up to its row block's end).
+// Past the diagonal the exp is finite (FastExp clamps), the product may
+// not be, and the select drops it. e_i = exp(cum_i) scales C S^T's rows;
+// w_j = exp(cum_last - cum_j) dt_j weighs token j's x in the state update.
+void ChunkMatrix(const ScanParams& p, int h, int64_t n, float last, const float* cb,
+                 ChunkScratch* s) {
   Vec cum[kChunkVecs], dt[kChunkVecs];
   IntVec token[kChunkVecs];  // each lane's token index j
   for (int v = 0; v < kChunkVecs; ++v) {
@@ -80,11 +87,6 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
     dt[v] = Load(s->dt + v * kLanes);
     token[v] = Iota(v * kLanes);
   }
-  // M[i, j] = (C_i . B_j) exp(cum_i - cum_j) dt_j for j <= i, and D on the
-  // diagonal besides, so that M @ X includes the skip term D x; zero past
-  // the diagonal (the lower product reads up to its row block's end).
-  // Past the diagonal the exp is finite (FastExp clamps), the product may
-  // not be, and the select drops it.
   const float d = p.d_skip != nullptr ? p.d_skip[h] : 0.0f;
   float* m = s->m.data();
   for (int64_t i = 0; i < n; ++i) {
@@ -100,12 +102,22 @@ float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const flo
       Store(out, token[v] < diag ? mv : token[v] == diag ? mv + d : Vec{});
     }
   }
-  // e_i = exp(cum_i) scales C S^T's rows; w_j = exp(cum_last - cum_j) dt_j
-  // weighs token j's x in the state update.
   for (int v = 0; v < kChunkVecs; ++v) {
     Store(s->e + v * kLanes, FastExp(cum[v]));
     Store(s->w + v * kLanes, FastExp(last - cum[v]) * dt[v]);
   }
+}
+
+// One chunk of `n` tokens at t0 for head h, given cb = C B^T of the chunk
+// (row stride kChunk, zero past column n) and st = this head's state
+// transposed ([N, P], row stride ld_st): writes y, advances st past the
+// chunk and returns the chunk's log decay.
+float ScanChunkHead(const ScanParams& p, int h, int64_t t0, int64_t n, const float* cb, float* st,
+                    int64_t ld_st, ChunkScratch* s) {
+  const int64_t P = p.head_dim, N = p.d_state;
+  const float last = ChunkDecays(p, h, t0, n, s);
+  ChunkMatrix(p, h, n, last, cb, s);
+  float* m = s->m.data();
   const float* xc = p.x + t0 * p.ldx + h * P;
   float* yc = p.y + t0 * p.ldy + h * P;
   SmallGemm(n, P, n, m, kChunk, 1, xc, p.ldx, 0.0f, yc, p.ldy, /*lower=*/true);  // y = M X

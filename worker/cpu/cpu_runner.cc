@@ -14,8 +14,6 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threading.h"
 #include "worker/cpu/cpu_ops.h"
-#include "worker/schedule/block_schedule.h"
-#include "worker/schedule/run_tokens.h"
 
 namespace lact {
 
@@ -91,47 +89,23 @@ int64_t DefaultCpuTileTokens(std::string_view precision) {
 CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const BackendOptions& options,
                      RunHooks hooks, std::shared_ptr<const Model> bf16_weights)
     : model_(model),
-      config_(config),
       operands_(options.precision == "bf16" ? cpu::Operands::kBf16 : cpu::Operands::kFp32),
       rounded_(std::move(bf16_weights)),
       threads_(options.threads),
       tile_(options.tile_tokens > 0 ? options.tile_tokens
                                     : DefaultCpuTileTokens(options.precision)),
-      hooks_(std::move(hooks)) {}
+      runner_(config, std::move(hooks),
+              [this](int64_t rows, Collective* grads) { return Ops(rows, grads); }) {}
 
-absl::StatusOr<Tensor> CpuRunner::RunContext(Tensor context, FusedState* state) {
-  // The whole context is the one shard of a group of one.
-  const int64_t L = context.rank() >= 1 ? context.dim(0) : 0;
-  return RunContextShard(std::move(context), 0, L, &local_, nullptr, state);
-}
-
-absl::StatusOr<Tensor> CpuRunner::RunContextShard(Tensor shard, int64_t begin, int64_t total,
-                                                  Collective* sync, Collective* grads,
-                                                  FusedState* state) {
-  LACT_RETURN_IF_ERROR(CheckShard(config_, shard, begin, total));
-  *state = ZeroFusedState(config_);
-  return Run(std::move(shard), ContextShard(sync, begin, total, hooks_), grads, nullptr, state);
-}
-
-absl::StatusOr<Tensor> CpuRunner::RunQuery(Tensor query, const FusedState& state) {
-  LACT_RETURN_IF_ERROR(CheckQuery(config_, query, state));
-  const int64_t L = query.dim(0);
-  return Run(
-      std::move(query),
-      {.kind = SequenceKind::kQuery, .sync = &local_, .total = L, .cancelled = hooks_.cancelled},
-      nullptr, &state, nullptr);
-}
-
-absl::StatusOr<Tensor> CpuRunner::Run(Tensor tokens, const ShardContext& shard, Collective* grads,
-                                      const FusedState* kept, FusedState* out) {
+absl::StatusOr<SequenceOps> CpuRunner::Ops(int64_t rows, Collective* grads) {
   cpu::SetNumThreads(threads_);
   if (operands_ == cpu::Operands::kBf16 && rounded_ == nullptr) {
     LACT_ASSIGN_OR_RETURN(Model rounded, RoundGemmWeightsToBf16(model_));
     rounded_ = std::make_shared<const Model>(std::move(rounded));
   }
   const Model& model = rounded_ != nullptr ? *rounded_ : model_;
-  CpuOps ops(model, config_, tokens.dim(0), tile_, grads, &overlap_, operands_, &packed_);
-  return RunModel(model, config_, shard, std::move(tokens), ops, kept, out, hooks_.on_layer_done);
+  return SequenceOps{&model, std::make_unique<CpuOps>(model, runner_.config(), rows, tile_, grads,
+                                                      &overlap_, operands_, &packed_)};
 }
 
 }  // namespace lact

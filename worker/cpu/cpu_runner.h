@@ -1,5 +1,5 @@
 // Runs the model of docs/model.md on the CPU (float32, oneDNN + OpenMP): the
-// one schedule (block_schedule.h) over CpuOps, tiled over tokens so that
+// one runner (model_runner.h) over CpuOps, tiled over tokens so that
 // working memory beyond three [L, D] activations stays at a few tiles.
 // With BackendOptions::precision "bf16" its GEMMs take bf16-rounded
 // operands with float32 accumulation, the CUDA backend's bf16 contract: on
@@ -29,6 +29,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/packed_weights.h"
 #include "worker/collective/collective.h"
+#include "worker/schedule/model_runner.h"
 #include "worker/schedule/shard.h"
 
 namespace lact {
@@ -74,24 +75,30 @@ class CpuRunner {
 
   // context: [L, d_input or D], consumed. Returns [L, d_output or D] and
   // fills *state.
-  absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state);
+  absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state) {
+    return runner_.RunContext(std::move(context), state);
+  }
   // This rank's contiguous shard [begin, begin + L) of a context of `total`
   // tokens. Every rank gets the same *state; the rows returned are the
   // shard's (empty when the hooks' on_output_rows takes them tile by tile).
   absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
-                                         Collective* sync, Collective* grads, FusedState* state);
+                                         Collective* sync, Collective* grads, FusedState* state) {
+    return runner_.RunContextShard(std::move(shard), begin, total, sync, grads, state);
+  }
   // query: [L_q, d_input or D]. `state` as produced by RunContext.
-  absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state);
+  absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) {
+    return runner_.RunQuery(std::move(query), state);
+  }
 
   // Gradient all-reduce time and the part of it not hidden, summed over runs.
   const OverlapStats& overlap() const { return overlap_; }
 
  private:
-  absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard, Collective* grads,
-                             const FusedState* kept, FusedState* out);
+  // CpuOps for a sequence of `rows` tokens, on this runner's threads and
+  // weights (rounded at first use in the bf16 mode, unless given).
+  absl::StatusOr<SequenceOps> Ops(int64_t rows, Collective* grads);
 
   const Model& model_;
-  ModelConfig config_;
   cpu::Operands operands_;
   std::shared_ptr<const Model> rounded_;  // the bf16 mode's weights
   // The weights packed for the matmul once for all of this runner's
@@ -99,9 +106,8 @@ class CpuRunner {
   cpu::PackedWeights packed_;
   int threads_;
   int64_t tile_;
-  RunHooks hooks_;
-  LocalCollective local_;
   OverlapStats overlap_;
+  ModelRunner<Collective> runner_;  // last: its ops use the rest
 };
 
 }  // namespace lact

@@ -1,5 +1,5 @@
-// Runs the model of docs/model.md on one NVIDIA GPU: the one schedule
-// (block_schedule.h) over CudaOps. Weights are uploaded at Create(), or
+// Runs the model of docs/model.md on one NVIDIA GPU: the one runner
+// (model_runner.h) over CudaOps. Weights are uploaded at Create(), or
 // taken from a DeviceWeightsCache that uploaded them once for the process.
 // Precision: fp32 (TF32 off; parity with the float64 reference) or bf16 GEMM
 // operands with fp32 accumulation and state (the production mode;
@@ -26,6 +26,7 @@
 #include "worker/collective/collective.h"
 #include "worker/collective/device_allreduce.h"
 #include "worker/cuda/device_weights.h"
+#include "worker/schedule/model_runner.h"
 #include "worker/schedule/shard.h"
 
 namespace lact {
@@ -47,36 +48,44 @@ class CudaRunner {
                                                             RunHooks hooks,
                                                             DeviceWeightsCache& cache);
 
-  absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state);
+  absl::StatusOr<Tensor> RunContext(Tensor context, FusedState* state) {
+    return runner_.RunContext(std::move(context), state);
+  }
   absl::StatusOr<Tensor> RunContextShard(Tensor shard, int64_t begin, int64_t total,
                                          Collective* sync, DeviceAllReduce* grads,
-                                         FusedState* state);
-  absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state);
+                                         FusedState* state) {
+    return runner_.RunContextShard(std::move(shard), begin, total, sync, grads, state);
+  }
+  absl::StatusOr<Tensor> RunQuery(Tensor query, const FusedState& state) {
+    return runner_.RunQuery(std::move(query), state);
+  }
 
   // Gradient all-reduce time and the part of it not hidden, summed over runs.
   const OverlapStats& overlap() const { return overlap_; }
 
  private:
   CudaRunner(const Model& model, const ModelConfig& config, int64_t tile, RunHooks hooks)
-      : model_(model), config_(config), tile_(tile), hooks_(std::move(hooks)) {}
+      : model_(model),
+        tile_(tile),
+        runner_(config, std::move(hooks),
+                [this](int64_t rows, DeviceAllReduce* grads) { return Ops(rows, grads); }) {}
   // The runner with its context; `weights` supplies the weights there.
   static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(
       const Model& model, const ModelConfig& config, const BackendOptions& options, RunHooks hooks,
       const std::function<absl::StatusOr<std::shared_ptr<const DeviceWeights>>(cuda::CudaContext&)>&
           weights);
-  absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard, DeviceAllReduce* grads,
-                             const FusedState* kept, FusedState* out);
+  // CudaOps for a sequence of `rows` tokens on this runner's device; the
+  // all-reduce time the sequence adds is counted once it has run.
+  absl::StatusOr<SequenceOps> Ops(int64_t rows, DeviceAllReduce* grads);
 
   const Model& model_;
   std::shared_ptr<const Model> owned_model_;  // when made from a cache
-  ModelConfig config_;
   int64_t tile_;
   cuda::SsdMath scan_math_ = cuda::SsdMath::kFp32;
-  RunHooks hooks_;
   std::unique_ptr<cuda::CudaContext> ctx_;
   std::shared_ptr<const DeviceWeights> weights_;
-  LocalCollective local_;
   OverlapStats overlap_;
+  ModelRunner<DeviceAllReduce> runner_;  // last: its ops use the rest
 };
 
 }  // namespace lact

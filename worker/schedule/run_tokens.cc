@@ -1,9 +1,8 @@
 #include "worker/schedule/run_tokens.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/token_codec.h"
 
 namespace lact {
 
@@ -16,13 +15,8 @@ absl::Status CheckRunTokens(const ModelConfig& config, const Tensor& tokens,
   }
   if (tokens.dim(0) < 1)
     return absl::InvalidArgumentError(absl::StrCat(what, " has no tokens (need L >= 1)"));
-  for (int64_t i = 0; i < tokens.size(); ++i) {
-    if (!std::isfinite(tokens.data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite value at token ",
-                                                     i / width, ", feature ", i % width,
-                                                     " (NaN and Inf are not allowed)"));
-    }
-  }
+  if (absl::Status finite = CheckFinite(tokens.ptr(), tokens.size(), width, 0); !finite.ok())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", finite.message()));
   return absl::OkStatus();
 }
 

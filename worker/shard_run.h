@@ -1,0 +1,108 @@
+// One shard of a job on this worker, from its spec to its ShardDone, with
+// no call of its own: its context read by reference or taken from the
+// client's Transfer (ShardTransfer), its group joined through the
+// rendezvous store, its layers run on the worker's backend, its outputs
+// written to the output file or published to the client, and on rank 0
+// its query sets run and the fused state kept (RetainedResults). What the
+// coordinator hears as the shard goes (ShardReports) is the RunShard
+// call's, in worker_service.cc; unit tests give their own.
+#ifndef LACT_WORKER_SHARD_RUN_H_
+#define LACT_WORKER_SHARD_RUN_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model.h"
+#include "lact/v1/worker.pb.h"
+#include "worker/backends.h"
+#include "worker/model_cache.h"
+#include "worker/output_file_stream.h"
+#include "worker/retained_results.h"
+#include "worker/shard_transfer.h"
+
+namespace gloo::rendezvous {
+class Store;
+}  // namespace gloo::rendezvous
+
+namespace lact {
+
+// A job's model as its options make it.
+struct JobModel {
+  std::shared_ptr<const Model> model;
+  ModelConfig config;  // with the job's overrides
+};
+
+absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
+                                         const v1::JobOptions& options);
+
+// What a shard tells its coordinator while it runs.
+class ShardReports {
+ public:
+  virtual ~ShardReports() = default;
+  // Rank 0 finished `layers` of the context's layers.
+  virtual void LayersDone(int layers) = 0;
+  // Every in-band context row of the shard is in the spool.
+  virtual void Spooled() = 0;
+};
+
+// Where a shard runs: the worker's backend, files and kept results.
+struct ShardPlace {
+  BackendOptions backend;
+  std::string data_root;  // files by reference
+  std::string spool_dir;  // the coordinator's spool, as mounted here
+  bool huge_pages = true;
+  RetainedResults* results;
+  gloo::rendezvous::Store* store;  // where the group meets; unused for a group of one
+};
+
+class ShardRun {
+ public:
+  // `transfer`: the client's stream, for a shard with bytes in band (else
+  // null). `cancelled` turns true when the coordinator ends the shard.
+  ShardRun(ShardPlace place, const v1::ShardSpec& spec, JobModel job, ShardReports* reports,
+           std::function<bool()> cancelled, std::shared_ptr<ShardTransfer> transfer)
+      : place_(std::move(place)),
+        spec_(spec),
+        job_(std::move(job)),
+        reports_(reports),
+        cancelled_(std::move(cancelled)),
+        transfer_(std::move(transfer)) {}
+
+  absl::StatusOr<v1::ShardDone> Run();
+
+ private:
+  absl::StatusOr<Tensor> ObtainContext();
+  absl::StatusOr<std::unique_ptr<ShardRunner>> MakeRunner();
+  absl::Status TakeOutputRows(int64_t first, Tensor& rows);
+  void Keep(ResultItem item);
+  absl::Status Deliver(ShardRunner& runner, FusedState state);
+  absl::Status AwaitDelivery();
+  void ReportSpooled();
+  std::chrono::milliseconds IdleTimeout() const;
+
+  const ShardPlace place_;
+  const v1::ShardSpec& spec_;
+  JobModel job_;
+  ShardReports* const reports_;
+  const std::function<bool()> cancelled_;
+  std::shared_ptr<ShardTransfer> transfer_;
+  v1::ShardDone done_;
+  RetainedResult kept_{spec_.tenant(),
+                       spec_.model(),
+                       spec_.options(),
+                       spec_.fetch_ticket(),
+                       spec_.rank(),
+                       nullptr,
+                       {}};
+  std::unique_ptr<OutputFileStream> output_file_;  // by reference
+  int64_t output_bytes_ = 0;
+  bool spool_reported_ = false;
+  bool context_done_ = false;  // its layers ran; what runs now is query sets
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_SHARD_RUN_H_
