@@ -4,7 +4,7 @@
 // the cache compute exactly what a runner with its own upload does; a bf16
 // GEMM that reads a weight's bf16 rounding made ahead gives the same bits
 // as one that rounds the weight itself. The device's memory reads what is
-// allocated on it.
+// allocated on it. The process's contexts are taken and given back.
 #include "worker/cuda/device_weights.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +15,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/ops.h"
 #include "tests/random_model.h"
+#include "worker/cuda/context_pool.h"
 #include "worker/cuda/cuda_runner.h"
 
 namespace lact::testing {
@@ -55,6 +56,26 @@ TEST(DeviceMemory, CountsWhatIsAllocated) {
   EXPECT_GE(after->used_bytes - before->used_bytes, static_cast<int64_t>(floats * sizeof(float)));
   EXPECT_EQ(after->total_bytes, before->total_bytes);
   EXPECT_FALSE(cuda::QueryDeviceMemory(cuda::DeviceCount()).ok());
+}
+
+TEST(CudaContextPool, AContextGivenBackIsTakenAgainAndTwoAtOnceDiffer) {
+  LACT_SKIP_WITHOUT_GPU();
+  CudaContextPool pool;
+  absl::StatusOr<CudaContextPool::Lease> a = pool.Take(0, cuda::Precision::kFp32);
+  absl::StatusOr<CudaContextPool::Lease> b = pool.Take(0, cuda::Precision::kFp32);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->get(), b->get()) << "runners alive at once hold different contexts";
+  const cuda::CudaContext* first = a->get();
+  a->reset();
+  EXPECT_EQ(pool.idle(), 1u);
+  absl::StatusOr<CudaContextPool::Lease> again = pool.Take(0, cuda::Precision::kFp32);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->get(), first) << "a context given back is taken again";
+  absl::StatusOr<CudaContextPool::Lease> bf16 = pool.Take(0, cuda::Precision::kBf16);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ((*bf16)->precision(), cuda::Precision::kBf16);
+  EXPECT_EQ(pool.idle(), 0u);
+  EXPECT_FALSE(pool.Take(cuda::DeviceCount(), cuda::Precision::kFp32).ok());
 }
 
 TEST(DeviceWeightsCache, OneUploadPerModelDeviceAndPrecision) {

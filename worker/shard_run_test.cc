@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_files.h"
 #include "common/fused_state.h"
 #include "common/npy.h"
+#include "common/status_macros.h"
 #include "tests/golden_case.h"
 
 namespace lact {
@@ -60,52 +62,54 @@ class ShardRunTest : public ::testing::TestWithParam<std::string> {
     return s;
   }
 
-  ShardPlace Place() { return {.data_root = root_, .results = &results_, .store = nullptr}; }
+  // The case (golden_) with its context written by reference, and its
+  // shard run with `cancelled`: its ShardDone.
+  absl::StatusOr<v1::ShardDone> RunCase(bool cancelled) {
+    absl::StatusOr<testing::GoldenCase> loaded = LoadGoldenCase(GetParam());
+    if (!loaded.ok()) return loaded.status();
+    golden_.emplace(*std::move(loaded));
+    testing::GoldenCase* golden = &*golden_;
+    LACT_RETURN_IF_ERROR(WriteNpy(root_ + "/context.npy", golden->context));
+    spec_ = Spec(GetParam(), golden->context.dim(0), golden->config.output_width());
+    ShardPlace place;
+    place.data_root = root_;
+    place.results = &results_;
+    place.store = nullptr;  // a group of one meets no one
+    ShardRun run(
+        place, spec_, {std::make_shared<const Model>(std::move(golden->model)), golden->config},
+        &reports_, [cancelled] { return cancelled; }, nullptr);
+    return run.Run();
+  }
 
   std::string root_;
   RetainedResults results_;
+  Reports reports_;
+  v1::ShardSpec spec_;
+  std::optional<testing::GoldenCase> golden_;
 };
 
 TEST_P(ShardRunTest, AContextByReferenceMatchesTheGoldenFile) {
-  absl::StatusOr<testing::GoldenCase> golden = LoadGoldenCase(GetParam());
-  ASSERT_TRUE(golden.ok()) << golden.status();
-  ASSERT_TRUE(WriteNpy(root_ + "/context.npy", golden->context).ok());
-  const v1::ShardSpec spec =
-      Spec(GetParam(), golden->context.dim(0), golden->config.output_width());
-  Reports reports;
-  ShardRun run(
-      Place(), spec, {std::make_shared<const Model>(std::move(golden->model)), golden->config},
-      &reports, [] { return false; }, nullptr);
-  absl::StatusOr<v1::ShardDone> done = run.Run();
+  absl::StatusOr<v1::ShardDone> done = RunCase(/*cancelled=*/false);
   ASSERT_TRUE(done.ok()) << done.status();
   absl::StatusOr<Tensor> output = ReadNpy(root_ + "/output.npy");
   ASSERT_TRUE(output.ok()) << output.status();
-  EXPECT_LE(RelativeError(*output, golden->expected.at("output")), 1e-4);
-  absl::StatusOr<RetainedResult> kept = results_.Get(spec.job_id());
+  EXPECT_LE(RelativeError(*output, golden_->expected.at("output")), 1e-4);
+  absl::StatusOr<RetainedResult> kept = results_.Get(spec_.job_id());
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_NE(kept->state, nullptr) << "rank 0 keeps the fused state";
   for (const auto& [name, tensor] : FusedStateTensors(*kept->state))
-    EXPECT_LE(RelativeError(*tensor, golden->expected.at(name)), 1e-4) << name;
-  std::vector<int> every_layer(golden->config.n_layers);
-  for (int i = 0; i < golden->config.n_layers; ++i) every_layer[i] = i + 1;
-  EXPECT_EQ(reports.layers_, every_layer);
+    EXPECT_LE(RelativeError(*tensor, golden_->expected.at(name)), 1e-4) << name;
+  std::vector<int> every_layer(golden_->config.n_layers);
+  for (int i = 0; i < golden_->config.n_layers; ++i) every_layer[i] = i + 1;
+  EXPECT_EQ(reports_.layers_, every_layer);
   EXPECT_EQ(done->output_bytes(), output->size() * 4);
   EXPECT_TRUE(done->results_delivered());
 }
 
 TEST_P(ShardRunTest, ACancelStopsTheRunAndKeepsNothing) {
-  absl::StatusOr<testing::GoldenCase> golden = LoadGoldenCase(GetParam());
-  ASSERT_TRUE(golden.ok()) << golden.status();
-  ASSERT_TRUE(WriteNpy(root_ + "/context.npy", golden->context).ok());
-  const v1::ShardSpec spec =
-      Spec(GetParam(), golden->context.dim(0), golden->config.output_width());
-  Reports reports;
-  ShardRun run(
-      Place(), spec, {std::make_shared<const Model>(std::move(golden->model)), golden->config},
-      &reports, [] { return true; }, nullptr);
-  absl::StatusOr<v1::ShardDone> done = run.Run();
+  absl::StatusOr<v1::ShardDone> done = RunCase(/*cancelled=*/true);
   EXPECT_EQ(done.status().code(), absl::StatusCode::kCancelled) << done.status();
-  EXPECT_FALSE(results_.Get(spec.job_id()).ok());
+  EXPECT_FALSE(results_.Get(spec_.job_id()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, ShardRunTest, ::testing::ValuesIn(GoldenCaseNames()));

@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
   const int64_t tile = options.tile_tokens > 0 ? options.tile_tokens : 65536;
   auto runner = std::unique_ptr<CudaRunner>(new CudaRunner(model, config, tile, std::move(hooks)));
   runner->scan_math_ = scan_math;
-  LACT_ASSIGN_OR_RETURN(runner->ctx_, cuda::CudaContext::Create(options.device, precision));
+  // A stream and cuBLAS handle this process made before, if one is idle.
+  LACT_ASSIGN_OR_RETURN(runner->ctx_, CudaContextPool::Process().Take(options.device, precision));
   LACT_ASSIGN_OR_RETURN(runner->weights_, weights(*runner->ctx_));
   return runner;
 }

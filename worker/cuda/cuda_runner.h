@@ -1,6 +1,7 @@
 // Runs the model of docs/model.md on one NVIDIA GPU: the one runner
 // (model_runner.h) over CudaOps. Weights are uploaded at Create(), or
-// taken from a DeviceWeightsCache that uploaded them once for the process.
+// taken from a DeviceWeightsCache that uploaded them once for the process;
+// the stream and cuBLAS handle come from the process's CudaContextPool.
 // Precision: fp32 (TF32 off; parity with the float64 reference) or bf16 GEMM
 // operands with fp32 accumulation and state (the production mode;
 // kernels/cuda/device.h).
@@ -25,6 +26,7 @@
 #include "kernels/cuda/ssd_scan.h"
 #include "worker/collective/collective.h"
 #include "worker/collective/device_allreduce.h"
+#include "worker/cuda/context_pool.h"
 #include "worker/cuda/device_weights.h"
 #include "worker/schedule/model_runner.h"
 #include "worker/schedule/shard.h"
@@ -82,7 +84,7 @@ class CudaRunner {
   std::shared_ptr<const Model> owned_model_;  // when made from a cache
   int64_t tile_;
   cuda::SsdMath scan_math_ = cuda::SsdMath::kFp32;
-  std::unique_ptr<cuda::CudaContext> ctx_;
+  CudaContextPool::Lease ctx_;
   std::shared_ptr<const DeviceWeights> weights_;
   OverlapStats overlap_;
   ModelRunner<DeviceAllReduce> runner_;  // last: its ops use the rest
