@@ -5,6 +5,7 @@
 #ifndef LACT_BENCH_OPS_BENCH_H_
 #define LACT_BENCH_OPS_BENCH_H_
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>

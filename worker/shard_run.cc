@@ -57,6 +57,12 @@ absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& 
   return m;
 }
 
+std::chrono::milliseconds CollectiveTimeout(const v1::ShardSpec& spec) {
+  return std::chrono::milliseconds(spec.collective_timeout_ms() > 0
+                                       ? spec.collective_timeout_ms()
+                                       : kDefaultCollectiveTimeout.count());
+}
+
 absl::StatusOr<v1::ShardDone> ShardRun::Run() {
   const auto start = Clock::now();
   LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
@@ -66,11 +72,8 @@ absl::StatusOr<v1::ShardDone> ShardRun::Run() {
                           OpenOutputRows(place_.data_root, spec_, job_.config.output_width()));
   }
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner, MakeRunner());
-  const std::chrono::milliseconds timeout(spec_.collective_timeout_ms() > 0
-                                              ? spec_.collective_timeout_ms()
-                                              : kDefaultCollectiveTimeout.count());
-  LACT_RETURN_IF_ERROR(runner->JoinGroup(
-      {place_.store, spec_.rendezvous_prefix(), spec_.rank(), spec_.world_size(), timeout}));
+  LACT_RETURN_IF_ERROR(runner->JoinGroup({place_.store, spec_.rendezvous_prefix(), spec_.rank(),
+                                          spec_.world_size(), CollectiveTimeout(spec_)}));
   const auto compute_start = Clock::now();
   FusedState state;
   LACT_ASSIGN_OR_RETURN(Tensor output, runner->RunContextShard(std::move(shard), spec_.begin(),

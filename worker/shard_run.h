@@ -38,6 +38,9 @@ struct JobModel {
 absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
                                          const v1::JobOptions& options);
 
+// How long the shard's group waits for its ranks: the spec's, or the default.
+std::chrono::milliseconds CollectiveTimeout(const v1::ShardSpec& spec);
+
 // What a shard tells its coordinator while it runs.
 class ShardReports {
  public:

@@ -128,10 +128,7 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
                                                      " but model '", spec.model(), "' takes ",
                                                      job.config.input_width()));
     }
-    const std::chrono::milliseconds timeout(spec.collective_timeout_ms() > 0
-                                                ? spec.collective_timeout_ms()
-                                                : kDefaultCollectiveTimeout.count());
-    KvStoreClient store(w.control, timeout);
+    KvStoreClient store(w.control, CollectiveTimeout(spec));
     CallReports reports(&call);
     return ShardRun(
                {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, &store}, spec,
