@@ -7,7 +7,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "client/query_call.h"
 #include "client/shard_transfers.h"
 #include "common/model.h"
 #include "common/status_macros.h"
@@ -232,10 +231,9 @@ absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {
   return result;
 }
 
-absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id,
-                                                      const std::vector<Tensor>& queries,
-                                                      WireType dtype,
-                                                      std::chrono::milliseconds timeout) {
+absl::StatusOr<JobResult> LactClient::Query(const std::string& job_id,
+                                            const std::vector<Tensor>& queries, WireType dtype,
+                                            std::chrono::milliseconds timeout) {
   if (queries.empty()) return absl::InvalidArgumentError("no query sets");
   for (size_t k = 0; k < queries.size(); ++k) {
     if (queries[k].rank() != 2 || queries[k].dim(0) < 1 || queries[k].dim(1) != queries[0].dim(1) ||
@@ -247,12 +245,38 @@ absl::StatusOr<std::vector<Tensor>> LactClient::Query(const std::string& job_id,
   }
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout, kDefaultQueryTimeout);
-  v1::QuerySpec spec;
-  spec.set_job_id(job_id);
-  spec.set_dtype(ToProto(dtype));
-  spec.set_token_width(static_cast<int32_t>(queries[0].dim(1)));
-  for (const Tensor& q : queries) spec.add_query_tokens(q.dim(0));
-  return QueryCall(stub_.get(), &ctx, spec, queries, dtype).Await();
+  auto stream = stub_->Query(&ctx);
+  v1::QueryRequest first;
+  v1::QuerySpec* spec = first.mutable_spec();
+  spec->set_job_id(job_id);
+  spec->set_dtype(ToProto(dtype));
+  spec->set_token_width(static_cast<int32_t>(queries[0].dim(1)));
+  for (const Tensor& q : queries) spec->add_query_tokens(q.dim(0));
+  stream->Write(first);
+  stream->WritesDone();
+  JobResult result;
+  result.job_id = job_id;
+  std::unique_ptr<ShardTransfers> transfer;
+  v1::QueryResponse response;
+  while (stream->Read(&response)) {
+    if (response.has_accepted() && transfer == nullptr) {
+      const v1::JobAccepted& a = response.accepted();
+      result.shards.assign(a.shards().begin(), a.shards().end());
+      transfer = std::make_unique<ShardTransfers>(credentials_, a, nullptr, queries,
+                                                  /*output_in_band=*/false, &result);
+      transfer->Start(ctx.deadline());
+    } else if (response.has_done()) {
+      result.stats = response.done().stats();
+    }
+  }
+  grpc::Status status = stream->Finish();
+  if (!status.ok() && transfer != nullptr) transfer->Cancel();
+  absl::Status moved = transfer != nullptr ? transfer->Join() : absl::OkStatus();
+  // The query's own status says more than a broken transfer.
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
+  LACT_RETURN_IF_ERROR(moved);
+  if (transfer == nullptr) return absl::InternalError("the server ended the query unaccepted");
+  return result;
 }
 
 namespace {

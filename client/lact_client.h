@@ -7,8 +7,7 @@
 // brings progress and the job's end; by reference (context_ref,
 // output_ref) the workers read and write the files themselves. Uses gRPC's default channel limits:
 // every message it sends or receives stays under 4 MiB. A LactClient may be used from several
-// threads. Submit's Transfer streams run on a thread each; Query runs on
-// gRPC's callback API.
+// threads. Transfer streams (Submit's, Query's) run on a thread each.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
 #define LACT_CLIENT_LACT_CLIENT_H_
 
@@ -93,11 +92,14 @@ class LactClient {
                                    const std::vector<Tensor>& queries,
                                    const ProgressFn& progress = nullptr,
                                    std::function<void(const std::string&)> on_accepted = nullptr);
-  // `timeout` 0: kDefaultQueryTimeout.
-  absl::StatusOr<std::vector<Tensor>> Query(
-      const std::string& job_id, const std::vector<Tensor>& queries,
-      WireType dtype = WireType::kF32,
-      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Runs query sets against a finished job's retained state: the
+  // coordinator names the worker that keeps it, and the sets and their
+  // outputs move over one Transfer stream to and from that worker, as
+  // Submit's do. The result holds `queries`, `shards` (that worker) and
+  // `stats`. `timeout` 0: kDefaultQueryTimeout.
+  absl::StatusOr<JobResult> Query(const std::string& job_id, const std::vector<Tensor>& queries,
+                                  WireType dtype = WireType::kF32,
+                                  std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   absl::StatusOr<v1::JobInfo> GetJob(const std::string& job_id);
   // A finished job's results as its workers retained them (outputs sent in
   // band, query outputs, the fused state), fetched straight from them in

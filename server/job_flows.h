@@ -3,9 +3,10 @@
 // by reference, then the job's run, job_run.h: queue for workers, start
 // the shards, relay progress, run again, record where results are kept;
 // the job's stages and failure causes are its JobMachine's) and
-// Query (query_flow.cc: query sets passed on to the worker that keeps the
-// job's state). Submit touches no bulk bytes: clients move them straight
-// to and from the workers (data.proto) or name files. A job outlives its
+// Query (query_flow.cc: the worker that keeps the job's state is told to
+// expect the query, the client where to send it). Neither touches bulk
+// bytes: clients move them straight to and from the workers (data.proto)
+// or name files. A job outlives its
 // Submit call unless JobSpec.cancel_on_disconnect says otherwise. Every
 // failure ends the call with a status naming the problem and, for worker
 // failures, the worker; the job record, the rendezvous keys and a partly

@@ -1,8 +1,10 @@
 #include "server/job_messages.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "proto/in_band.h"
 
 namespace lact::server {
@@ -104,6 +106,54 @@ void AddShardStats(const std::vector<v1::ShardDone>& dones, const JobPlan& plan,
       allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);
   stats->set_coordinator_payload_bytes(0);
   stats->set_results_delivered(delivered);
+}
+
+std::string NewTicket() {
+  std::random_device random;
+  std::string ticket;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&ticket, "%08x", random());
+  return ticket;
+}
+
+v1::WorkerQueryHeader QueryHeader(const QueryFacts& f) {
+  v1::WorkerQueryHeader h;
+  h.set_job_id(f.spec->job_id());
+  *h.mutable_query_tokens() = f.spec->query_tokens();
+  h.set_dtype(f.spec->dtype());
+  h.set_token_width(f.spec->token_width());
+  h.set_ticket(f.ticket);
+  h.set_upload_idle_timeout_ms(static_cast<int32_t>(f.upload_idle_timeout.count()));
+  return h;
+}
+
+v1::JobAccepted QueryAccepted(const QueryFacts& f) {
+  v1::JobAccepted a;
+  a.set_job_id(f.spec->job_id());
+  v1::ShardRange* shard = a.add_shards();
+  shard->set_worker(f.worker);
+  shard->set_transfer(true);
+  a.set_output_width(f.output_width);
+  a.set_ticket(f.ticket);
+  a.set_token_width(f.spec->token_width());
+  a.set_dtype(f.spec->dtype());
+  *a.mutable_query_tokens() = f.spec->query_tokens();
+  return a;
+}
+
+v1::JobStats QueryStats(const v1::ShardDone& done, double seconds) {
+  v1::JobStats stats;
+  stats.set_seconds(seconds);
+  stats.set_upload_seconds(done.upload_seconds());
+  stats.set_upload_mb_per_second(static_cast<double>(done.context_bytes()) / 1e6 /
+                                 std::max(1e-9, done.upload_seconds()));
+  stats.set_compute_seconds(done.compute_seconds());
+  stats.set_download_seconds(done.download_seconds());
+  stats.set_download_mb_per_second(static_cast<double>(done.output_bytes()) / 1e6 /
+                                   std::max(1e-9, done.download_seconds()));
+  stats.add_worker_peak_rss_bytes(done.peak_rss_bytes());
+  stats.set_coordinator_payload_bytes(0);
+  stats.set_results_delivered(done.results_delivered());
+  return stats;
 }
 
 }  // namespace lact::server

@@ -1,6 +1,8 @@
 // The messages of one attempt of a job, made from its spec and plan: each
 // rank's ShardSpec, the client's JobAccepted, and the job's statistics
-// summed from its ranks' ShardDone. Pure functions, no I/O.
+// summed from its ranks' ShardDone; and a query's: its worker's header, its
+// client's JobAccepted and its statistics. Pure functions, no I/O, but for
+// the tickets' random bits.
 #ifndef LACT_SERVER_JOB_MESSAGES_H_
 #define LACT_SERVER_JOB_MESSAGES_H_
 
@@ -46,6 +48,27 @@ v1::SubmitResponse Accepted(const AttemptFacts& facts, const std::vector<std::st
 // RSS; the rest of `*stats` is left as it was.
 void AddShardStats(const std::vector<v1::ShardDone>& dones, const JobPlan& plan,
                    v1::JobStats* stats);
+
+// 128 random bits as hex: the secret a client's Transfer and FetchResult
+// streams present.
+std::string NewTicket();
+
+// What a query's messages are made of.
+struct QueryFacts {
+  const v1::QuerySpec* spec;  // as checked
+  std::string worker;         // the address of the worker keeping the state
+  std::string ticket;         // the client's Transfer stream's
+  int32_t output_width = 0;
+  std::chrono::milliseconds upload_idle_timeout{0};
+};
+
+// The header of the worker's RunQuery call.
+v1::WorkerQueryHeader QueryHeader(const QueryFacts& facts);
+// What the client is told: one shard, rank 0 on the worker keeping the
+// state, with no context rows and only the query sets in band.
+v1::JobAccepted QueryAccepted(const QueryFacts& facts);
+// The query's statistics from its worker's ShardDone, `seconds` in all.
+v1::JobStats QueryStats(const v1::ShardDone& done, double seconds);
 
 }  // namespace lact::server
 

@@ -1,9 +1,6 @@
 #include "server/job_run.h"
 
-#include <random>
-
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
@@ -31,15 +28,6 @@ class WorkerLease {
   WorkerRegistry* registry_;
   std::vector<std::string> addresses_;
 };
-
-// 128 random bits as hex: the secret a client's Transfer and FetchResult
-// streams present.
-std::string NewTicket() {
-  std::random_device random;
-  std::string ticket;
-  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&ticket, "%08x", random());
-  return ticket;
-}
 
 v1::JobInfo::Status InfoStatus(JobStage stage) {
   switch (stage) {

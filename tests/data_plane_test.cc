@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -227,7 +228,7 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
   EXPECT_TRUE(good->data == context.data) << "the context file untouched";
 }
 
-TEST_F(DataPlaneTest, AQueryWhoseChunksNeverComeEndsAtTheIdleLimit) {
+TEST_F(DataPlaneTest, AQueryWhoseTransferNeverComesEndsAtTheIdleLimit) {
   SubmitOptions o;
   o.model = "tiny";
   o.timeout = std::chrono::seconds(30);
@@ -246,14 +247,19 @@ TEST_F(DataPlaneTest, AQueryWhoseChunksNeverComeEndsAtTheIdleLimit) {
   ASSERT_TRUE(call->Write(spec));
   const auto start = std::chrono::steady_clock::now();
   v1::QueryResponse response;
+  ASSERT_TRUE(call->Read(&response));
+  ASSERT_TRUE(response.has_accepted());
+  ASSERT_EQ(response.accepted().shards_size(), 1);
+  EXPECT_EQ(response.accepted().shards(0).worker(), job->shards[0].worker());
+  EXPECT_FALSE(response.accepted().ticket().empty());
   while (call->Read(&response)) {
   }
   const grpc::Status s = call->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
-  EXPECT_THAT(s.error_message(), HasSubstr("no query chunk within 1000 ms"));
+  EXPECT_THAT(s.error_message(), HasSubstr("no Transfer stream from the client for 1000 ms"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10))
       << "ended by the idle limit, not by the call's 60 s deadline";
-  absl::StatusOr<std::vector<Tensor>> later = Client().Query(job->job_id, {RandomTokens(8, 32, 4)});
+  absl::StatusOr<JobResult> later = Client().Query(job->job_id, {RandomTokens(8, 32, 4)});
   EXPECT_TRUE(later.ok()) << later.status() << ": the state is still there";
 }
 
@@ -361,6 +367,72 @@ TEST_F(DataPlaneTest, WrongTicketIsRefusedAndTheJobTimesOut) {
   EXPECT_THAT(s.error_message(), HasSubstr("no Transfer stream from the client for 1000 ms"));
 }
 
+// A Query from the protos alone, step by step as docs/api.md gives it: the
+// QuerySpec, the JobAccepted naming the worker and the query's own ticket,
+// the sets over that worker's Transfer stream (a context chunk there is
+// refused, naming what the stream takes), JobDone with no payload bytes.
+TEST_F(DataPlaneTest, AQueryMovesItsSetsOverTheWorkersTransferStream) {
+  RawJob job(cluster_->address(), TinySpec(8));
+  ASSERT_TRUE(job.Upload(0, RandomTokens(8, 32, 21), {}).Close().ok());
+  ASSERT_TRUE(job.Finish().ok());
+  const Tensor set = RandomTokens(4, 32, 22);
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials()));
+  for (const bool context_chunk : {true, false}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto call = stub->Query(&context);
+    v1::QueryRequest spec;
+    spec.mutable_spec()->set_job_id(job.accepted().job_id());
+    spec.mutable_spec()->add_query_tokens(4);
+    spec.mutable_spec()->set_token_width(32);
+    spec.mutable_spec()->set_dtype(v1::F32);
+    ASSERT_TRUE(call->Write(spec));
+    call->WritesDone();
+    v1::QueryResponse response;
+    ASSERT_TRUE(call->Read(&response));
+    ASSERT_TRUE(response.has_accepted());
+    const v1::JobAccepted& accepted = response.accepted();
+    EXPECT_EQ(accepted.shards(0).worker(), job.accepted().shards(0).worker());
+    EXPECT_NE(accepted.ticket(), job.accepted().ticket()) << "each query has its own";
+    RawJob::Transfer t = job.Open(0, accepted.ticket());
+    if (context_chunk) t.stream->Write(Chunk(0, 0, std::vector<float>(32)));
+    t.stream->Write(Chunk(1, 0, std::vector<float>(set.data.begin(), set.data.end())));
+    t.stream->WritesDone();
+    v1::TransferResponse out;
+    std::string rows;
+    while (t.stream->Read(&out)) {
+      ASSERT_EQ(out.output().set(), 1);
+      EXPECT_EQ(out.output().offset() * accepted.output_width() * 4,
+                static_cast<int64_t>(rows.size()));
+      rows += out.output().data();
+    }
+    const grpc::Status moved = t.stream->Finish();
+    bool done = false;
+    while (call->Read(&response)) {
+      done =
+          done || (response.has_done() && response.done().stats().coordinator_payload_bytes() == 0);
+    }
+    const grpc::Status s = call->Finish();
+    if (context_chunk) {
+      EXPECT_EQ(moved.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << moved.error_message();
+      EXPECT_THAT(moved.error_message(),
+                  HasSubstr("chunk for set 0; this shard takes 1 query sets"));
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+      EXPECT_THAT(s.error_message(), HasSubstr("chunk for set 0; this shard takes 1 query sets"));
+      continue;
+    }
+    ASSERT_TRUE(moved.ok()) << moved.error_message();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_TRUE(done) << "JobDone, with 0 payload bytes through the coordinator";
+    absl::StatusOr<JobResult> by_client = Client().Query(job.accepted().job_id(), {set});
+    ASSERT_TRUE(by_client.ok()) << by_client.status();
+    ASSERT_EQ(rows.size(), by_client->queries[0].data.size() * sizeof(float));
+    EXPECT_EQ(std::memcmp(rows.data(), by_client->queries[0].data.data(), rows.size()), 0)
+        << "the same outputs as the C++ client's Query";
+  }
+}
+
 TEST_F(DataPlaneTest, StalledUploadEndsTheJob) {
   RawJob job(cluster_->address(), TinySpec(100));
   RawJob::Transfer t = job.Open(0, job.accepted().ticket());
@@ -443,9 +515,10 @@ TEST_F(DataPlaneTest, DefaultMessageLimitsRunABaseJobWithQueriesAndState) {
   ASSERT_EQ(got->queries.size(), 1u);
   const Tensor& w0 = got->state.at("layers.0.ttt.w0");
   EXPECT_GT(w0.size() * 4, int64_t{4} << 20) << "a state tensor larger than one message";
-  absl::StatusOr<std::vector<Tensor>> later = Client().Query(got->job_id, queries);
+  absl::StatusOr<JobResult> later = Client().Query(got->job_id, queries);
   ASSERT_TRUE(later.ok()) << later.status();
-  EXPECT_TRUE((*later)[0].data == got->queries[0].data) << "the kept state answers as the job did";
+  EXPECT_TRUE(later->queries[0].data == got->queries[0].data)
+      << "the kept state answers as the job did";
 }
 
 }  // namespace

@@ -457,9 +457,9 @@ TEST(CoordinatorRestart, RecordsAndRetainedStatesSurvive) {
   EXPECT_EQ(info->status(), v1::JobInfo::SUCCEEDED);
   EXPECT_EQ(info->tenant(), "kept");
   EXPECT_TRUE(info->state_retained());
-  absl::StatusOr<std::vector<Tensor>> again = client.Query(job->job_id, queries);
+  absl::StatusOr<JobResult> again = client.Query(job->job_id, queries);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ((*again)[0].data, job->queries[0].data) << "the same bytes from the kept state";
+  EXPECT_EQ(again->queries[0].data, job->queries[0].data) << "the same bytes from the kept state";
   absl::StatusOr<JobResult> next = client.Submit(o, RandomTokens(64, 256, 63), {});
   EXPECT_TRUE(next.ok()) << next.status();
   EXPECT_NE(next->job_id, job->job_id);

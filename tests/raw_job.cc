@@ -57,7 +57,8 @@ bool RawJob::AwaitProgress(v1::Progress::Stage stage) {
 }
 
 grpc::Status RawJob::Transfer::Close() {
-  stream->WritesDone();
+  if (!writes_done) stream->WritesDone();
+  writes_done = true;
   v1::TransferResponse response;
   while (stream->Read(&response)) {
   }
@@ -89,6 +90,7 @@ RawJob::Transfer RawJob::Upload(int rank, const Tensor& context, const std::vect
     ok = SendSet(t.stream.get(), queries[k], 0, queries[k].dim(0), static_cast<int>(k) + 1);
   }
   t.stream->WritesDone();
+  t.writes_done = true;
   return t;
 }
 

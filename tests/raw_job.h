@@ -33,7 +33,8 @@ class RawJob {
     std::unique_ptr<v1::ShardData::Stub> stub;
     std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
     std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>> stream;
-    // Closes the client's side and reads to the end.
+    bool writes_done = false;  // the client's side is closed
+    // Closes the client's side (unless it is) and reads to the end.
     grpc::Status Close();
     void Cut() { ctx->TryCancel(); }
   };

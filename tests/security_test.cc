@@ -127,9 +127,9 @@ TEST_F(SecurityTest, AJobIsItsTenantsAlone) {
       << "another tenant's job reads exactly as one that does not exist";
 
   // Still whole for its owner.
-  absl::StatusOr<std::vector<Tensor>> again = Tenant(kTokenA).Query(id, {RandomTokens(8, 256, 6)});
+  absl::StatusOr<JobResult> again = Tenant(kTokenA).Query(id, {RandomTokens(8, 256, 6)});
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ((*again)[0].data, job->queries[0].data);
+  EXPECT_EQ(again->queries[0].data, job->queries[0].data);
   EXPECT_TRUE(Tenant(kTokenA).DeleteJob(id).ok());
 }
 
@@ -271,9 +271,9 @@ TEST_F(TlsTest, AGoldenJobOverTlsMatches) {
   absl::StatusOr<JobResult> got = client.Submit(o, golden->context, golden->queries);
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectGolden(*golden, *got);
-  absl::StatusOr<std::vector<Tensor>> later = client.Query(got->job_id, golden->queries);
+  absl::StatusOr<JobResult> later = client.Query(got->job_id, golden->queries);
   ASSERT_TRUE(later.ok()) << later.status();
-  EXPECT_EQ((*later)[0].data, got->queries[0].data);
+  EXPECT_EQ(later->queries[0].data, got->queries[0].data);
 }
 
 // The status of ListModels with a 3 s deadline over `credentials`: a

@@ -72,13 +72,20 @@ TEST_F(ServiceTest, QueryAgainstRetainedJobEqualsQueriesSentWithIt) {
   absl::StatusOr<JobResult> job =
       Client().Submit(GoldenOptions(*golden), golden->context, golden->queries);
   ASSERT_TRUE(job.ok()) << job.status();
-  absl::StatusOr<std::vector<Tensor>> later = Client().Query(job->job_id, golden->queries);
+  absl::StatusOr<JobResult> later = Client().Query(job->job_id, golden->queries);
   ASSERT_TRUE(later.ok()) << later.status();
-  ASSERT_EQ(later->size(), golden->queries.size());
-  for (size_t k = 0; k < later->size(); ++k) {
-    EXPECT_EQ((*later)[k].data, job->queries[k].data) << "query set " << k;
-    EXPECT_LE(RelativeError((*later)[k], golden->expected.at(absl::StrCat("query_", k))), 1e-4);
+  ASSERT_EQ(later->queries.size(), golden->queries.size());
+  for (size_t k = 0; k < later->queries.size(); ++k) {
+    EXPECT_EQ(later->queries[k].data, job->queries[k].data) << "query set " << k;
+    EXPECT_LE(RelativeError(later->queries[k], golden->expected.at(absl::StrCat("query_", k))),
+              1e-4);
   }
+  ASSERT_EQ(later->shards.size(), 1u);
+  EXPECT_EQ(later->shards[0].worker(), job->shards[0].worker())
+      << "the sets went to the worker keeping the state";
+  EXPECT_EQ(later->stats.coordinator_payload_bytes(), 0);
+  EXPECT_GT(later->stats.upload_mb_per_second(), 0) << "that worker received them itself";
+  EXPECT_EQ(later->stats.worker_peak_rss_bytes_size(), 1);
   absl::StatusOr<v1::JobInfo> info = Client().GetJob(job->job_id);
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->status(), v1::JobInfo::SUCCEEDED);

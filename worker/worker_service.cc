@@ -21,6 +21,7 @@
 #include "proto/status_conversion.h"
 #include "proto/stream_call.h"
 #include "worker/kv_store_client.h"
+#include "worker/query_run.h"
 #include "worker/shard_run.h"
 
 namespace lact {
@@ -159,55 +160,33 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
 
 constexpr char kNoQueryHeader[] = "the first RunQuery message must be a header";
 
+// `*stats`: the query's ShardDone, when it succeeds.
 grpc::Status RunQueryFlow(const WorkerContext& w, const v1::WorkerQueryRequest& first,
-                          QueryCall& call) {
+                          QueryCall& call, v1::ShardDone* stats) {
   if (!first.has_header()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQueryHeader);
   const v1::WorkerQueryHeader& header = first.header();
-  absl::StatusOr<RetainedResult> kept = w.results->Get(header.job_id());
-  if (!kept.ok()) return ToGrpcStatus(kept.status());
-  if (kept->state == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("this worker ran rank ", kept->rank, " of job '",
-                                     header.job_id(), "'; its fused state is on rank 0's worker"));
-  }
-  absl::StatusOr<JobModel> job = ResolveJobModel(*w.models, kept->model, kept->options);
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  absl::StatusOr<WireType> dtype = FromProto(header.dtype());
-  if (!dtype.ok()) return ToGrpcStatus(dtype.status());
-  std::vector<int64_t> lengths = {0};
-  lengths.insert(lengths.end(), header.query_tokens().begin(), header.query_tokens().end());
-  TokenReceiver receiver(std::move(lengths), job->config.input_width(), *dtype, 0);
-  v1::WorkerQueryRequest request;
-  while (call.Read(&request)) {
-    absl::Status s =
-        request.has_chunk()
-            ? receiver.Accept(request.chunk())
-            : absl::InvalidArgumentError("after the header, RunQuery takes only chunks");
-    if (!s.ok()) return ToGrpcStatus(s);
-  }
-  if (call.EndedAfterReads(!receiver.CheckComplete().ok()))
-    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled during the upload");
-  if (absl::Status s = receiver.CheckComplete(); !s.ok()) return ToGrpcStatus(s);
-  absl::StatusOr<std::unique_ptr<ShardRunner>> runner = MakeShardRunner(
-      w.backend, job->model, job->config, {nullptr, [&call] { return call.ended(); }});
-  if (!runner.ok()) return ToGrpcStatus(runner.status());
-  for (int k = 0; k < header.query_tokens_size(); ++k) {
-    absl::StatusOr<Tensor> out = (*runner)->RunQuery(receiver.TakeSet(k + 1), *kept->state);
-    if (!out.ok()) return ToGrpcStatus(out.status());
-    const int64_t width = out->dim(1);
-    const bool sent = SendInMessages(out->dim(0), 4 * width, [&](int64_t r0, int64_t n) {
-      v1::ShardResponse r;
-      v1::TokenChunk* c = r.mutable_output();
-      c->set_set(k + 1);
-      c->set_offset(r0);
-      c->set_data(reinterpret_cast<const char*>(out->ptr() + r0 * width), n * width * 4);
-      return call.Write(r);
-    });
-    if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "the coordinator went away");
-  }
-  v1::ShardResponse done;
-  done.mutable_done()->set_peak_rss_bytes(PeakRssBytes());
-  call.Write(done);
+  absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeQueryTransfer(header, w.huge_pages);
+  if (!transfer.ok()) return ToGrpcStatus(transfer.status());
+  w.transfers->Register(header.job_id(), 0, *transfer);
+  std::atomic<bool> cancelled{false};
+  QueryCall::EndWatch watch(&call, [&] {
+    cancelled = true;
+    (*transfer)->Cancel();
+  });
+  absl::StatusOr<v1::ShardDone> done = QueryRun(
+                                           {w.models, w.backend, w.results}, header,
+                                           [&cancelled] { return cancelled.load(); }, *transfer)
+                                           .Run();
+  if (!done.ok()) (*transfer)->Abort(done.status());
+  w.transfers->Unregister(header.job_id(), 0, transfer->get());
+  // A failure the client's stream caused is the transfer's: report that.
+  const absl::Status cause = (*transfer)->failure();
+  if (!done.ok() && !cause.ok()) done = cause;
+  if (!done.ok()) return ToGrpcStatus(done.status());
+  *stats = *done;
+  v1::ShardResponse response;
+  *response.mutable_done() = *done;
+  call.Write(response);
   return grpc::Status::OK;
 }
 
@@ -254,7 +233,8 @@ grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerServic
       [this, context](const v1::WorkerQueryRequest& first, QueryCall& call) {
         if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
         if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
-        grpc::Status status = RunQueryFlow(w_, first, call);
+        v1::ShardDone done;
+        grpc::Status status = RunQueryFlow(w_, first, call, &done);
         if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.error_code());
         Leave();
         return status;

@@ -322,8 +322,9 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
     queries.push_back(std::move(t));
   }
   LACT_ASSIGN_OR_RETURN(std::string config_json, JobConfigJson(config, FromProto(info.options())));
-  LACT_ASSIGN_OR_RETURN(std::vector<Tensor> outputs,
+  LACT_ASSIGN_OR_RETURN(JobResult result,
                         client.Query(job, queries, dtype, std::chrono::seconds(timeout_s)));
+  const std::vector<Tensor>& outputs = result.queries;
   LACT_RETURN_IF_ERROR(WriteResult(out_path, config_json, nullptr, outputs, {}));
   if (flags.Has("json")) {
     PrintJson({{"job_id", job}, {"query_sets", outputs.size()}, {"out", out_path}});

@@ -14,12 +14,11 @@ import time
 from typing import Any, Dict, List, Optional
 
 import grpc
-import numpy as np
 
 from . import codec
 from .errors import LactError, from_rpc_error, invalid
 from .job import Job, Progress, Result, message_dict, results_from
-from .transfers import ShardTransfers, place_rows
+from .transfers import ShardTransfers
 from .v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 DEFAULT_JOB_TIMEOUT = 24 * 3600.0
@@ -226,28 +225,30 @@ class Client:
                                          token_width=sets[0].width,
                                          dtype=codec.DTYPES[sets[0].dtype])
 
-        def requests():
-            yield coordinator_pb2.QueryRequest(spec=spec)
-            for k, q in enumerate(sets):
-                for offset, _, data in q.chunks():
-                    yield coordinator_pb2.QueryRequest(
-                        chunk=common_pb2.TokenChunk(set=k + 1, offset=offset, data=data))
-
-        outputs: List[Any] = [None] * len(sets)
-        rows = [0] * len(sets)
+        # The coordinator names the worker keeping the state; the sets and their
+        # outputs go to and from it over one Transfer stream, as a Submit's do.
+        timeout = timeout or DEFAULT_QUERY_TIMEOUT
+        deadline = time.monotonic() + timeout
+        transfers = None
         try:
-            for response in self._coordinator.Query(requests(),
-                                                    timeout=timeout or DEFAULT_QUERY_TIMEOUT,
-                                                    metadata=self._metadata):
-                if response.WhichOneof("kind") == "output":
-                    _place_query_output(response.output, sets, outputs, rows)
+            for response in self._coordinator.Query(iter([coordinator_pb2.QueryRequest(spec=spec)]),
+                                                    timeout=timeout, metadata=self._metadata):
+                if response.WhichOneof("kind") == "accepted" and transfers is None:
+                    transfers = ShardTransfers(self._channel_for, response.accepted, None, sets)
+                    transfers.start(deadline)
         except grpc.RpcError as e:
+            # The query's own status says more than a broken transfer.
+            if transfers is not None:
+                transfers.cancel()
+                try:
+                    transfers.join()
+                except LactError:
+                    pass
             raise from_rpc_error(e) from None
-        for k, q in enumerate(sets):
-            if outputs[k] is None or rows[k] != q.tokens:
-                raise LactError(grpc.StatusCode.INTERNAL,
-                                f"the server sent {rows[k]} of {q.tokens} rows of query set {k}")
-        return [codec.to_user(o, codec.is_torch(queries[0])) for o in outputs]
+        if transfers is None:
+            raise LactError(grpc.StatusCode.INTERNAL, "the server ended the query unaccepted")
+        transfers.join()
+        return [codec.to_user(o, codec.is_torch(queries[0])) for o in transfers.queries]
 
     def fetch(self, job_id: str, timeout: float = None) -> Result:
         """A finished job's retained results (outputs sent in band, query
@@ -325,14 +326,3 @@ class Client:
                 yield JobStatus.from_proto(info)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
-
-
-def _place_query_output(chunk, sets, outputs, rows):
-    """Copies one OutputChunk of a Query into outputs (allocated on first sight)."""
-    k = chunk.set - 1
-    if not 0 <= k < len(sets):
-        raise LactError(grpc.StatusCode.INTERNAL, f"server sent output for unknown set {chunk.set}")
-    if outputs[k] is None:
-        width = len(chunk.data) // 4 // chunk.tokens if chunk.tokens > 0 else 1
-        outputs[k] = np.empty((sets[k].tokens, width), np.float32)
-    rows[k] += place_rows(outputs[k], chunk.offset, chunk.data, chunk.set)
