@@ -186,6 +186,32 @@ absl::Status SweepWindows(cudaStream_t s, EventTimer& timer,
   return absl::OkStatus();
 }
 
+// The scan of `b`'s T rows (x, B, C column slices of one row, as in the
+// runner) in sequence order, or `reversed`: walked from the last row
+// through negated strides, y written back in row order (the backward
+// direction's form).
+cuda::SsdScanParams ScanOf(const ScanBuffers& b, int64_t T, int H, int P, int N, bool reversed) {
+  const int64_t width = int64_t{H} * P, ld = width + 2 * N;
+  const int64_t first = reversed ? T - 1 : 0, step = reversed ? -1 : 1;
+  const float* x = b.xbc.get() + first * ld;
+  return {.tokens = T,
+          .heads = H,
+          .head_dim = P,
+          .d_state = N,
+          .x = x,
+          .ldx = step * ld,
+          .b = x + width,
+          .ldb = step * ld,
+          .c = x + width + N,
+          .ldc = step * ld,
+          .dt = b.dt.get() + first * H,
+          .lddt = step * H,
+          .a_log = b.a_log.get(),
+          .d_skip = b.d_skip.get(),
+          .y = b.y.get() + first * width,
+          .ldy = step * width};
+}
+
 // SsdScan on T = 65536 tokens of a preset:base-like mixer (H = 24 heads,
 // P = 64, N = 128), x, B, C column slices of one row as in the runner.
 absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, double copy_gbps,
@@ -197,18 +223,14 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
   const cuda::DeviceBuffer &dt_d = buffers.dt, &a_log_d = buffers.a_log, &d_skip_d = buffers.d_skip,
                            &state_d = buffers.state, &y_d = buffers.y;
   const float* x = buffers.xbc.get();
+  const cuda::SsdScanParams forward = ScanOf(buffers, T, H, P, N, false);
   auto scan = [&](cuda::SsdWorkspace& ws, bool with_y) {
-    return cuda::SsdScan(s, ws, T, H, P, N, x, ld, x + width, ld, x + width + N, ld, dt_d.get(), H,
-                         a_log_d.get(), d_skip_d.get(), with_y ? y_d.get() : nullptr, width,
-                         state_d.get(), nullptr);
+    cuda::SsdScanParams p = forward;
+    if (!with_y) p.y = nullptr;
+    return cuda::SsdScan(s, ws, p, state_d.get(), nullptr);
   };
-  // The backward direction's form: the rows walked from the last through
-  // negated strides, y written back in row order.
   auto reversed = [&](cuda::SsdWorkspace& ws) {
-    const float* last = x + (T - 1) * ld;
-    return cuda::SsdScan(s, ws, T, H, P, N, last, -ld, last + width, -ld, last + width + N, -ld,
-                         dt_d.get() + (T - 1) * H, -H, a_log_d.get(), d_skip_d.get(),
-                         y_d.get() + (T - 1) * width, -width, state_d.get(), nullptr);
+    return cuda::SsdScan(s, ws, ScanOf(buffers, T, H, P, N, true), state_d.get(), nullptr);
   };
   cuda::SsdWorkspace ws;
   LACT_ASSIGN_OR_RETURN(const double ssd, timer.Time(s, 1, kReps, [&] { return scan(ws, true); }));

@@ -107,6 +107,16 @@ const std::string& JobIdOf(const v1::SubmitResponse& response) {
   return response.has_accepted() ? response.accepted().job_id() : response.progress().job_id();
 }
 
+// The end of a call whose bytes `transfers` (null: none) moved: they are
+// cancelled if the call failed, then joined; the call's own status says
+// more than a broken transfer.
+absl::Status EndWithTransfers(const grpc::Status& call, ShardTransfers* transfers) {
+  if (!call.ok() && transfers != nullptr) transfers->Cancel();
+  const absl::Status moved = transfers != nullptr ? transfers->Join() : absl::OkStatus();
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(call));
+  return moved;
+}
+
 }  // namespace
 
 v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t width,
@@ -200,12 +210,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
       result.stats = response.done().stats();
     }
   }
-  grpc::Status status = stream->Finish();
-  if (!status.ok() && transfers != nullptr) transfers->Cancel();
-  absl::Status moved = transfers != nullptr ? transfers->Join() : absl::OkStatus();
-  // The job's own status says more than a broken transfer.
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
-  LACT_RETURN_IF_ERROR(moved);
+  LACT_RETURN_IF_ERROR(EndWithTransfers(stream->Finish(), transfers.get()));
   return result;
 }
 
@@ -269,12 +274,7 @@ absl::StatusOr<JobResult> LactClient::Query(const std::string& job_id,
       result.stats = response.done().stats();
     }
   }
-  grpc::Status status = stream->Finish();
-  if (!status.ok() && transfer != nullptr) transfer->Cancel();
-  absl::Status moved = transfer != nullptr ? transfer->Join() : absl::OkStatus();
-  // The query's own status says more than a broken transfer.
-  LACT_RETURN_IF_ERROR(FromGrpcStatus(status));
-  LACT_RETURN_IF_ERROR(moved);
+  LACT_RETURN_IF_ERROR(EndWithTransfers(stream->Finish(), transfer.get()));
   if (transfer == nullptr) return absl::InternalError("the server ended the query unaccepted");
   return result;
 }

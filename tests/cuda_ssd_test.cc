@@ -169,11 +169,24 @@ absl::StatusOr<Result> RunGpu(cuda::CudaContext& ctx, const Inputs& in, bool wit
   const int64_t first = reversed ? s.tokens - 1 : 0, step = reversed ? -1 : 1;
   const float* x = xbc.get() + first * in.ld;
   const int64_t ld = step * in.ld;
-  LACT_RETURN_IF_ERROR(cuda::SsdScan(
-      ctx.stream(), ws, s.tokens, s.heads, s.head_dim, s.d_state, x, ld, x + s.width(), ld,
-      x + s.width() + s.d_state, ld, dt.get() + first * in.lddt, step * in.lddt, a_log.get(),
-      in.skip ? d_skip.get() : nullptr, with_y ? y.get() + first * in.ldy : nullptr, step * in.ldy,
-      state.get(), with_log_decay ? log_decay.get() : nullptr));
+  const cuda::SsdScanParams params{.tokens = s.tokens,
+                                   .heads = s.heads,
+                                   .head_dim = s.head_dim,
+                                   .d_state = s.d_state,
+                                   .x = x,
+                                   .ldx = ld,
+                                   .b = x + s.width(),
+                                   .ldb = ld,
+                                   .c = x + s.width() + s.d_state,
+                                   .ldc = ld,
+                                   .dt = dt.get() + first * in.lddt,
+                                   .lddt = step * in.lddt,
+                                   .a_log = a_log.get(),
+                                   .d_skip = in.skip ? d_skip.get() : nullptr,
+                                   .y = with_y ? y.get() + first * in.ldy : nullptr,
+                                   .ldy = step * in.ldy};
+  LACT_RETURN_IF_ERROR(cuda::SsdScan(ctx.stream(), ws, params, state.get(),
+                                     with_log_decay ? log_decay.get() : nullptr));
   LACT_RETURN_IF_ERROR(ctx.Download(y.get(), r.y.size(), r.y.data()));
   LACT_RETURN_IF_ERROR(ctx.Download(state.get(), r.state.size(), r.state.data()));
   LACT_RETURN_IF_ERROR(ctx.Download(log_decay.get(), r.log_decay.size(), r.log_decay.data()));
@@ -370,8 +383,23 @@ TEST_F(SsdTest, RejectsBadArguments) {
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   float* any = buffer->get();
   auto scan = [&](int64_t tokens, int heads, int64_t ldx, float* state) {
-    return cuda::SsdScan(ctx_->stream(), ws, tokens, heads, 4, 8, any, ldx, any, 8, any, 8, any,
-                         heads, any, any, any, heads * 4, state, nullptr);
+    const cuda::SsdScanParams p{.tokens = tokens,
+                                .heads = heads,
+                                .head_dim = 4,
+                                .d_state = 8,
+                                .x = any,
+                                .ldx = ldx,
+                                .b = any,
+                                .ldb = 8,
+                                .c = any,
+                                .ldc = 8,
+                                .dt = any,
+                                .lddt = heads,
+                                .a_log = any,
+                                .d_skip = any,
+                                .y = any,
+                                .ldy = heads * 4};
+    return cuda::SsdScan(ctx_->stream(), ws, p, state, nullptr);
   };
   EXPECT_EQ(scan(-1, 2, 8, any).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(scan(10, 0, 8, any).code(), absl::StatusCode::kInvalidArgument);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "client/cli/exit_status.h"
 #include "client/cli/run_command.h"
 #include "client/cli/service_commands.h"
 #include "common/flags.h"
@@ -22,13 +23,7 @@ struct Subcommand {
 };
 
 constexpr Subcommand kCommands[] = {
-    {"run", lact::cli::RunCommand,
-     "  run   run one job in this process (CPU, or one GPU with --backend cuda):\n"
-     "        lact run --model PATH|preset:NAME[:SEED] --context FILE.npy|random:L[:SEED]\n"
-     "                 [--query FILE.npy]... [--muon-steps N] [--chunk-tokens N]\n"
-     "                 [--threads N] [--tile-tokens N] [--backend cpu|cuda] [--device N]\n"
-     "                 [--precision fp32|bf16] [--scan-math fp32|tf32x3]\n"
-     "                 --out FILE.safetensors\n"},
+    {"run", lact::cli::ExecRun, lact::cli::kRunUsage},
     {"local", lact::cli::LocalCommand,
      "  local   a coordinator and N workers on 127.0.0.1 until Ctrl-C:\n"
      "        lact local --workers N [--port P] [--model-dir DIR] [--threads-per-worker T]\n"
@@ -100,22 +95,6 @@ void PrintUsage(FILE* out) {
   std::fputs(kJsonFlag, out);
 }
 
-// Exit 2: what the caller gave was wrong (a flag, a file, a model or job
-// name, a token); 1: the cluster or the machine failed.
-bool IsBadInput(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnauthenticated:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool IsHelp(const std::string& arg) { return arg == "--help" || arg == "-h" || arg == "help"; }
 
 }  // namespace
@@ -152,7 +131,7 @@ int main(int argc, char** argv) {
   const absl::Status status = found->run(args);
   if (!status.ok()) {
     std::fprintf(stderr, "lact %s: %s\n", command.c_str(), std::string(status.message()).c_str());
-    return IsBadInput(status.code()) ? 2 : 1;
+    return lact::cli::ExitStatus(status);
   }
   return 0;
 }

@@ -669,32 +669,30 @@ absl::StatusOr<float*> SsdWorkspace::Reserve(cudaStream_t s, size_t floats) {
   return buffer_.get();
 }
 
-absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim,
-                     int d_state, const float* x, int64_t ldx, const float* b, int64_t ldb,
-                     const float* c, int64_t ldc, const float* dt, int64_t lddt, const float* a_log,
-                     const float* d_skip, float* y, int64_t ldy, float* state, float* log_decay) {
-  if (tokens < 0)
-    return absl::InvalidArgumentError(absl::StrCat("SsdScan: tokens ", tokens, " < 0"));
-  if (tokens == 0) return absl::OkStatus();
-  const ScanArgs args{tokens,
-                      heads,
-                      head_dim,
-                      d_state,
-                      x,
-                      ldx,
-                      b,
-                      ldb,
-                      c,
-                      ldc,
-                      dt,
-                      lddt,
-                      a_log,
-                      d_skip,
-                      y,
-                      ldy,
+absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, const SsdScanParams& p, float* state,
+                     float* log_decay) {
+  if (p.tokens < 0)
+    return absl::InvalidArgumentError(absl::StrCat("SsdScan: tokens ", p.tokens, " < 0"));
+  if (p.tokens == 0) return absl::OkStatus();
+  const ScanArgs args{p.tokens,
+                      p.heads,
+                      p.head_dim,
+                      p.d_state,
+                      p.x,
+                      p.ldx,
+                      p.b,
+                      p.ldb,
+                      p.c,
+                      p.ldc,
+                      p.dt,
+                      p.lddt,
+                      p.a_log,
+                      p.d_skip,
+                      p.y,
+                      p.ldy,
                       ws.math() == SsdMath::kTf32x3};
   LACT_RETURN_IF_ERROR(Validate(args, state));
-  if (y == nullptr) return ScanStateOnly(s, ws, args, state, log_decay);
+  if (p.y == nullptr) return ScanStateOnly(s, ws, args, state, log_decay);
   return ScanWithOutputs(s, ws, args, state, log_decay);
 }
 

@@ -61,22 +61,37 @@ class SsdWorkspace {
   DeviceBuffer buffer_;
 };
 
-// Scans `tokens` (>= 0; 0 is a no-op) tokens, per head h and channel p:
-// x [T, H*P] (row stride ldx), b and c [T, N] (shared by all heads), dt
-// [T, H] after softplus, a_log and d_skip [H]; state [H, P, N] is the
-// initial state on entry and the final state on return. y [T, H*P] may be
-// null: then only the state (and log_decay) are computed and c, ldc, d_skip
-// are unused (the cheap "summary" pre-pass). d_skip may also be null with y
-// (no skip term). log_decay [H] (may be null) gets sum_t dt_t[h] A[h] added.
-// y must not overlap the inputs. Row strides may be negative: the backward
-// direction passes its rows' last row and negated strides, so the scan
-// walks them in reverse and writes y back in sequence order. Shapes and
-// strides (by magnitude) are checked here (INVALID_ARGUMENT); launch
-// failures are INTERNAL.
-absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, int64_t tokens, int heads, int head_dim,
-                     int d_state, const float* x, int64_t ldx, const float* b, int64_t ldb,
-                     const float* c, int64_t ldc, const float* dt, int64_t lddt, const float* a_log,
-                     const float* d_skip, float* y, int64_t ldy, float* state, float* log_decay);
+// One segment's scan, per head h and channel p: shapes, device pointers
+// and row strides. Row strides may be negative: the backward direction
+// passes its rows' last row and negated strides, so the scan walks them in
+// reverse and writes y back in sequence order.
+struct SsdScanParams {
+  int64_t tokens;  // T >= 0; 0 is a no-op
+  int heads;       // H
+  int head_dim;    // P
+  int d_state;     // N
+  const float* x;  // [T, H*P], row stride ldx
+  int64_t ldx;
+  const float* b;  // [T, N] (shared by all heads), row stride ldb
+  int64_t ldb;
+  const float* c;  // [T, N], row stride ldc; unused without y
+  int64_t ldc;
+  const float* dt;  // [T, H] after softplus, row stride lddt
+  int64_t lddt;
+  const float* a_log;   // [H]: A = -exp(a_log)
+  const float* d_skip;  // [H], or null for no skip term; unused without y
+  // [T, H*P], row stride ldy, not overlapping the inputs; null: only the
+  // state (and log_decay) are computed (the cheap "summary" pre-pass).
+  float* y;
+  int64_t ldy;
+};
+
+// Scans `p`: `state` [H, P, N] is the initial state on entry and the final
+// state on return; `log_decay` [H] (may be null) gets sum_t dt_t[h] A[h]
+// added. Shapes and strides (by magnitude) are checked here
+// (INVALID_ARGUMENT); launch failures are INTERNAL.
+absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, const SsdScanParams& p, float* state,
+                     float* log_decay);
 
 }  // namespace lact::cuda
 

@@ -1,14 +1,11 @@
-// The LaCT operations of CudaOps (docs/model.md, LaCT): a tile's fast-weight
-// gradient sums (batched over heads with strided GEMMs), the gradient
-// all-reduce, the update (Newton-Schulz, weight norm), and a tile's
-// application of the fast weights into acc.
+#include "worker/cuda/cuda_lact_ops.h"
+
 #include <cmath>
 
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/newton_schulz.h"
 #include "kernels/cuda/ops.h"
-#include "worker/cuda/cuda_ops.h"
 
 namespace lact {
 namespace {
@@ -27,7 +24,26 @@ FastShape ShapeOf(const ModelConfig& c) { return {c.ttt_heads(), c.ttt.head_dim,
 
 }  // namespace
 
-absl::Status CudaOps::LoadFastWeights(const LayerWeights& w, const LayerState* retained) {
+absl::Status CudaLactOps::Allocate(int64_t tile) {
+  const int64_t T = tile, D = c_.d_model, ht = c_.ttt_heads(), hidden = c_.fast_hidden();
+  const int64_t fast = ShapeOf(c_).size();
+  LACT_RETURN_IF_ERROR(AllocateFloats({{&kv_, T * 2 * D},
+                                       {&lr_, T * 3 * ht},
+                                       {&q_, T * D},
+                                       {&o_, T * D},
+                                       {&g_, ht * T * hidden},
+                                       {&u_, ht * T * hidden},
+                                       {&hidden_grad_, ht * T * hidden},
+                                       {&fast_, 3 * fast},
+                                       {&grads_, 3 * fast}}));
+  return AllocateBf16(ctx_.precision(), {{&kv16_, T * 2 * D},
+                                         {&q16_, T * D},
+                                         {&g16_, ht * T * hidden},
+                                         {&o16_, T * D},
+                                         {&factors16_, 3 * ht * T * hidden}});
+}
+
+absl::Status CudaLactOps::Load(const LayerWeights& w, const LayerState* retained) {
   const int64_t size = ShapeOf(c_).size();
   const float* initial[3] = {w.w0, w.w1, w.w2};
   for (int m = 0; m < 3; ++m) {
@@ -44,27 +60,27 @@ absl::Status CudaOps::LoadFastWeights(const LayerWeights& w, const LayerState* r
   return ctx_.Synchronize();
 }
 
-absl::Status CudaOps::StoreFastWeights(LayerState* state) {
+absl::Status CudaLactOps::Store(LayerState* state) {
   const int64_t size = ShapeOf(c_).size();
   LACT_RETURN_IF_ERROR(ctx_.Download(fast_.get(), size, state->w0.ptr()));
   LACT_RETURN_IF_ERROR(ctx_.Download(fast_.get() + size, size, state->w1.ptr()));
   return ctx_.Download(fast_.get() + 2 * size, size, state->w2.ptr());
 }
 
-absl::Status CudaOps::ZeroGrads() {
+absl::Status CudaLactOps::ZeroGrads() {
   LACT_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(grads_.get(), 0, grads_.size() * sizeof(float), stream()));
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int64_t n) {
+absl::Status CudaLactOps::Accumulate(const LayerWeights& w, int64_t first, int64_t n) {
   const FastShape f = ShapeOf(c_);
   const int64_t D = c_.d_model, ht = f.heads, dh = f.dh, hidden = f.hidden, mat = f.mat();
   const int64_t per_head = n * hidden;
   const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
   float *d0 = grads_.get(), *d1 = d0 + f.size(), *d2 = d1 + f.size();
   const float shift = static_cast<float>(c_.ttt.base_lr + std::log(-std::expm1(-c_.ttt.base_lr)));
-  const cuda::GemmInput rows = NormedRows(first);
+  const cuda::GemmInput rows = rows_.NormedRows(first);
   float *kv = kv_.get(), *lr = lr_.get(), *g = g_.get(), *u = u_.get();
   float* hidden_grad = hidden_grad_.get();
   const float *k = kv, *v = kv + D;
@@ -74,7 +90,7 @@ absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int6
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), kv, 2 * D, n, 2 * D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), kv, 2 * D, n, ht, dh));
   // K and V are read by six GEMMs: rounded once for all of them.
-  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* kv16, RoundOnce(kv, n * 2 * D, kv16_));
+  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* kv16, RoundOnce(stream(), kv, n * 2 * D, kv16_));
   const cuda::GemmInput k_in{k, kv16}, v_in{v, kv16 != nullptr ? kv16 + D : nullptr};
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.lr_w), 3 * ht, lr, 3 * ht));
@@ -107,21 +123,21 @@ absl::Status CudaOps::AccumulateGrads(const LayerWeights& w, int64_t first, int6
                                   hidden, per_head, k_in, 2 * D, dh, 1.0f, d2, dh, mat, ht);
 }
 
-absl::Status CudaOps::StartGradAllReduce() {
+absl::Status CudaLactOps::StartAllReduce() {
   if (grads_allreduce_ == nullptr) {
     return absl::InternalError("no gradient all-reduce in a group of one");
   }
   return grads_allreduce_->Start(grads_.get(), grads_.size(), stream());
 }
 
-absl::Status CudaOps::FinishGradAllReduce() {
+absl::Status CudaLactOps::FinishAllReduce() {
   if (grads_allreduce_ == nullptr) {
     return absl::InternalError("no gradient all-reduce in a group of one");
   }
   return grads_allreduce_->Finish(stream());
 }
 
-absl::Status CudaOps::UpdateFastWeights(const LayerWeights& w) {
+absl::Status CudaLactOps::Update(const LayerWeights& w) {
   const FastShape f = ShapeOf(c_);
   const float* initial[3] = {w.w0, w.w1, w.w2};
   for (int m = 0; m < 3; ++m) {
@@ -137,7 +153,7 @@ absl::Status CudaOps::UpdateFastWeights(const LayerWeights& w) {
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int64_t n) {
+absl::Status CudaLactOps::Apply(const LayerWeights& w, int64_t first, int64_t n) {
   const FastShape f = ShapeOf(c_);
   const int64_t D = c_.d_model, ht = f.heads, dh = f.dh, hidden = f.hidden, mat = f.mat();
   const int64_t per_head = n * hidden;
@@ -145,10 +161,10 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
   float *q = q_.get(), *o = o_.get(), *g = g_.get(), *u = u_.get();
   const cuda::CudaContext& ctx = ctx_;
   LACT_RETURN_IF_ERROR(
-      cuda::Linear(ctx, NormedRows(first), D, n, D, weights_.Matrix(w.qkv), D, q, D));
+      cuda::Linear(ctx, rows_.NormedRows(first), D, n, D, weights_.Matrix(w.qkv), D, q, D));
   LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), q, D, n, D));
   LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), q, D, n, ht, dh));
-  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* q16, RoundOnce(q, n * D, q16_));
+  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* q16, RoundOnce(stream(), q, n * D, q16_));
   const cuda::GemmInput q_in{q, q16};
   // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q_in, D, dh,
@@ -164,7 +180,7 @@ absl::Status CudaOps::ApplyFastWeights(const LayerWeights& w, int64_t first, int
   LACT_RETURN_IF_ERROR(
       cuda::RmsNormRows(stream(), o, dh, n * ht, dh, weights_(w.o_norm), o, dh, Bf16(o16_)));
   return cuda::Linear(ctx, {o, Bf16(o16_)}, D, n, D, weights_.Matrix(w.o_proj), D,
-                      acc_.get() + first * D, D, 1.0f);
+                      rows_.acc.get() + first * D, D, 1.0f);
 }
 
 }  // namespace lact

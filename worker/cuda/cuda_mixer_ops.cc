@@ -1,14 +1,27 @@
-// The BiMamba operations of CudaOps: one direction's mixer over a tile
-// (projection, dt, conv + SiLU, the SSD scan, gated norm, out_proj into
-// acc) and the scan state's trips to and from the host.
+#include "worker/cuda/cuda_mixer_ops.h"
+
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
-#include "worker/cuda/cuda_ops.h"
 
 namespace lact {
 
-absl::Status CudaOps::LoadScanState(const MambaState& s) {
+absl::Status CudaMixerOps::Allocate(int64_t tile, cuda::SsdMath scan_math) {
+  ssd_ = cuda::SsdWorkspace(0, scan_math);
+  const int64_t T = tile, di = c_.d_inner(), C = c_.conv_channels(), hs = c_.ssm_heads();
+  const int64_t history = int64_t{c_.ssm.conv_width - 1} * C;
+  LACT_RETURN_IF_ERROR(AllocateFloats({{&proj_, T * c_.in_proj_rows()},
+                                       {&xbc_, T * C},
+                                       {&dt_, T * hs},
+                                       {&y_, T * di},
+                                       {&ssm_, hs * c_.ssm.head_dim * c_.ssm.d_state},
+                                       {&conv_, history},
+                                       {&conv_scratch_, history},
+                                       {&log_decay_, hs}}));
+  return AllocateBf16(ctx_.precision(), {{&y16_, T * di}});
+}
+
+absl::Status CudaMixerOps::LoadScanState(const MambaState& s) {
   LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ssm_.get(), s.ssm.ptr(), s.ssm.size() * sizeof(float),
                                             cudaMemcpyHostToDevice, stream()));
   if (s.conv.size() > 0) {
@@ -21,26 +34,21 @@ absl::Status CudaOps::LoadScanState(const MambaState& s) {
   return ctx_.Synchronize();  // the host copies may go out of scope
 }
 
-absl::Status CudaOps::StoreScanState(MambaState* s, float* log_decay) {
+absl::Status CudaMixerOps::StoreScanState(MambaState* s, float* log_decay) {
   LACT_RETURN_IF_ERROR(ctx_.Download(ssm_.get(), s->ssm.size(), s->ssm.ptr()));
   LACT_RETURN_IF_ERROR(ctx_.Download(conv_.get(), s->conv.size(), s->conv.ptr()));
   if (log_decay == nullptr) return absl::OkStatus();
   return ctx_.Download(log_decay_.get(), c_.ssm_heads(), log_decay);
 }
 
-// The backward direction runs by index: its rows are projected in sequence
-// order (a row-wise product), and the conv and the scan walk them from the
-// last (a view of the last row with negated row strides), writing their
-// outputs back in sequence order, so no reversed copy is made and out_proj
-// adds straight into acc.
-absl::Status CudaOps::MixerTile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+absl::Status CudaMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                                 bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
   const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
   const int hs = c_.ssm_heads(), N = c_.ssm.d_state;
   // The state-only pass needs no gate z: project the conv and dt rows only.
   const int64_t skip = outputs ? 0 : di;
-  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, NormedRows(first), D, n, D,
+  LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows_.NormedRows(first), D, n, D,
                                     weights_.Matrix(m.in_proj).Offset(skip * D), R - skip,
                                     proj_.get() + skip, R));
   LACT_RETURN_IF_ERROR(cuda::SoftplusBias(stream(), proj_.get() + di + C, R, n, hs,
@@ -51,16 +59,29 @@ absl::Status CudaOps::MixerTile(const LayerWeights& w, Direction dir, int64_t fi
       stream(), proj_.get() + last * R + di, step * R, n, C, c_.ssm.conv_width, weights_(m.conv_w),
       weights_(m.conv_b), conv_.get(), conv_scratch_.get(), xbc_.get() + last * C, step * C));
   const float* xbc = xbc_.get() + last * C;
+  const cuda::SsdScanParams scan{.tokens = n,
+                                 .heads = hs,
+                                 .head_dim = c_.ssm.head_dim,
+                                 .d_state = N,
+                                 .x = xbc,
+                                 .ldx = step * C,
+                                 .b = xbc + di,
+                                 .ldb = step * C,
+                                 .c = xbc + di + N,
+                                 .ldc = step * C,
+                                 .dt = dt_.get() + last * hs,
+                                 .lddt = step * hs,
+                                 .a_log = weights_(m.a_log),
+                                 .d_skip = weights_(m.d_skip),
+                                 .y = outputs ? y_.get() + last * di : nullptr,
+                                 .ldy = step * di};
   LACT_RETURN_IF_ERROR(
-      cuda::SsdScan(stream(), ssd_, n, hs, c_.ssm.head_dim, N, xbc, step * C, xbc + di, step * C,
-                    xbc + di + N, step * C, dt_.get() + last * hs, step * hs, weights_(m.a_log),
-                    weights_(m.d_skip), outputs ? y_.get() + last * di : nullptr, step * di,
-                    ssm_.get(), summarize ? log_decay_.get() : nullptr));
+      cuda::SsdScan(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
   LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di,
                                               weights_(m.norm), Bf16(y16_)));
   return cuda::Linear(ctx_, {y_.get(), Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
-                      acc_.get() + first * D, D, 1.0f);
+                      rows_.acc.get() + first * D, D, 1.0f);
 }
 
 }  // namespace lact

@@ -1,0 +1,76 @@
+// The CPU ops' precision policy and the activations their parts share.
+//
+// CpuPrecision says, once, how the GEMMs take their operands: float32, or
+// rounded to bf16 (cpu::Operands::kBf16, the reference's bf16_operands),
+// and in that mode whether the activations only GEMMs read are made as
+// bf16 where they are made (on the bf16 matmul, cpu::Bf16MatmulOn()) or
+// rounded in float32 (the emulation). It owns what the operands carry to
+// the GEMMs: the model's weights packed for oneDNN's matmul (unless the
+// caller keeps them) and bf16 copies of the rounded fast weights.
+//
+// CpuActivations holds the rows of the shard that the mixer, LaCT and MLP
+// parts share, [L, D] each: the residual stream x, the block's normed input
+// h (float32, or bf16 only where activations are made as bf16) and acc,
+// where the block's mixer and LaCT outputs add up.
+#ifndef LACT_WORKER_CPU_CPU_PRECISION_H_
+#define LACT_WORKER_CPU_CPU_PRECISION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/tensor.h"
+#include "kernels/cpu/bf16_copies.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/packed_weights.h"
+
+namespace lact {
+
+class CpuPrecision {
+ public:
+  // `packed`: the model's weights packed by the caller (kept across its
+  // sequences), or null: this policy packs its own on first use.
+  CpuPrecision(cpu::Operands operands, cpu::PackedWeights* packed);
+  CpuPrecision(const CpuPrecision&) = delete;  // the operands point into it
+  CpuPrecision& operator=(const CpuPrecision&) = delete;
+
+  // What every GEMM of the ops is given.
+  const cpu::Operands& operands() const { return operands_; }
+  // GEMM operands are rounded to bf16.
+  bool rounds() const { return operands_ == cpu::Operands::kBf16; }
+  // Activations only GEMMs read are made as bf16 (implies rounds()).
+  bool makes_bf16() const { return makes_bf16_; }
+  // Rows [0, n) of a float32 GEMM operand made ready for its GEMMs: in the
+  // bf16 mode rounded (or left for the bf16 matmul to round as it packs
+  // them, cpu::RoundForBf16Gemm); untouched in float32.
+  void RoundOperand(float* x, int64_t ld, int64_t n, int64_t cols) const;
+  // Where the bf16 matmul finds the rounded fast weights as bf16.
+  cpu::Bf16Copies& bf16_copies() { return bf16_copies_; }
+
+ private:
+  cpu::PackedWeights own_packed_;
+  cpu::Bf16Copies bf16_copies_;
+  const cpu::Operands operands_;
+  const bool makes_bf16_;
+};
+
+struct CpuActivations {
+  Tensor x, h, acc;           // h empty where h16 holds it
+  std::vector<uint16_t> h16;  // h as bf16, where activations are made as bf16
+
+  // Calls `f` with h's row `first` on (of width `width`) as the GEMMs read
+  // it: a const float* or a const uint16_t* (bf16).
+  template <typename F>
+  decltype(auto) WithNormed(int64_t first, int64_t width, F&& f) const {
+    return h16.empty() ? f(h.ptr() + first * width) : f(h16.data() + first * width);
+  }
+};
+
+// Grows `v` to at least `size` elements.
+template <typename T>
+void GrowTo(std::vector<T>* v, int64_t size) {
+  if (static_cast<int64_t>(v->size()) < size) v->resize(size);
+}
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_CPU_CPU_PRECISION_H_

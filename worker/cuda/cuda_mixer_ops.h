@@ -1,0 +1,44 @@
+// The BiMamba mixer part of the CUDA ops (cuda_ops.h): one direction's
+// mixer over a tile of h (projection, dt, conv + SiLU, the SSD scan, gated
+// norm, out_proj into acc), its scan state on the device between tiles,
+// and the state's trips to and from the host. The backward direction runs
+// by index: its rows are projected in sequence order, and the conv and the
+// scan walk them from the last (negated row strides), writing their
+// outputs back in sequence order, so no reversed copy is made and out_proj
+// adds straight into acc. Its scratch holds tile() tokens.
+#ifndef LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
+#define LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/ssd_scan.h"
+#include "worker/cuda/cuda_activations.h"
+#include "worker/cuda/device_weights.h"
+#include "worker/schedule/backend_ops.h"
+
+namespace lact {
+
+class CudaMixerOps : private CudaPart {
+ public:
+  using CudaPart::CudaPart;
+
+  // The state and scratch for tiles of up to `tile` tokens.
+  absl::Status Allocate(int64_t tile, cuda::SsdMath scan_math);
+  // BackendOps' LoadScanState, StoreScanState and MixerTile.
+  absl::Status LoadScanState(const MambaState& state);
+  absl::Status StoreScanState(MambaState* state, float* log_decay);
+  absl::Status Tile(const LayerWeights& w, Direction dir, int64_t first, int64_t n, bool outputs,
+                    bool summarize);
+
+ private:
+  cuda::DeviceBuffer proj_, xbc_, dt_, y_;                    // tiles
+  cuda::DeviceBuffer y16_;                                    // the gated norm's bf16 output
+  cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;  // the scan state
+  cuda::SsdWorkspace ssd_;
+};
+
+}  // namespace lact
+
+#endif  // LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
