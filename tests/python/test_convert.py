@@ -369,6 +369,13 @@ class TorchStateDictTest(unittest.TestCase):
             again, _ = convert.convert_torch(_TMP / "floats.pt", trust_pickle=True)
         self.assertTrue(torch.equal(again.tensors()["layers.1.ttt.w0"],
                                     model.tensors()["layers.1.ttt.w0"]))
+        # The prefixes wrappers add (torch.compile's, DataParallel's, an attribute's).
+        for prefix in ("_orig_mod.", "model.module."):
+            torch.save({prefix + k: v for k, v in model.state_dict().items()}, _TMP / "pre.pt")
+            again, _ = convert.convert_torch(_TMP / "pre.pt")
+            self.assertEqual(again.config, config, prefix)
+            self.assertTrue(torch.equal(again.tensors()["layers.1.ttt.w0"],
+                                        model.tensors()["layers.1.ttt.w0"]), prefix)
         del bare["layers.0.mlp.up.weight"]
         torch.save(bare, _TMP / "short.pt")
         with self.assertRaisesRegex(convert.ConversionError, "missing tensor "

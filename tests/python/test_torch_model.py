@@ -288,6 +288,13 @@ class ApiTest(unittest.TestCase):
         with self.assertRaises(Exception):
             lt.LactModel(changed).load_state_dict(sd)
 
+    def test_an_unseeded_model_leaves_the_global_generator_alone(self):
+        torch.manual_seed(7)
+        want = torch.rand(4)
+        torch.manual_seed(7)
+        lt.LactModel(LactRunTest.SHAPES[0]["config"])
+        self.assertTrue(torch.equal(torch.rand(4), want), "torch's global generator was reseeded")
+
     def test_errors_name_the_problem(self):
         config = LactRunTest.SHAPES[0]["config"]
         model = lt.LactModel(config, seed=0)

@@ -75,12 +75,22 @@ def _state_dict_of(obj, path):
     return obj
 
 
-def _strip_module_prefix(tensors):
-    names = [k for k in tensors if k != "_extra_state"]
-    if names and all(k.startswith("module.") for k in names):
-        return {k[len("module."):] if k.startswith("module.") else k: v
-                for k, v in tensors.items()}
-    return tensors
+# Prefixes that wrappers put before every name of a model's state dict:
+# DataParallel and DistributedDataParallel ("module."), torch.compile
+# ("_orig_mod."), and a model kept as a wrapper's attribute ("model.").
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
+
+
+def _strip_wrapper_prefixes(tensors):
+    """The names without the prefixes wrappers put before every one of them,
+    however many wrappers deep."""
+    while True:
+        names = [k for k in tensors if k != "_extra_state"]
+        prefix = next((p for p in WRAPPER_PREFIXES
+                       if names and all(k.startswith(p) for k in names)), None)
+        if prefix is None:
+            return tensors
+        tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
 
 
 def read_weights(path, trust_pickle=False):
@@ -89,7 +99,7 @@ def read_weights(path, trust_pickle=False):
     if path.suffix == ".safetensors":
         tensors, _ = safetensors_io.read(path)
         return {k: torch.from_numpy(v) for k, v in tensors.items()}
-    return _strip_module_prefix(_state_dict_of(_torch_load(path, trust_pickle), path))
+    return _strip_wrapper_prefixes(_state_dict_of(_torch_load(path, trust_pickle), path))
 
 
 def load_checkpoint(path, config_path=None, trust_pickle=False):
@@ -510,7 +520,7 @@ def convert_torch(state_path, out=None, config=None, trust_pickle=False):
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         found_config = obj.get("config")
         obj = obj["state_dict"]
-    tensors = _strip_module_prefix(_state_dict_of(obj, state_path))
+    tensors = _strip_wrapper_prefixes(_state_dict_of(obj, state_path))
     extra = tensors.pop("_extra_state", None)
     if found_config is None and isinstance(extra, dict):
         found_config = extra.get("lact.config")

@@ -503,7 +503,10 @@ class LactModel(nn.Module):
         """Random weights, drawn as the service's random models are (not the same
         values): see init_rule()."""
         gen = torch.Generator()
-        gen.manual_seed(torch.seed() if seed is None else int(seed))
+        if seed is None:
+            gen.seed()  # a fresh seed for this generator only; torch's global one is left alone
+        else:
+            gen.manual_seed(int(seed))
         params = dict(self.named_parameters())
         for name, shape in expected_tensors(self.config):
             kind, value = init_rule(name, shape, self.config)
