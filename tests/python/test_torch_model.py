@@ -16,9 +16,11 @@ tests' bound), 1e-9 in float64 against the float64 golden files.
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import unittest
 from pathlib import Path
@@ -270,6 +272,43 @@ class _Query(torch.nn.Module):
 
     def forward(self, tokens, state):
         return self.model.query(tokens, state)
+
+
+class StandaloneTest(unittest.TestCase):
+    """The twin and the converters as on a training machine with only numpy and
+    torch: the package copied without its gRPC stubs, grpc and protobuf not
+    importable."""
+
+    CODE = textwrap.dedent("""
+        import sys
+        class Refuse:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("grpc", "google"):
+                    raise ImportError("no " + name + " on this machine")
+        sys.meta_path.insert(0, Refuse())
+        import torch
+        import lact, lact.convert, lact.torch as lt
+        config = {"d_model": 8, "n_layers": 1, "d_input": 3, "d_output": 2,
+                  "ssm": {"expand": 2, "head_dim": 4, "d_state": 4, "conv_width": 3},
+                  "ttt": {"head_dim": 4, "inter_multi": 2, "base_lr": 0.1, "muon_steps": 1,
+                          "chunk_tokens": 5}, "mlp": {"hidden": 12}}
+        out, _ = lt.LactModel(config, seed=1)(torch.zeros(5, 3))
+        print("output", tuple(out.shape))
+        try:
+            lact.Client
+        except ImportError as e:
+            print("client:", e)
+        """)
+
+    def test_the_twin_and_the_converters_need_only_numpy_and_torch(self):
+        with tempfile.TemporaryDirectory(prefix="lact-twin-") as tmp:
+            shutil.copytree(ROOT / "client" / "python" / "lact", Path(tmp) / "lact",
+                            ignore=shutil.ignore_patterns("v1", "__pycache__"))
+            done = subprocess.run([sys.executable, "-c", self.CODE], cwd=tmp, capture_output=True,
+                                  text=True, env={**os.environ, "PYTHONPATH": tmp}, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("output (5, 2)", done.stdout)
+        self.assertIn("client: lact.Client needs grpcio and lact's gRPC stubs", done.stdout)
 
 
 class ApiTest(unittest.TestCase):

@@ -1,4 +1,5 @@
-"""lact: a Python client of the lact service (LaCT-BiMamba jobs over gRPC).
+"""lact: a Python client of the lact service (LaCT-BiMamba jobs over gRPC),
+and the model's PyTorch twin.
 
     import lact
     c = lact.Client("127.0.0.1:PORT")
@@ -9,20 +10,37 @@
 Every failure raises lact.LactError (``code``: grpc.StatusCode, ``message``).
 The gRPC stubs (lact.v1) are generated from the repository's protos at
 install time (setup.py) or by build_protos.py; they are never committed.
+
+The client's names are imported on first use, so that ``lact.torch`` (the
+twin) and ``lact.convert`` (the converters) need only numpy and torch: a
+training machine without grpcio or the stubs imports them.
 """
 
-try:
-    from .v1 import coordinator_pb2 as _coordinator_pb2  # noqa: F401
-except ImportError as e:  # pragma: no cover - a source checkout without stubs
-    raise ImportError(
-        "lact's gRPC stubs (lact.v1) are missing: pip install client/python, or run "
-        "client/python/build_protos.py OUT_DIR next to a copy of this package") from e
+import importlib
 
-from .client import Client, JobStatus, Model, Worker
-from .codec import bf16_bits, bf16_to_float32, round_bf16
-from .errors import LactError
-from .job import Job, Progress, Result
-from .progress_bar import show_progress
+# Where each of the client's names is defined.
+_CLIENT_NAMES = {
+    "Client": "client", "JobStatus": "client", "Model": "client", "Worker": "client",
+    "bf16_bits": "codec", "bf16_to_float32": "codec", "round_bf16": "codec",
+    "LactError": "errors",
+    "Job": "job", "Progress": "job", "Result": "job",
+    "show_progress": "progress_bar",
+}
 
-__all__ = ["Client", "Job", "JobStatus", "LactError", "Model", "Progress", "Result", "Worker",
-           "bf16_bits", "bf16_to_float32", "round_bf16", "show_progress"]
+__all__ = sorted(_CLIENT_NAMES)
+
+
+def __getattr__(name):
+    module = _CLIENT_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lact' has no attribute {name!r}")
+    try:
+        importlib.import_module(".v1.coordinator_pb2", __name__)
+    except ImportError as e:
+        raise ImportError(
+            f"lact.{name} needs grpcio and lact's gRPC stubs (lact.v1): pip install "
+            "client/python, or run client/python/build_protos.py OUT_DIR next to a copy of "
+            f"this package ({e})") from e
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
