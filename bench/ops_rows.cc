@@ -8,6 +8,7 @@
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/lact_ops.h"
+#include "kernels/cpu/newton_schulz.h"
 #include "kernels/cpu/threading.h"
 #include "worker/cpu/cpu_ops.h"
 #include "worker/cpu/cpu_runner.h"

@@ -16,10 +16,11 @@ absl::Status Bad(const std::string& what) {
 }
 
 absl::Status CheckKeys(const json& obj, const std::string& where,
-                       const std::set<std::string>& allowed) {
+                       const std::set<std::string>& allowed,
+                       const std::set<std::string>& optional = {}) {
   if (!obj.is_object()) return Bad(absl::StrCat("'", where, "' must be an object"));
   for (auto it = obj.begin(); it != obj.end(); ++it) {
-    if (!allowed.count(it.key())) {
+    if (!allowed.count(it.key()) && !optional.count(it.key())) {
       return Bad(absl::StrCat("unknown field '", where.empty() ? "" : where + ".", it.key(), "'"));
     }
   }
@@ -39,6 +40,26 @@ absl::Status GetInt(const json& obj, const std::string& where, const std::string
   const int64_t x = v.get<int64_t>();
   if (x < min || x > (1 << 30)) return Bad(absl::StrCat("'", name, "' = ", x, " must be >= ", min));
   *out = static_cast<int>(x);
+  return absl::OkStatus();
+}
+
+// The optional update-rule fields of `ttt` (model_config.h, TttConfig).
+absl::Status GetUpdateRule(const json& ttt, TttConfig* c) {
+  if (ttt.contains("normalize_update")) {
+    if (!ttt["normalize_update"].is_boolean()) {
+      return Bad(absl::StrCat("'ttt.normalize_update' must be true or false, got ",
+                              ttt["normalize_update"].dump()));
+    }
+    c->normalize_update = ttt["normalize_update"].get<bool>();
+  }
+  if (ttt.contains("ns_precision")) {
+    const json& v = ttt["ns_precision"];
+    if (v != "float32" && v != "bf16") {
+      return Bad(
+          absl::StrCat("'ttt.ns_precision' = ", v.dump(), " (allowed: \"float32\", \"bf16\")"));
+    }
+    c->ns_bf16 = v == "bf16";
+  }
   return absl::OkStatus();
 }
 
@@ -85,13 +106,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   LACT_RETURN_IF_ERROR(GetInt(ssm, "ssm", "conv_width", 1, &c.ssm.conv_width));
   const json& ttt = root["ttt"];
   LACT_RETURN_IF_ERROR(
-      CheckKeys(ttt, "ttt", {"head_dim", "inter_multi", "base_lr", "muon_steps", "chunk_tokens"}));
+      CheckKeys(ttt, "ttt", {"head_dim", "inter_multi", "base_lr", "muon_steps", "chunk_tokens"},
+                {"normalize_update", "ns_precision"}));
   LACT_RETURN_IF_ERROR(GetInt(ttt, "ttt", "head_dim", 1, &c.ttt.head_dim));
   LACT_RETURN_IF_ERROR(GetInt(ttt, "ttt", "inter_multi", 1, &c.ttt.inter_multi));
   if (!ttt["base_lr"].is_number()) return Bad("'ttt.base_lr' must be a number");
   c.ttt.base_lr = ttt["base_lr"].get<double>();
   LACT_RETURN_IF_ERROR(GetInt(ttt, "ttt", "muon_steps", 0, &c.ttt.muon_steps));
   LACT_RETURN_IF_ERROR(GetInt(ttt, "ttt", "chunk_tokens", 0, &c.ttt.chunk_tokens));
+  LACT_RETURN_IF_ERROR(GetUpdateRule(ttt, &c.ttt));
   const json& mlp = root["mlp"];
   LACT_RETURN_IF_ERROR(CheckKeys(mlp, "mlp", {"hidden"}));
   LACT_RETURN_IF_ERROR(GetInt(mlp, "mlp", "hidden", 1, &c.mlp_hidden));
@@ -116,6 +139,8 @@ std::string ModelConfigToJson(const ModelConfig& c) {
               {"muon_steps", c.ttt.muon_steps},
               {"chunk_tokens", c.ttt.chunk_tokens}}},
             {"mlp", {{"hidden", c.mlp_hidden}}}};
+  if (c.ttt.normalize_update) j["ttt"]["normalize_update"] = true;
+  if (c.ttt.ns_bf16) j["ttt"]["ns_precision"] = "bf16";
   return j.dump();
 }
 

@@ -27,6 +27,13 @@ struct TttConfig {
   double base_lr = 0.01;
   int muon_steps = 0;
   int chunk_tokens = 0;  // 0: all context tokens in one chunk
+  // Upstream LaCT's update rule (docs/upstream.md); both off by default, and
+  // written to JSON only when on. normalize_update: with muon_steps = 0 the
+  // update is dw / (||dw||_F + 1e-7) instead of dw. ns_bf16: the
+  // normalisation and the Newton-Schulz iteration round every result to bf16
+  // ("ns_precision": "bf16"; the default "float32").
+  bool normalize_update = false;
+  bool ns_bf16 = false;
 };
 
 struct ModelConfig {

@@ -229,6 +229,9 @@ INSTANTIATE_TEST_SUITE_P(RowSlices, CpuParityTest, ::testing::ValuesIn(RowSliceC
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Shapes, CpuParityTest, ::testing::ValuesIn(FixedParityCases()),
                          [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(UpdateRules, CpuParityTest,
+                         ::testing::ValuesIn(UpdateRuleParityCases(/*bf16_newton_schulz=*/true)),
+                         [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RandomShapes, CpuParityTest, ::testing::ValuesIn(RandomParityCases()),
                          [](const auto& info) { return info.param.name; });
 

@@ -217,6 +217,9 @@ TEST_P(CudaParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedInputs) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaParityTest, ::testing::ValuesIn(FixedParityCases()),
                          [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(UpdateRules, CudaParityTest,
+                         ::testing::ValuesIn(UpdateRuleParityCases(/*bf16_newton_schulz=*/false)),
+                         [](const auto& info) { return info.param.name; });
 // The emulator (tools/cuda-emu, ASan, about 2 s a case) runs the first
 // LACT_RANDOM_PARITY_CASES of the 60 a GPU runs.
 #ifndef LACT_RANDOM_PARITY_CASES
@@ -236,6 +239,17 @@ TEST(CudaRunner, NoSuchDeviceIsAFailedPrecondition) {
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(runner.status().message().find(absl::StrCat("no CUDA device ", options.device)),
             std::string::npos)
+      << runner.status();
+}
+
+TEST(CudaRunner, RefusesBf16NewtonSchulzNamingWhatItRuns) {
+  const ParityCase pc = UpdateRuleParityCases(/*bf16_newton_schulz=*/true).back();
+  ASSERT_TRUE(pc.config.ttt.ns_bf16);
+  const ParityJob job = MakeParityJob(pc);
+  absl::StatusOr<std::unique_ptr<CudaRunner>> runner = CudaRunner::Create(job.model, pc.config);
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(runner.status().message().find("allowed here: \"float32\""), std::string::npos)
       << runner.status();
 }
 

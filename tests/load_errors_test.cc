@@ -190,6 +190,10 @@ TEST_F(ModelFileTest, BadConfigs) {
       {[](json& j) { j["ttt"]["head_dim"] = 5; }, "ttt.head_dim 5 must divide d_model 32"},
       {[](json& j) { j["ttt"]["base_lr"] = -1; },
        "ttt.base_lr -1 must be a positive finite number"},
+      {[](json& j) { j["ttt"]["normalize_update"] = 1; },
+       "'ttt.normalize_update' must be true or false, got 1"},
+      {[](json& j) { j["ttt"]["ns_precision"] = "fp16"; },
+       "'ttt.ns_precision' = \"fp16\" (allowed: \"float32\", \"bf16\")"},
   };
   for (const Case& c : cases) {
     json j = base;
@@ -199,6 +203,30 @@ TEST_F(ModelFileTest, BadConfigs) {
   }
   Write("F32", "{oops");
   EXPECT_THAT(ErrorOf(LoadModel(path_)), HasSubstr("model config: not valid JSON"));
+}
+
+// The update-rule fields are optional, off by default, and written back only
+// when on, so configs without them keep their JSON.
+TEST(ModelConfigJson, UpdateRuleFieldsAreOptionalAndRoundTrip) {
+  ModelConfig c;
+  const std::string plain = ModelConfigToJson(c);
+  EXPECT_EQ(plain.find("normalize_update"), std::string::npos);
+  EXPECT_EQ(plain.find("ns_precision"), std::string::npos);
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(plain);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->ttt.normalize_update);
+  EXPECT_FALSE(parsed->ttt.ns_bf16);
+  c.ttt.normalize_update = true;
+  c.ttt.ns_bf16 = true;
+  parsed = ParseModelConfig(ModelConfigToJson(c));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->ttt.normalize_update);
+  EXPECT_TRUE(parsed->ttt.ns_bf16);
+  json j = json::parse(ModelConfigToJson(c));
+  j["ttt"]["ns_precision"] = "float32";
+  parsed = ParseModelConfig(j.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->ttt.ns_bf16);
 }
 
 TEST(PresetErrors, UnknownPresetAndBadSeed) {

@@ -60,6 +60,30 @@ std::vector<ParityCase> FixedParityCases() {
   };
 }
 
+std::vector<ParityCase> UpdateRuleParityCases(bool bf16_newton_schulz) {
+  const auto rule = [](ModelConfig c, bool normalize, bool bf16) {
+    c.ttt.normalize_update = normalize;
+    c.ttt.ns_bf16 = bf16;
+    return c;
+  };
+  const ModelConfig c = Config(16, 2, 0, 0, 2, 8, 8, 4, 8, 2, 32, 0.3, 0, 0);
+  ModelConfig chunks = rule(c, true, false);
+  chunks.ttt.chunk_tokens = 7;
+  std::vector<ParityCase> cases = {
+      {"normalized_update", rule(c, true, false), 29, {3}, 4096, 2},
+      {"normalized_update_chunks", chunks, 30, {1}, 5, 1},
+  };
+  if (bf16_newton_schulz) {
+    ModelConfig muon = rule(c, false, true);
+    muon.ttt.muon_steps = 3;
+    cases.push_back({"ns_bf16_muon", muon, 31, {2}, 4096, 2});
+    ModelConfig chunked = rule(c, true, true);
+    chunked.ttt.chunk_tokens = 9;
+    cases.push_back({"ns_bf16_normalized_chunks", chunked, 30, {1}, 4096, 1});
+  }
+  return cases;
+}
+
 void PrintTo(const ParityCase& c, std::ostream* os) {
   *os << c.name << " " << ModelConfigToJson(c.config) << " L=" << c.context_tokens
       << " tile=" << c.tile;

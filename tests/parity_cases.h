@@ -31,6 +31,9 @@ void PrintTo(const ParityCase& c, std::ostream* os);
 
 std::vector<ParityCase> FixedParityCases();
 std::vector<ParityCase> RandomParityCases(int count = 60);
+// Upstream LaCT's update rules (ttt.normalize_update, and with
+// `bf16_newton_schulz` ttt.ns_precision bf16, which only the CPU runs).
+std::vector<ParityCase> UpdateRuleParityCases(bool bf16_newton_schulz);
 
 // A case's random model, context and query sets (fixed seeds per case).
 struct ParityJob {

@@ -6,6 +6,7 @@
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/newton_schulz.h"
 #include "kernels/cpu/simd.h"
 
 namespace lact::cpu {
@@ -190,8 +191,8 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
 namespace {
 
 void UpdateOne(float* w, float* dw, const float* w_init, int64_t rows, int64_t cols,
-               int muon_steps) {
-  if (muon_steps > 0) NewtonSchulz(dw, rows, cols, muon_steps);
+               const TttConfig& t) {
+  if (t.muon_steps > 0 || t.normalize_update) NewtonSchulz(dw, rows, cols, t.muon_steps, t.ns_bf16);
   for (int64_t r = 0; r < rows; ++r) {
     float* wr = w + r * cols;
     const float* ir = w_init + r * cols;
@@ -211,12 +212,11 @@ void UpdateOne(float* w, float* dw, const float* w_init, int64_t rows, int64_t c
 void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef initial, float* w0,
                        float* w1, float* w2) {
   const int64_t dh = c.ttt.head_dim, dhh = c.fast_hidden(), mat = dh * dhh;
-  const int steps = c.ttt.muon_steps;
   for (int64_t head = 0; head < c.ttt_heads(); ++head) {
     const int64_t o = head * mat;
-    UpdateOne(w0 + o, grads.dw0 + o, initial.w0 + o, dhh, dh, steps);
-    UpdateOne(w1 + o, grads.dw1 + o, initial.w1 + o, dh, dhh, steps);
-    UpdateOne(w2 + o, grads.dw2 + o, initial.w2 + o, dhh, dh, steps);
+    UpdateOne(w0 + o, grads.dw0 + o, initial.w0 + o, dhh, dh, c.ttt);
+    UpdateOne(w1 + o, grads.dw1 + o, initial.w1 + o, dh, dhh, c.ttt);
+    UpdateOne(w2 + o, grads.dw2 + o, initial.w2 + o, dhh, dh, c.ttt);
   }
 }
 
@@ -253,29 +253,6 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
     Gemm(operands, false, true, T, dh, dhh, 1.0f, g, dhh, fast.w1 + head * mat, dhh, 0.0f,
          o + head * dh, D);
   }
-}
-
-void NewtonSchulz(float* g, int64_t rows, int64_t cols, int steps) {
-  double norm = 0;
-  for (int64_t i = 0; i < rows * cols; ++i) norm += static_cast<double>(g[i]) * g[i];
-  const float inv = static_cast<float>(1.0 / (std::sqrt(norm) + 1e-7));
-  const bool transposed = rows > cols;
-  const int64_t r = transposed ? cols : rows, k = transposed ? rows : cols;
-  std::vector<float> x(r * k), a(r * r), b(r * r), next(r * k);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      (transposed ? x[j * k + i] : x[i * k + j]) = g[i * cols + j] * inv;
-  for (int s = 0; s < steps; ++s) {
-    Gemm(false, true, r, r, k, 1.0f, x.data(), k, x.data(), k, 0.0f, a.data(), r);      // A = X X^T
-    Gemm(false, false, r, r, r, 2.0315f, a.data(), r, a.data(), r, 0.0f, b.data(), r);  // B = c A A
-    for (int64_t i = 0; i < r * r; ++i) b[i] += -4.7750f * a[i];                        //   + b A
-    next = x;
-    Gemm(false, false, r, k, r, 1.0f, b.data(), r, x.data(), k, 3.4445f, next.data(),
-         k);  // aX + B X
-    x.swap(next);
-  }
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) g[i * cols + j] = transposed ? x[j * k + i] : x[i * k + j];
 }
 
 }  // namespace lact::cpu

@@ -67,7 +67,8 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
                                int64_t tokens, FastWeightsRef fast, FastGradsRef grads,
                                LactWorkspace* ws, Operands operands = Operands::kFp32);
 
-// w += (muon_steps ? NS(dw) : dw), then each row rescaled to its initial norm.
+// w += (muon_steps or normalize_update ? NS(dw) : dw), NS in bf16 with
+// ns_bf16 (newton_schulz.h), then each row rescaled to its initial norm.
 // Consumes `grads` (Muon rewrites them).
 void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef initial, float* w0,
                        float* w1, float* w2);
@@ -79,9 +80,6 @@ void UpdateFastWeights(const ModelConfig& c, FastGradsRef grads, FastWeightsRef 
 // as above.
 void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t tokens, FastWeightsRef fast,
                       float* o, LactWorkspace* ws, Operands operands = Operands::kFp32);
-
-// In place: g [rows, cols] <- NS(g) with `steps` Newton-Schulz iterations.
-void NewtonSchulz(float* g, int64_t rows, int64_t cols, int steps);
 
 }  // namespace lact::cpu
 

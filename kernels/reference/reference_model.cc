@@ -41,10 +41,8 @@ TensorD ToTensor(const Mat& m, std::vector<int64_t> shape) {
 // bf16 (ReferenceOptions::bf16_operands).
 thread_local bool bf16_operands = false;
 
-// A product operand: the value, or its float32 value rounded to the nearest
-// bf16 (ties to even), as the bf16 GPU mode feeds its GEMMs.
-double Operand(double v) {
-  if (!bf16_operands) return v;
+// v as float32 rounded to the nearest bf16 (ties to even).
+double Bf16(double v) {
   float f = static_cast<float>(v);
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
@@ -52,6 +50,10 @@ double Operand(double v) {
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
+
+// A product operand: the value, or its float32 value rounded to the nearest
+// bf16 (ties to even), as the bf16 GPU mode feeds its GEMMs.
+double Operand(double v) { return bf16_operands ? Bf16(v) : v; }
 
 // x @ W^T with W[out, in] given as floats.
 Mat Linear(const Mat& x, const float* w, int64_t out) {
@@ -167,27 +169,42 @@ struct FastWeights {
   Mat w0, w1, w2;  // [d_h, dh], [dh, d_h], [d_h, dh]
 };
 
-Mat NewtonSchulz(const Mat& g, int steps) {
+// Rounds every element to bf16 when `bf16`, as torch's bf16 tensors do
+// after each operation (upstream LaCT's iteration; ttt.ns_precision).
+Mat Rounded(Mat m, bool bf16) {
+  if (bf16)
+    for (double& v : m.v) v = Bf16(v);
+  return m;
+}
+
+Mat NewtonSchulz(const Mat& g, int steps, bool bf16) {
+  Mat x = Rounded(g, bf16);
   double norm = 0;
-  for (double v : g.v) norm += v * v;
+  for (double v : x.v) norm += v * v;
   norm = std::sqrt(norm);
-  Mat x = g;
-  for (double& v : x.v) v /= (norm + 1e-7);
+  const double denom = bf16 ? Bf16(Bf16(norm) + 1e-7) : norm + 1e-7;
+  for (double& v : x.v) v = bf16 ? Bf16(v / denom) : v / denom;
   const bool transposed = x.rows > x.cols;
   if (transposed) x = Transpose(x);
   for (int i = 0; i < steps; ++i) {
-    Mat a = MatMul(x, Transpose(x), /*exact=*/true);
-    Mat aa = MatMul(a, a, /*exact=*/true);
+    Mat a = Rounded(MatMul(x, Transpose(x), /*exact=*/true), bf16);
+    Mat ca = a;
+    for (double& v : ca.v) v = bf16 ? Bf16(2.0315 * v) : 2.0315 * v;
+    Mat caa = Rounded(MatMul(ca, a, /*exact=*/true), bf16);
     Mat b(a.rows, a.cols);
-    for (int64_t k = 0; k < (int64_t)b.v.size(); ++k) b.v[k] = -4.7750 * a.v[k] + 2.0315 * aa.v[k];
-    Mat bx = MatMul(b, x, /*exact=*/true);
-    for (int64_t k = 0; k < (int64_t)x.v.size(); ++k) x.v[k] = 3.4445 * x.v[k] + bx.v[k];
+    for (int64_t k = 0; k < (int64_t)b.v.size(); ++k) {
+      b.v[k] = bf16 ? Bf16(Bf16(-4.7750 * a.v[k]) + caa.v[k]) : -4.7750 * a.v[k] + caa.v[k];
+    }
+    Mat bx = Rounded(MatMul(b, x, /*exact=*/true), bf16);
+    for (int64_t k = 0; k < (int64_t)x.v.size(); ++k) {
+      x.v[k] = bf16 ? Bf16(Bf16(3.4445 * x.v[k]) + bx.v[k]) : 3.4445 * x.v[k] + bx.v[k];
+    }
   }
   return transposed ? Transpose(x) : x;
 }
 
-void UpdateWeight(Mat* w, Mat dw, const Mat& w_init, int muon_steps) {
-  if (muon_steps > 0) dw = NewtonSchulz(dw, muon_steps);
+void UpdateWeight(Mat* w, Mat dw, const Mat& w_init, const TttConfig& t) {
+  if (t.muon_steps > 0 || t.normalize_update) dw = NewtonSchulz(dw, t.muon_steps, t.ns_bf16);
   for (int64_t r = 0; r < w->rows; ++r) {
     double n = 0, n0 = 0;
     for (int64_t c = 0; c < w->cols; ++c) {
@@ -209,7 +226,7 @@ Mat ApplyFast(const FastWeights& f, const Mat& q) {
 
 // One chunk's update of one head's fast weights (docs/model.md, LaCT).
 void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat& v, const Mat& lr,
-                int muon_steps) {
+                const TttConfig& t) {
   const int64_t n = k.rows;
   Mat g = MatMul(k, Transpose(f->w0)), u = MatMul(k, Transpose(f->w2)), dh = MatMul(v, f->w1);
   Mat hd(n, g.cols), du(n, g.cols), dg(n, g.cols);
@@ -230,9 +247,9 @@ void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat
   }
   Mat dw1 = MatMul(Transpose(v), hd), dw0 = MatMul(Transpose(dg), k),
       dw2 = MatMul(Transpose(du), k);
-  UpdateWeight(&f->w0, dw0, init.w0, muon_steps);
-  UpdateWeight(&f->w1, dw1, init.w1, muon_steps);
-  UpdateWeight(&f->w2, dw2, init.w2, muon_steps);
+  UpdateWeight(&f->w0, dw0, init.w0, t);
+  UpdateWeight(&f->w1, dw1, init.w1, t);
+  UpdateWeight(&f->w2, dw2, init.w2, t);
 }
 
 // docs/model.md, LaCT for all heads. Context: updates `fast` chunk by chunk;
@@ -273,7 +290,7 @@ Mat Lact(const Mat& h, const LayerWeights& w, const ModelConfig& c, bool is_cont
         }
         for (int64_t j = 0; j < 3; ++j) lc.at(t, j) = head_lr.at(start + t, j);
       }
-      if (is_context) UpdateFast(&f, init[head], kc, vc, lc, c.ttt.muon_steps);
+      if (is_context) UpdateFast(&f, init[head], kc, vc, lc, c.ttt);
       Mat oc = ApplyFast(f, qc);
       for (int64_t t = 0; t < n; ++t)
         for (int64_t i = 0; i < dh; ++i) out.at(start + t, i) = oc.at(t, i);

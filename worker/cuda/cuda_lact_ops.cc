@@ -142,7 +142,7 @@ absl::Status CudaLactOps::Update(const LayerWeights& w) {
   const float* initial[3] = {w.w0, w.w1, w.w2};
   for (int m = 0; m < 3; ++m) {
     float* dw = grads_.get() + m * f.size();
-    if (c_.ttt.muon_steps > 0) {
+    if (c_.ttt.muon_steps > 0 || c_.ttt.normalize_update) {  // steps 0: only the norm
       LACT_RETURN_IF_ERROR(
           cuda::NewtonSchulz(ctx_, dw, f.heads, f.rows(m), f.cols(m), c_.ttt.muon_steps, &muon_));
     }

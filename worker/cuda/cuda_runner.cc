@@ -36,6 +36,11 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("tile of ", options.tile_tokens, " tokens (need >= 1, or 0 for 65536)"));
   }
+  if (config.ttt.ns_bf16) {
+    return absl::InvalidArgumentError(
+        "the model's ttt.ns_precision is \"bf16\", which the cuda backend does not run "
+        "(allowed here: \"float32\"; the cpu backend runs both)");
+  }
   LACT_ASSIGN_OR_RETURN(cuda::Precision precision, cuda::ParsePrecision(options.precision));
   LACT_ASSIGN_OR_RETURN(const cuda::SsdMath scan_math, cuda::ParseSsdMath(options.scan_math));
   const int64_t tile = options.tile_tokens > 0 ? options.tile_tokens : 65536;
