@@ -59,12 +59,13 @@ def run_cli(*args):
                           capture_output=True, text=True, env=env, cwd=_TMP, timeout=300)
 
 
-def lact_run(model_path, context_path, out):
-    """The tensors of `build/bin/lact run` (waits out a rebuild swapping the binary)."""
+def lact_run(model_path, context_path, out, *extra):
+    """The tensors of `build/bin/lact run` (waits out a rebuild swapping the binary);
+    `extra`: more of its arguments (e.g. --query FILE)."""
     if not BIN_DIR.is_dir():
         raise unittest.SkipTest(f"no {BIN_DIR} (build the C++ first)")
     args = ["run", "--model", str(model_path), "--context", str(context_path), "--threads",
-            "1", "--out", str(out)]
+            "1", "--out", str(out), *map(str, extra)]
     deadline = time.monotonic() + 120
     while True:
         try:

@@ -354,6 +354,29 @@ class ApiTest(unittest.TestCase):
             lt.LactModel({**config, "ssm": {**config["ssm"], "groups": 2}})
         with self.assertRaisesRegex(ValueError, "ssm.head_dim 7 must divide"):
             lt.LactModel({**config, "ssm": {**config["ssm"], "head_dim": 7}})
+        with self.assertRaisesRegex(ValueError, r"'ttt.ns_precision' = \"fp16\" \(allowed: "
+                                                r"\"float32\", \"bf16\"\)"):
+            lt.parse_config({**config, "ttt": {**config["ttt"], "ns_precision": "fp16"}})
+        with self.assertRaisesRegex(ValueError, "'ttt.normalize_update' = 1"):
+            lt.parse_config({**config, "ttt": {**config["ttt"], "normalize_update": 1}})
+
+    def test_update_rule_fields_are_optional_and_kept_only_when_on(self):
+        config = LactRunTest.SHAPES[0]["config"]
+        self.assertEqual(lt.parse_config({**config, "ttt": {**config["ttt"],
+                                          "normalize_update": False,
+                                          "ns_precision": "float32"}}), lt.parse_config(config))
+        on = lt.parse_config({**config, "ttt": {**config["ttt"], "normalize_update": True,
+                                                "ns_precision": "bf16"}})
+        self.assertEqual((on["ttt"]["normalize_update"], on["ttt"]["ns_precision"]),
+                         (True, "bf16"))
+        # With 0 Newton-Schulz steps, the normalised update is another model.
+        x = torch.randn(9, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+        plain = lt.LactModel({**config, "ttt": {**config["ttt"], "muon_steps": 0}},
+                             dtype=torch.float64, seed=3)
+        normed = lt.LactModel({**on, "ttt": {**on["ttt"], "muon_steps": 0}},
+                              dtype=torch.float64, seed=3)
+        with torch.no_grad():
+            self.assertFalse(torch.allclose(plain(x)[0], normed(x)[0]))
 
     def test_safetensors_io_round_trip(self):
         path = _TMP / "io.safetensors"

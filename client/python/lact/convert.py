@@ -2,6 +2,7 @@
 
     python -m lact.convert mamba2 CKPT OUT.safetensors [--backward CKPT2] [options]
     python -m lact.convert torch STATE.pt OUT.safetensors [--config CONFIG]
+    python -m lact.convert lact-nvs CKPT OUT.safetensors --muon-steps N [options]
 
 `mamba2`: a Mamba-2 checkpoint in state-spaces/mamba's layout (the
 `Mamba2` mixer of mamba_ssm: per layer `mixer.in_proj.weight`,
@@ -25,6 +26,9 @@ its pickled code).
 `torch`: a `lact.torch.LactModel` state dict saved with torch.save (its
 `_extra_state` carries the config; or a {"config", "state_dict"} dict; or
 --config) becomes a lact model file.
+
+`lact-nvs`: upstream LaCT's view-synthesis TTT layers (lact_nvs), one layer
+or a whole model's; see lact/convert_lact_nvs.py.
 """
 
 import argparse
@@ -37,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from . import convert_lact_nvs as lact_nvs
 from . import safetensors_io
 from . import torch as lact_torch
 
@@ -543,6 +548,22 @@ def convert_torch(state_path, out=None, config=None, trust_pickle=False):
     return model, table
 
 
+# --- upstream LaCT (lact_nvs) ---------------------------------------------------------
+
+def convert_lact_nvs(checkpoint, out=None, *, trust_pickle=False, **options):
+    """A lact_nvs TTT layer or model checkpoint -> (float32 LactModel, table, left_out);
+    writes `out`. options: those of convert_lact_nvs.convert_lact_nvs (muon_steps,
+    base_lr, ns_precision, ttt_only, ...)."""
+    tensors = read_weights(checkpoint, trust_pickle)
+    try:
+        model, table, left_out = lact_nvs.convert_lact_nvs(tensors, str(checkpoint), **options)
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
+    if out is not None:
+        model.save_safetensors(out)
+    return model, table, left_out
+
+
 # --- command line -------------------------------------------------------------------
 
 def format_table(table):
@@ -600,6 +621,10 @@ def _parser():
                                     ".safetensors model), if the state dict has none")
     t.add_argument("--trust-pickle", action="store_true",
                    help="full torch.load (runs pickled code) instead of weights_only")
+    n = sub.add_parser("lact-nvs", help="upstream LaCT (lact_nvs) TTT layers -> lact layers",
+                       description="The TTT layers of a lact_nvs checkpoint (one "
+                                   "FastWeightGluMLPMultihead or a whole model) as lact layers.")
+    lact_nvs.add_arguments(n)
     return parser
 
 
@@ -615,6 +640,14 @@ def main(argv=None):
                 mlp_hidden=args.mlp_hidden, d_input=args.d_input, d_output=args.d_output,
                 init=args.init, out_proj=args.out_proj, seed=args.seed,
                 trust_pickle=args.trust_pickle)
+        elif args.command == "lact-nvs":
+            model, table, left_out = convert_lact_nvs(
+                args.checkpoint, args.out, trust_pickle=args.trust_pickle,
+                muon_steps=args.muon_steps, base_lr=args.base_lr,
+                ns_precision=args.ns_precision, ttt_only=args.ttt_only,
+                mlp_hidden=args.mlp_hidden, seed=args.seed)
+            if left_out:
+                print(f"left out (--ttt-only): {', '.join(left_out)}")
         else:
             model, table = convert_torch(args.state, args.out, args.config, args.trust_pickle)
     except (ConversionError, ValueError, OSError) as e:

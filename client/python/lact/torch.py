@@ -47,6 +47,11 @@ _KEYS = {"": ("d_model", "n_layers", "d_input", "d_output", "ssm", "ttt", "mlp")
          "ssm": ("expand", "head_dim", "d_state", "conv_width"),
          "ttt": ("head_dim", "inter_multi", "base_lr", "muon_steps", "chunk_tokens"),
          "mlp": ("hidden",)}
+# Optional fields: their defaults, and the values allowed. A config keeps them
+# only where they differ from the default (so the JSON of a config without
+# them is unchanged).
+_OPTIONAL = {"ttt": {"normalize_update": (False, (False, True)),
+                     "ns_precision": ("float32", ("float32", "bf16"))}}
 _MINIMUM = {"d_model": 1, "n_layers": 1, "d_input": 0, "d_output": 0, "ssm.expand": 1,
             "ssm.head_dim": 1, "ssm.d_state": 1, "ssm.conv_width": 1, "ttt.head_dim": 1,
             "ttt.inter_multi": 1, "ttt.muon_steps": 0, "ttt.chunk_tokens": 0, "mlp.hidden": 1}
@@ -81,10 +86,18 @@ def parse_config(config):
         if not isinstance(src, dict):
             raise ValueError(f"model config: '{section}' must be an object")
         where = f"{section}." if section else ""
+        optional = _OPTIONAL.get(section, {})
         for key in src:
-            if key not in keys:
+            if key not in keys and key not in optional:
                 raise ValueError(f"model config: unknown field '{where}{key}'")
         dst = c if not section else c.setdefault(section, {})
+        for key, (default, allowed) in optional.items():
+            value = src.get(key, default)
+            if not any(type(value) is type(a) and value == a for a in allowed):
+                raise ValueError(f"model config: '{where}{key}' = {json.dumps(value)} "
+                                 f"(allowed: {', '.join(json.dumps(a) for a in allowed)})")
+            if value != default:
+                dst[key] = value
         for key in keys:
             if key in ("ssm", "ttt", "mlp"):
                 continue
@@ -234,9 +247,13 @@ def inv_softplus(y):
     return y + math.log(-math.expm1(-y))
 
 
-def newton_schulz(g, steps):
+def newton_schulz(g, steps, bf16=False):
     """docs/model.md's NS on the last two axes of g (batched): normalise, transpose if
-    rows > cols, `steps` quintic iterations, transpose back."""
+    rows > cols, `steps` quintic iterations, transpose back. bf16: each result
+    rounded to bf16, as upstream LaCT's bf16 iteration and the service's
+    ttt.ns_precision "bf16" do; the result has g's dtype."""
+    if bf16:
+        return _newton_schulz_bf16(g, steps)
     x = g / (torch.linalg.matrix_norm(g, keepdim=True) + 1e-7)
     transposed = g.shape[-2] > g.shape[-1]
     if transposed:
@@ -244,6 +261,27 @@ def newton_schulz(g, steps):
     for _ in range(steps):
         a = x @ x.transpose(-2, -1)
         x = 3.4445 * x + (-4.7750 * a + 2.0315 * (a @ a)) @ x
+    return x.transpose(-2, -1) if transposed else x
+
+
+def _bf16(x):
+    """x rounded to bf16 through float32 (nearest even), kept in x's dtype; the
+    gradient passes through unchanged."""
+    return x.float().bfloat16().to(x.dtype)
+
+
+def _newton_schulz_bf16(g, steps):
+    """NS with every result rounded to bf16 after float32-or-better arithmetic, in
+    upstream's order (docs/model.md): the service's ns_precision "bf16"."""
+    x = _bf16(g)
+    x = _bf16(x / _bf16(_bf16(torch.linalg.matrix_norm(x, keepdim=True)) + 1e-7))
+    transposed = g.shape[-2] > g.shape[-1]
+    if transposed:
+        x = x.transpose(-2, -1)
+    for _ in range(steps):
+        a = _bf16(x @ x.transpose(-2, -1))
+        b = _bf16(_bf16(-4.7750 * a) + _bf16(_bf16(2.0315 * a) @ a))
+        x = _bf16(_bf16(3.4445 * x) + _bf16(b @ x))
     return x.transpose(-2, -1) if transposed else x
 
 
@@ -375,9 +413,12 @@ def _fast(q, w0, w1, w2):
 class LaCT(nn.Module):
     """Large-chunk test-time training with SwiGLU fast weights (docs/model.md, LaCT)."""
 
-    def __init__(self, s, base_lr, dtype=None):
+    def __init__(self, s, ttt, dtype=None):
         super().__init__()
-        self.s, self.base_lr = s, base_lr
+        self.s, self.base_lr = s, ttt["base_lr"]
+        self.normalize_update = ttt.get("normalize_update", False)
+        self.ns_bf16 = ttt.get("ns_precision") == "bf16"
+        self.detach_norm_target = False  # LactModel.detach_norm_target
         self.qkv = _Linear(s.D, 3 * s.D, dtype=dtype)
         self.lr = _Linear(s.D, 3 * s.Ht, bias=True, dtype=dtype)
         self.w0 = nn.Parameter(torch.empty(s.Ht, s.d_h, s.dh, dtype=dtype))
@@ -403,7 +444,8 @@ class LaCT(nn.Module):
         lr = softplus(self.lr(h) + inv_softplus(self.base_lr))  # [L, 3 H_t]
         lr = lr.reshape(L, s.Ht, 3).permute(1, 0, 2)[..., None]  # [H_t, L, 3, 1]
         w0, w1, w2 = self.w0, self.w1, self.w2
-        norms = [torch.linalg.vector_norm(w, dim=-1, keepdim=True) for w in (w0, w1, w2)]
+        norms = [torch.linalg.vector_norm(w.detach() if self.detach_norm_target else w, dim=-1,
+                                          keepdim=True) for w in (w0, w1, w2)]
         step = chunk_tokens if chunk_tokens > 0 else L
         outs = []
         for start in range(0, L, step):
@@ -418,8 +460,8 @@ class LaCT(nn.Module):
             dws = [dG.transpose(-2, -1) @ (lr0 * K),           # dw0 [H_t, d_h, dh]
                    V.transpose(-2, -1) @ (lr1 * (silu_g * U)),  # dw1 [H_t, dh, d_h]
                    dU.transpose(-2, -1) @ (lr2 * K)]           # dw2 [H_t, d_h, dh]
-            if muon_steps > 0:
-                dws = [newton_schulz(dw, muon_steps) for dw in dws]
+            if muon_steps > 0 or self.normalize_update:
+                dws = [newton_schulz(dw, muon_steps, self.ns_bf16) for dw in dws]
             w0, w1, w2 = (
                 (w + dw) / (torch.linalg.vector_norm(w + dw, dim=-1, keepdim=True) + EPS) * n
                 for w, dw, n in zip((w0, w1, w2), dws, norms))
@@ -445,11 +487,11 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
     """docs/model.md, A block."""
 
-    def __init__(self, s, base_lr, dtype=None):
+    def __init__(self, s, ttt, dtype=None):
         super().__init__()
         self.norm1 = _Weight(s.D, dtype=dtype)
         self.mamba = BiMamba(s, dtype)
-        self.ttt = LaCT(s, base_lr, dtype)
+        self.ttt = LaCT(s, ttt, dtype)
         self.norm2 = _Weight(s.D, dtype=dtype)
         self.mlp = SwiGLU(s, dtype)
 
@@ -489,12 +531,25 @@ class LactModel(nn.Module):
         self.config = parse_config(config)
         self.s = s = _Sizes(self.config)
         dtype = dtype or torch.get_default_dtype()
-        self.layers = nn.ModuleList(Block(s, self.config["ttt"]["base_lr"], dtype)
+        self.layers = nn.ModuleList(Block(s, self.config["ttt"], dtype)
                                     for _ in range(s.n_layers))
         self.final_norm = _Weight(s.D, dtype=dtype)
         self.embed = _Linear(s.d_input, s.D, dtype=dtype) if s.d_input > 0 else None
         self.head = _Linear(s.D, s.d_output, dtype=dtype) if s.d_output > 0 else None
         self.reset_parameters(seed)
+
+    @property
+    def detach_norm_target(self):
+        """Whether training treats each fast weight's row-norm target (the norms of
+        the loaded weights the update rescales to) as a constant, as upstream LaCT
+        does (`w.detach().norm(...)`). Off by default: gradients flow through the
+        targets too. Forward values are the same either way."""
+        return self.layers[0].ttt.detach_norm_target
+
+    @detach_norm_target.setter
+    def detach_norm_target(self, value):
+        for layer in self.layers:
+            layer.ttt.detach_norm_target = bool(value)
 
     # --- weights ------------------------------------------------------------
 
@@ -573,13 +628,17 @@ class LactModel(nn.Module):
         return {"lact.config": config_to_json(self.config)}
 
     def set_extra_state(self, state):
-        """Adopts a saved config's base_lr and job defaults; the sizes must match."""
+        """Adopts a saved config's base_lr, update rule and job defaults; the sizes
+        must match."""
         config = parse_config(state["lact.config"])
         if expected_tensors(config) != expected_tensors(self.config):
             raise ValueError("state dict: its lact.config has other sizes than this model's")
         self.config = config
+        ttt = config["ttt"]
         for block in self.layers:
-            block.ttt.base_lr = config["ttt"]["base_lr"]
+            block.ttt.base_lr = ttt["base_lr"]
+            block.ttt.normalize_update = ttt.get("normalize_update", False)
+            block.ttt.ns_bf16 = ttt.get("ns_precision") == "bf16"
 
     # --- jobs -------------------------------------------------------------
 
