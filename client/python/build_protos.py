@@ -9,7 +9,8 @@ later get) the package's own modules: the stubs import each other as
 ``lact.v1.common_pb2``.
 
 The protos are taken from --proto-root, else $LACT_PROTO_DIR, else the
-repository's proto/ folder (two levels above this file). The compiler is
+proto/ folder beside this file (an sdist's), else the repository's proto/
+folder (two levels above this file). The compiler is
 ``protoc`` with ``grpc_python_plugin`` from PATH (Debian: protobuf-compiler,
 protobuf-compiler-grpc), else grpcio-tools' bundled protoc. Generated files
 are never committed: setup.py and the tests call this.
@@ -28,7 +29,15 @@ HERE = Path(__file__).resolve().parent
 def default_proto_root() -> Path:
     """The folder holding lact/v1/*.proto."""
     env = os.environ.get("LACT_PROTO_DIR")
-    return Path(env) if env else HERE.parent.parent / "proto"
+    if env:
+        return Path(env)
+    packaged = HERE / "proto"
+    return packaged if (packaged / "lact" / "v1").is_dir() else HERE.parent.parent / "proto"
+
+
+def protos(root) -> list:
+    """The .proto files under ROOT/lact/v1, sorted."""
+    return sorted((Path(root) / "lact" / "v1").glob("*.proto"))
 
 
 def _compiler() -> list:
@@ -52,15 +61,15 @@ def generate(out_dir, proto_root=None) -> Path:
     Raises RuntimeError (with protoc's message) if the compiler is missing or fails.
     """
     root = Path(proto_root) if proto_root else default_proto_root()
-    protos = sorted((root / "lact" / "v1").glob("*.proto"))
-    if not protos:
+    files = protos(root)
+    if not files:
         raise RuntimeError(f"no lact/v1/*.proto under {root} (set LACT_PROTO_DIR)")
     out = Path(out_dir)
     package = out / "lact" / "v1"
     package.mkdir(parents=True, exist_ok=True)
     command = _compiler() + [
         f"-I{root}", f"--python_out={out}", f"--grpc_python_out={out}",
-        *(str(p.relative_to(root)) for p in protos)]
+        *(str(p.relative_to(root)) for p in files)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr}")

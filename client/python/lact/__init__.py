@@ -38,9 +38,10 @@ def __getattr__(name):
         importlib.import_module(".v1.coordinator_pb2", __name__)
     except ImportError as e:
         raise ImportError(
-            f"lact.{name} needs grpcio and lact's gRPC stubs (lact.v1): pip install "
-            "client/python, or run client/python/build_protos.py OUT_DIR next to a copy of "
-            f"this package ({e})") from e
+            f"lact.{name} needs grpcio, protobuf and lact's gRPC stubs (lact.v1): install "
+            "the package with its client extra ('lact[client]', client/python/README.md), "
+            "or run client/python/build_protos.py OUT_DIR next to a copy of this package "
+            f"({e})") from e
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
