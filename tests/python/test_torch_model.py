@@ -263,6 +263,63 @@ class AutogradTest(unittest.TestCase):
             self.assertGreater(float(p.grad.abs().max()), 0.0, name)
 
 
+class BatchTest(unittest.TestCase):
+    """[B, L, D] batches and ragged lists compute what one sequence at a time does,
+    values and gradients, in float64."""
+
+    def setUp(self):
+        config = LactRunTest.SHAPES[0]["config"]
+        self.model = lt.LactModel({**config, "ttt": {**config["ttt"], "muon_steps": 1,
+                                                     "chunk_tokens": 3}},
+                                  dtype=torch.float64, seed=4)
+        self.gen = torch.Generator().manual_seed(8)
+
+    def tokens(self, *shape):
+        return torch.randn(*shape, 5, dtype=torch.float64, generator=self.gen)
+
+    def assert_equal_rows(self, batched, singles, bound=1e-12):
+        for b, single in enumerate(singles):
+            self.assertLessEqual(relative_error(batched[b], single), bound, f"row {b}")
+
+    def test_a_batch_equals_its_sequences_one_at_a_time(self):
+        context, queries = self.tokens(3, 7), self.tokens(3, 4)
+        with torch.no_grad():
+            out, (q,), state = self.model.run(context, [queries])
+            singles = [self.model.run(context[b], [queries[b]]) for b in range(3)]
+        self.assertEqual(tuple(out.shape), (3, 7, 3))
+        self.assert_equal_rows(out, [o for o, _, _ in singles])
+        self.assert_equal_rows(q, [qs[0] for _, qs, _ in singles])
+        for name, value in state.items():
+            self.assert_equal_rows(value, [st[name] for _, _, st in singles])
+
+    def test_a_ragged_list_equals_its_sequences_one_at_a_time(self):
+        contexts = [self.tokens(n) for n in (5, 7, 5, 2)]
+        queries = [self.tokens(n) for n in (3, 1, 1, 3)]
+        with torch.no_grad():
+            outs, states = self.model(contexts)
+            answers = self.model.query(queries, states)
+            for c, q, out, answer in zip(contexts, queries, outs, answers):
+                want, state = self.model(c)
+                self.assertLessEqual(relative_error(out, want), 1e-12)
+                self.assertLessEqual(relative_error(answer, self.model.query(q, state)), 1e-12)
+        with self.assertRaisesRegex(ValueError, "a list of as many states"):
+            self.model.query(queries, states[:2])
+        with self.assertRaisesRegex(ValueError, r"or \[B, L, 5\]"):
+            self.model(self.tokens(2, 3, 4)[..., :4])
+
+    def test_a_batchs_gradients_are_the_sum_of_its_sequences(self):
+        context = self.tokens(2, 6)
+        out, state = self.model(context)
+        (out.pow(2).sum() + state["layers.1.ttt.w1"].sum()).backward()
+        batched = {n: p.grad.clone() for n, p in self.model.named_parameters()}
+        self.model.zero_grad()
+        for b in range(2):
+            out, state = self.model(context[b])
+            (out.pow(2).sum() + state["layers.1.ttt.w1"].sum()).backward()
+        for name, p in self.model.named_parameters():
+            self.assertLessEqual(relative_error(batched[name], p.grad), 1e-10, name)
+
+
 class _Query(torch.nn.Module):
     """model.query as a forward (functional_call substitutes parameters of forward)."""
 
@@ -308,7 +365,7 @@ class StandaloneTest(unittest.TestCase):
                                   text=True, env={**os.environ, "PYTHONPATH": tmp}, timeout=120)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn("output (5, 2)", done.stdout)
-        self.assertIn("client: lact.Client needs grpcio and lact's gRPC stubs", done.stdout)
+        self.assertIn("client: lact.Client needs grpcio, protobuf and lact's gRPC stubs", done.stdout)
 
 
 class ApiTest(unittest.TestCase):

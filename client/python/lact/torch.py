@@ -289,33 +289,35 @@ def ssd_scan(x, dt, A, B, C, state=None, chunk=64):
     """The Mamba-2 scan of docs/model.md, BiMamba without the D skip, in chunks of `chunk`
     tokens (exact up to reassociation; chunk=1 is the token-by-token recurrence).
 
-    x [L, H, P], dt [L, H] (after softplus), A [H] (negative), B, C [L, N],
-    state [H, P, N] (S(-1); None = zeros). Returns y [L, H, P] with
-    y_t = S(t) @ C_t and S at the last step.
+    x [..., L, H, P], dt [..., L, H] (after softplus), A [H] (negative), B, C [..., L, N],
+    state [..., H, P, N] (S(-1); None = zeros); `...` are batch dimensions. Returns
+    y [..., L, H, P] with y_t = S(t) @ C_t and S at the last step.
     """
-    L, H, P = x.shape
+    L, H, P = x.shape[-3:]
     N = B.shape[-1]
     if state is None:
-        state = x.new_zeros(H, P, N)
+        state = x.new_zeros(*x.shape[:-3], H, P, N)
+    minus_inf = torch.tensor(-math.inf, dtype=x.dtype, device=x.device)
     outs = []
     for start in range(0, L, chunk):
-        xc, dtc = x[start:start + chunk], dt[start:start + chunk]
-        Bc, Cc = B[start:start + chunk], C[start:start + chunk]
-        n = xc.shape[0]
-        cum = torch.cumsum(dtc * A, dim=0)  # [n, H]: log decay from the chunk's start
+        xc, dtc = x[..., start:start + chunk, :, :], dt[..., start:start + chunk, :]
+        Bc, Cc = B[..., start:start + chunk, :], C[..., start:start + chunk, :]
+        n = xc.shape[-3]
+        cum = torch.cumsum(dtc * A, dim=-2)  # [..., n, H]: log decay from the chunk's start
         # decay[t, s] = exp(sum_{r in (s, t]} dt_r A) for s <= t, 0 above the diagonal;
         # masked before exp so that no inf enters the graph.
         causal = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()
-        seg = torch.where(causal[:, :, None], cum[:, None, :] - cum[None, :, :],
-                          torch.full_like(cum[:1, None, :], -math.inf))
-        weight = (Cc @ Bc.transpose(0, 1))[:, :, None] * torch.exp(seg) * dtc[None, :, :]
-        y = torch.einsum("tsh,shp->thp", weight, xc)
-        y = y + torch.einsum("tn,hpn->thp", Cc, state) * torch.exp(cum)[:, :, None]
+        seg = torch.where(causal[:, :, None], cum[..., :, None, :] - cum[..., None, :, :],
+                          minus_inf)
+        weight = ((Cc @ Bc.transpose(-2, -1))[..., None] * torch.exp(seg)
+                  * dtc[..., None, :, :])
+        y = torch.einsum("...tsh,...shp->...thp", weight, xc)
+        y = y + torch.einsum("...tn,...hpn->...thp", Cc, state) * torch.exp(cum)[..., None]
         outs.append(y)
-        to_end = torch.exp(cum[-1:] - cum) * dtc  # [n, H]: dt_s * decay from s to the end
-        state = (torch.exp(cum[-1])[:, None, None] * state
-                 + torch.einsum("sh,shp,sn->hpn", to_end, xc, Bc))
-    return torch.cat(outs, dim=0), state
+        to_end = torch.exp(cum[..., -1:, :] - cum) * dtc  # [..., n, H]: dt_s * decay to the end
+        state = (torch.exp(cum[..., -1, :])[..., None, None] * state
+                 + torch.einsum("...sh,...shp,...sn->...hpn", to_end, xc, Bc))
+    return torch.cat(outs, dim=-3), state
 
 
 # --- modules -------------------------------------------------------------------
@@ -348,13 +350,14 @@ class _Conv1d(nn.Module):
         self.bias = nn.Parameter(torch.empty(channels, dtype=dtype))
 
     def forward(self, u, history):
-        """u [L, C] with `history` [W-1, C] (the inputs before u): conv(u) [L, C] and
-        the last W-1 inputs (history first when L < W-1)."""
-        width = self.weight.shape[1]
-        full = torch.cat([history, u], dim=0)  # [W-1+L, C]
-        out = F.conv1d(full.transpose(0, 1)[None], self.weight[:, None, :], self.bias,
-                       groups=self.weight.shape[0])[0].transpose(0, 1)
-        return out, full[full.shape[0] - (width - 1):]
+        """u [..., L, C] with `history` [..., W-1, C] (the inputs before u): conv(u)
+        [..., L, C] and the last W-1 inputs (history first when L < W-1)."""
+        channels, width = self.weight.shape
+        full = torch.cat([history, u], dim=-2)  # [..., W-1+L, C]
+        flat = full.reshape(-1, *full.shape[-2:]).transpose(-2, -1)  # [batch, C, W-1+L]
+        out = F.conv1d(flat, self.weight[:, None, :], self.bias, groups=channels)
+        out = out.transpose(-2, -1).reshape(*full.shape[:-2], -1, channels)
+        return out, full[..., full.shape[-2] - (width - 1):, :]
 
 
 class MambaMixer(nn.Module):
@@ -372,20 +375,20 @@ class MambaMixer(nn.Module):
         self.scan_chunk = 64  # tokens per chunk of the scan: numerics only
 
     def forward(self, h, ssm_state=None, conv_state=None):
-        """h [L, D] in scan order -> (y [L, d_inner], ssm_state [H_s, P, N],
-        conv_state [W-1, d_inner + 2N]); None states are zeros."""
-        s, L = self.s, h.shape[0]
+        """h [..., L, D] in scan order -> (y [..., L, d_inner], ssm_state [..., H_s, P, N],
+        conv_state [..., W-1, d_inner + 2N]); None states are zeros."""
+        s, lead, L = self.s, h.shape[:-2], h.shape[-2]
         z, xbc, dt = torch.split(self.in_proj(h), [s.d_inner, s.conv_channels, s.Hs], dim=-1)
         if conv_state is None:
-            conv_state = h.new_zeros(s.W - 1, s.conv_channels)
+            conv_state = h.new_zeros(*lead, s.W - 1, s.conv_channels)
         xbc, conv_state = self.conv1d(xbc, conv_state)
         xbc = F.silu(xbc)
         xs, B, C = torch.split(xbc, [s.d_inner, s.N, s.N], dim=-1)
         dt = softplus(dt + self.dt_bias)
         A = -torch.exp(self.A_log)
-        xs = xs.reshape(L, s.Hs, s.P)
+        xs = xs.reshape(*lead, L, s.Hs, s.P)
         y, ssm_state = ssd_scan(xs, dt, A, B, C, ssm_state, chunk=self.scan_chunk)
-        y = (y + self.D[:, None] * xs).reshape(L, s.d_inner)
+        y = (y + self.D[:, None] * xs).reshape(*lead, L, s.d_inner)
         return rmsnorm(y * F.silu(z), self.norm.weight), ssm_state, conv_state
 
 
@@ -397,16 +400,16 @@ class BiMamba(nn.Module):
         self.out_proj = _Linear(s.d_inner, s.D, dtype=dtype)
 
     def forward(self, h, fwd_state=None):
-        """(a [L, D], {"fwd": (ssm, conv), "bwd": (ssm, conv)}); `fwd_state`
+        """(a [..., L, D], {"fwd": (ssm, conv), "bwd": (ssm, conv)}); `fwd_state`
         (ssm, conv) continues the forward direction (query sets)."""
         yf, sf, cf = self.fwd(h, *(fwd_state or (None, None)))
-        yb, sb, cb = self.bwd(h.flip(0))
-        a = self.out_proj(yf + yb.flip(0))
+        yb, sb, cb = self.bwd(h.flip(-2))
+        a = self.out_proj(yf + yb.flip(-2))
         return a, {"fwd": (sf, cf), "bwd": (sb, cb)}
 
 
 def _fast(q, w0, w1, w2):
-    """f_W(u) = w1 @ (silu(w0 @ u) * (w2 @ u)) for rows u of q [H, n, dh]."""
+    """f_W(u) = w1 @ (silu(w0 @ u) * (w2 @ u)) for rows u of q [..., H, n, dh]."""
     return (F.silu(q @ w0.transpose(-2, -1)) * (q @ w2.transpose(-2, -1))) @ w1.transpose(-2, -1)
 
 
@@ -428,30 +431,31 @@ class LaCT(nn.Module):
         self.o_proj = _Linear(s.D, s.D, dtype=dtype)
 
     def _qkv(self, h):
-        L, s = h.shape[0], self.s
-        q, k, v = F.silu(self.qkv(h)).reshape(L, 3, s.Ht, s.dh).transpose(0, 2).unbind(1)
-        return l2norm(q), l2norm(k), v  # each [H_t, L, dh]
+        s, lead, L = self.s, h.shape[:-2], h.shape[-2]
+        qkv = F.silu(self.qkv(h)).reshape(*lead, L, 3, s.Ht, s.dh)
+        q, k, v = qkv.movedim(-4, -2).unbind(-4)  # [..., 3, H_t, L, dh] unbound
+        return l2norm(q), l2norm(k), v  # each [..., H_t, L, dh]
 
     def _output(self, o):
-        """[H_t, L, dh] -> o_proj(rmsnorm per head, heads concatenated) [L, D]."""
-        o = rmsnorm(o, self.o_norm.weight)
-        return self.o_proj(o.transpose(0, 1).reshape(o.shape[1], self.s.D))
+        """[..., H_t, L, dh] -> o_proj(rmsnorm per head, heads concatenated) [..., L, D]."""
+        o = rmsnorm(o, self.o_norm.weight).transpose(-3, -2)  # [..., L, H_t, dh]
+        return self.o_proj(o.reshape(*o.shape[:-2], self.s.D))
 
     def forward(self, h, muon_steps, chunk_tokens):
-        """(t [L, D], (w0, w1, w2) the final fast weights)."""
-        s, L = self.s, h.shape[0]
+        """(t [..., L, D], (w0, w1, w2) the final fast weights [..., H_t, ., .])."""
+        s, lead, L = self.s, h.shape[:-2], h.shape[-2]
         q, k, v = self._qkv(h)
-        lr = softplus(self.lr(h) + inv_softplus(self.base_lr))  # [L, 3 H_t]
-        lr = lr.reshape(L, s.Ht, 3).permute(1, 0, 2)[..., None]  # [H_t, L, 3, 1]
+        lr = softplus(self.lr(h) + inv_softplus(self.base_lr))  # [..., L, 3 H_t]
+        lr = lr.reshape(*lead, L, s.Ht, 3).movedim(-2, -3)[..., None]  # [..., H_t, L, 3, 1]
         w0, w1, w2 = self.w0, self.w1, self.w2
         norms = [torch.linalg.vector_norm(w.detach() if self.detach_norm_target else w, dim=-1,
                                           keepdim=True) for w in (w0, w1, w2)]
         step = chunk_tokens if chunk_tokens > 0 else L
         outs = []
         for start in range(0, L, step):
-            K, V, Q = (t[:, start:start + step] for t in (k, v, q))
-            lr0, lr1, lr2 = lr[:, start:start + step].unbind(2)  # each [H_t, n, 1]
-            G, U = K @ w0.transpose(-2, -1), K @ w2.transpose(-2, -1)  # [H_t, n, d_h]
+            K, V, Q = (t[..., start:start + step, :] for t in (k, v, q))
+            lr0, lr1, lr2 = lr[..., start:start + step, :, :].unbind(-2)  # each [..., H_t, n, 1]
+            G, U = K @ w0.transpose(-2, -1), K @ w2.transpose(-2, -1)  # [..., H_t, n, d_h]
             sig = torch.sigmoid(G)
             silu_g = G * sig
             dH = V @ w1  # [H_t, n, d_h]
@@ -466,7 +470,7 @@ class LaCT(nn.Module):
                 (w + dw) / (torch.linalg.vector_norm(w + dw, dim=-1, keepdim=True) + EPS) * n
                 for w, dw, n in zip((w0, w1, w2), dws, norms))
             outs.append(_fast(Q, w0, w1, w2))
-        return self._output(torch.cat(outs, dim=1)), (w0, w1, w2)
+        return self._output(torch.cat(outs, dim=-2)), (w0, w1, w2)
 
     def query(self, h, fast):
         q, _, _ = self._qkv(h)
@@ -649,11 +653,27 @@ class LactModel(nn.Module):
     def _tokens(self, x, what):
         x = torch.as_tensor(x).to(device=self._param.device, dtype=self._param.dtype)
         width = self.s.d_input or self.s.D
-        if x.dim() != 2 or x.shape[1] != width:
-            raise ValueError(f"{what} must be [L, {width}], got {list(x.shape)}")
-        if x.shape[0] == 0:
+        if x.dim() not in (2, 3) or x.shape[-1] != width:
+            raise ValueError(f"{what} must be [L, {width}] or [B, L, {width}] (or a list of "
+                             f"[L_b, {width}]), got {list(x.shape)}")
+        if x.shape[-2] == 0 or x.numel() == 0:
             raise ValueError(f"{what} has no tokens")
         return x
+
+    def _stacked(self, sequences, indices):
+        p = self._param
+        return torch.stack([torch.as_tensor(sequences[i]).to(device=p.device, dtype=p.dtype)
+                            for i in indices])
+
+    @staticmethod
+    def _length_groups(sequences, what):
+        """The indices of a list's sequences, grouped by length."""
+        if len(sequences) == 0:
+            raise ValueError(f"{what}: an empty list")
+        groups = {}
+        for i, seq in enumerate(sequences):
+            groups.setdefault(torch.as_tensor(seq).shape[0], []).append(i)
+        return list(groups.values())
 
     def _head(self, x):
         x = rmsnorm(x, self.final_norm.weight)
@@ -662,7 +682,17 @@ class LactModel(nn.Module):
     def forward(self, context, muon_steps=None, chunk_tokens=None):
         """(output [L, d_out], fused state {name: tensor}) of a job's context.
 
+        A batch: context [B, L, d_in] gives output [B, L, d_out] and every state
+        tensor with a leading B; a list of [L_b, d_in] (lengths may differ) gives a
+        list of outputs and a list of states, computed in batches of equal length.
         muon_steps / chunk_tokens: the job's overrides (None: the config's)."""
+        if isinstance(context, (list, tuple)):
+            outs, states = [None] * len(context), [None] * len(context)
+            for indices in self._length_groups(context, "context"):
+                out, state = self(self._stacked(context, indices), muon_steps, chunk_tokens)
+                for row, i in enumerate(indices):
+                    outs[i], states[i] = out[row], {k: v[row] for k, v in state.items()}
+            return outs, states
         muon = _job_option(muon_steps, self.config["ttt"]["muon_steps"], "muon_steps", 100)
         chunk = _job_option(chunk_tokens, self.config["ttt"]["chunk_tokens"], "chunk_tokens",
                             1 << 62)
@@ -676,7 +706,20 @@ class LactModel(nn.Module):
 
     def query(self, tokens, state):
         """The output [L_k, d_out] of a query set against a fused state (the dict
-        forward() returned, or a state file's tensors: see load_state())."""
+        forward() returned, or a state file's tensors: see load_state()). Batched
+        as forward(): tokens [B, L_k, d_in] with a state of leading B, or a list of
+        query sets with the list of their states."""
+        if isinstance(tokens, (list, tuple)):
+            if not isinstance(state, (list, tuple)) or len(state) != len(tokens):
+                raise ValueError("query sets as a list need a list of as many states")
+            outs = [None] * len(tokens)
+            for indices in self._length_groups(tokens, "query sets"):
+                stacked = {k: torch.stack([torch.as_tensor(state[i][k]) for i in indices])
+                           for k in state[indices[0]]}
+                out = self.query(self._stacked(tokens, indices), stacked)
+                for row, i in enumerate(indices):
+                    outs[i] = out[row]
+            return outs
         x = self._tokens(tokens, "query set")
         x = self.embed(x) if self.embed is not None else x
         p = self._param
@@ -687,7 +730,8 @@ class LactModel(nn.Module):
                 if name not in state:
                     raise ValueError(f"state: missing tensor '{name}'")
                 value = torch.as_tensor(state[name]).to(device=p.device, dtype=p.dtype)
-                if tuple(value.shape) != tuple(shape):
+                shape = tuple(x.shape[:-2]) + tuple(shape)
+                if tuple(value.shape) != shape:
                     raise ValueError(f"state: tensor '{name}' has shape {list(value.shape)}, "
                                      f"expected {list(shape)}")
                 layer_state[name[len(prefix):]] = value
@@ -695,7 +739,8 @@ class LactModel(nn.Module):
         return self._head(x)
 
     def run(self, context, queries=(), muon_steps=None, chunk_tokens=None):
-        """A whole job: (output, [query outputs], fused state)."""
+        """A whole job: (output, [query outputs], fused state); batched as forward()
+        for a [B, L, d_in] context with [B, L_k, d_in] query sets."""
         out, state = self(context, muon_steps=muon_steps, chunk_tokens=chunk_tokens)
         return out, [self.query(q, state) for q in queries], state
 
