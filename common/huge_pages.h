@@ -20,6 +20,22 @@ void AdviseHugePages(void* data, size_t bytes);
 // its pages were first touched.
 Tensor HugePageTensor(std::vector<int64_t> shape);
 
+// v grown to `size` elements (zeros appended) as `resize` would, a new
+// buffer advised before its pages are first touched; no-op if v is as large.
+template <typename T>
+void GrowHugePages(std::vector<T>* v, int64_t size) {
+  const size_t n = static_cast<size_t>(size);
+  if (v->size() >= n) return;
+  if (v->capacity() < n) {
+    std::vector<T> grown;
+    grown.reserve(n);
+    AdviseHugePages(grown.data(), n * sizeof(T));
+    grown.assign(v->begin(), v->end());
+    v->swap(grown);
+  }
+  v->resize(n);
+}
+
 }  // namespace lact
 
 #endif  // LACT_COMMON_HUGE_PAGES_H_

@@ -4,6 +4,7 @@
 #include "common/data_files.h"
 #include "common/fused_state.h"
 #include "common/huge_pages.h"
+#include "common/log.h"
 #include "common/peak_rss.h"
 #include "common/status_macros.h"
 #include "common/timing.h"
@@ -81,6 +82,12 @@ absl::StatusOr<v1::ShardDone> ShardRun::Run() {
   if (output.size() != 0) return absl::InternalError("the shard's outputs were not streamed");
   done_.set_compute_seconds(SecondsSince(compute_start));
   context_done_ = true;
+  Log(LogLevel::kInfo, "shard_stages",
+      {{"job", spec_.job_id()},
+       {"rank", spec_.rank()},
+       {"tokens", spec_.tokens()},
+       {"compute_seconds", done_.compute_seconds()},
+       {"stages", profile_.ToJson()}});
   done_.set_allreduce_seconds(runner->overlap().allreduce_seconds);
   done_.set_allreduce_waited_seconds(runner->overlap().waited_seconds);
   ReportSpooled();
@@ -100,7 +107,8 @@ absl::StatusOr<std::unique_ptr<ShardRunner>> ShardRun::MakeRunner() {
                    if (spec_.rank() == 0 && !context_done_) reports_->LayersDone(layers);
                  },
                  cancelled_,
-                 [this](int64_t first, Tensor rows) { return TakeOutputRows(first, rows); }};
+                 [this](int64_t first, Tensor rows) { return TakeOutputRows(first, rows); },
+                 &profile_};
   return MakeShardRunner(place_.backend, job_.model, job_.config, std::move(hooks));
 }
 

@@ -21,6 +21,7 @@
 #include "worker/model_cache.h"
 #include "worker/output_file_stream.h"
 #include "worker/retained_results.h"
+#include "worker/schedule/stage_profile.h"
 #include "worker/shard_transfer.h"
 
 namespace gloo::rendezvous {
@@ -101,6 +102,7 @@ class ShardRun {
                        nullptr,
                        {}};
   std::unique_ptr<OutputFileStream> output_file_;  // by reference
+  StageProfile profile_;                           // the context's stages, logged
   int64_t output_bytes_ = 0;
   bool spool_reported_ = false;
   bool context_done_ = false;  // its layers ran; what runs now is query sets

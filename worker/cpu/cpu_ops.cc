@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/half.h"
+#include "common/huge_pages.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 
@@ -24,18 +25,18 @@ absl::Status CpuOps::LoadTokens(Tensor tokens) {
   const int64_t L = tokens.dim(0), D = c_.d_model;
   if (model_.embed() != nullptr) {
     precision_.RoundOperand(tokens.ptr(), c_.d_input, L, c_.d_input);
-    rows_.x = Tensor({L, D});
+    rows_.x = HugePageTensor({L, D});
     cpu::Linear(tokens.ptr(), c_.d_input, L, c_.d_input, model_.embed(), D, rows_.x.ptr(), D, 0.0f,
                 precision_.operands());
   } else {
     rows_.x = std::move(tokens);
   }
   if (precision_.makes_bf16()) {
-    rows_.h16.resize(L * D);
+    GrowHugePages(&rows_.h16, L * D);
   } else {
-    rows_.h = Tensor({L, D});
+    rows_.h = HugePageTensor({L, D});
   }
-  rows_.acc = Tensor({L, D});
+  rows_.acc = HugePageTensor({L, D});
   return absl::OkStatus();
 }
 

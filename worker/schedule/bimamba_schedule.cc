@@ -16,6 +16,10 @@ bool FirstInScanOrder(Direction dir, const ShardContext& shard) {
   return ScanPosition(dir, shard.sync->rank(), shard.sync->size()) == 0;
 }
 
+bool LastInScanOrder(Direction dir, const ShardContext& shard) {
+  return ScanPosition(dir, shard.sync->rank(), shard.sync->size()) == shard.sync->size() - 1;
+}
+
 // One direction over the shard's tiles in its scan order, from the loaded
 // scan state.
 absl::Status ScanDirection(const LayerWeights& w, Direction dir, bool outputs, bool summarize,
@@ -53,16 +57,41 @@ absl::Status ExchangeHalo(const ModelConfig& c, const MambaDirWeights& m, Direct
 
 // [log decay (H_s), state from zero (H_s*P*N)] of this shard in direction
 // `dir`, into `summary`. The first shard in scan order runs its real scan
-// (into acc); the others a state-only pre-pass.
+// (into acc); the others but the last a state-only pre-pass. No carry-in
+// reads the last shard's summary, so it leaves `summary` zero: its real
+// scan, from its carry-in, reaches the direction's final state, which
+// ShareFinalStates gives the other ranks.
 absl::Status Summarize(const ModelConfig& c, const LayerWeights& w, Direction dir,
                        const MambaState& start, const ShardContext& shard, BackendOps& ops,
                        float* summary) {
+  if (LastInScanOrder(dir, shard)) return absl::OkStatus();
   LACT_RETURN_IF_ERROR(ops.LoadScanState(start));
   LACT_RETURN_IF_ERROR(ScanDirection(w, dir, /*outputs=*/FirstInScanOrder(dir, shard),
                                      /*summarize=*/true, shard, ops));
   MambaState reached = ZeroLike(start);
   LACT_RETURN_IF_ERROR(ops.StoreScanState(&reached, summary));
   std::copy(reached.ssm.data.begin(), reached.ssm.data.end(), summary + c.ssm_heads());
+  return absl::OkStatus();
+}
+
+// Each direction's final SSM state, from the rank last in its scan order
+// (`reached`: this rank's, where it is last), into final[dir].ssm.
+absl::Status ShareFinalStates(const ShardContext& shard, const MambaState (&reached)[2],
+                              MambaState (&final)[2]) {
+  const int64_t size = reached[kForward].ssm.size(), ranks = shard.sync->size();
+  std::vector<float> mine(2 * size, 0.0f), all(2 * size * ranks);
+  for (Direction dir : {kForward, kBackward}) {
+    if (LastInScanOrder(dir, shard)) {
+      std::copy(reached[dir].ssm.data.begin(), reached[dir].ssm.data.end(),
+                mine.begin() + dir * size);
+    }
+  }
+  LACT_RETURN_IF_ERROR(shard.sync->AllGather(mine.data(), 2 * size, all.data()));
+  for (Direction dir : {kForward, kBackward}) {
+    const int last = RankAtScanPosition(dir, static_cast<int>(ranks) - 1, static_cast<int>(ranks));
+    const float* from = all.data() + last * 2 * size + dir * size;
+    std::copy(from, from + size, final[dir].ssm.data.begin());
+  }
   return absl::OkStatus();
 }
 
@@ -81,6 +110,7 @@ absl::Status RunDistributed(const ModelConfig& c, const LayerWeights& w, const S
     LACT_RETURN_IF_ERROR(Summarize(c, w, dir, start[dir], shard, ops, mine.data() + dir * size));
   }
   LACT_RETURN_IF_ERROR(shard.sync->AllGather(mine.data(), 2 * size, all.data()));
+  MambaState reached[2] = {ZeroLike(start[kForward]), ZeroLike(start[kBackward])};
   for (Direction dir : {kForward, kBackward}) {
     ComposeSummaries(c, dir, shard.sync->rank(), ranks, all.data(), 2 * size, dir * size,
                      &start[dir], &final[dir]);
@@ -88,9 +118,12 @@ absl::Status RunDistributed(const ModelConfig& c, const LayerWeights& w, const S
       LACT_RETURN_IF_ERROR(ops.LoadScanState(start[dir]));
       LACT_RETURN_IF_ERROR(
           ScanDirection(w, dir, /*outputs=*/true, /*summarize=*/false, shard, ops));
+      if (LastInScanOrder(dir, shard))
+        LACT_RETURN_IF_ERROR(ops.StoreScanState(&reached[dir], nullptr));
     }
-    out->mamba[dir] = std::move(final[dir]);
   }
+  LACT_RETURN_IF_ERROR(ShareFinalStates(shard, reached, final));
+  for (Direction dir : {kForward, kBackward}) out->mamba[dir] = std::move(final[dir]);
   return absl::OkStatus();
 }
 

@@ -9,11 +9,14 @@
 //   2. each rank gets each direction's summary of its shard (decay product,
 //      state reached from zero): the rank first in that direction's scan
 //      order has a zero carry-in, so it runs its real scan now and the
-//      summary falls out of it; the others run a cheap state-only pre-pass.
-//      The summaries are all-gathered and composed into carry-in states;
-//   3. the remaining scans run from their carry-in exactly as on one rank.
-// With P = 2 no rank runs a pre-pass at all. The state written (context
-// only) is composed from all summaries, so it is the same on every rank.
+//      summary falls out of it; the last needs none (no carry-in reads it);
+//      those between run a state-only pre-pass. The summaries are
+//      all-gathered and composed into carry-in states;
+//   3. the remaining scans run from their carry-in exactly as on one rank;
+//   4. the rank last in each direction's scan order reached its final SSM
+//      state in its real scan: all-gathered, so the state written (context
+//      only) is the same on every rank.
+// With P = 2 no rank runs a pre-pass at all.
 // The arithmetic of steps 1 and 2 is in shard_exchange.h.
 #ifndef LACT_WORKER_SCHEDULE_BIMAMBA_SCHEDULE_H_
 #define LACT_WORKER_SCHEDULE_BIMAMBA_SCHEDULE_H_

@@ -23,6 +23,7 @@
 #include "worker/schedule/block_schedule.h"
 #include "worker/schedule/run_tokens.h"
 #include "worker/schedule/shard.h"
+#include "worker/schedule/stage_profile.h"
 
 namespace lact {
 
@@ -82,7 +83,13 @@ class ModelRunner {
   absl::StatusOr<Tensor> Run(Tensor tokens, const ShardContext& shard, Grads* grads,
                              const FusedState* kept, FusedState* out) {
     LACT_ASSIGN_OR_RETURN(SequenceOps sequence, make_ops_(tokens.dim(0), grads));
-    absl::StatusOr<Tensor> rows = RunModel(*sequence.model, config_, shard, std::move(tokens),
+    std::unique_ptr<Collective> timed_exchange;
+    ShardContext timed_shard = shard;
+    if (hooks_.profile != nullptr) {
+      sequence.ops = Profiled(std::move(sequence.ops), hooks_.profile);
+      timed_shard = Profiled(shard, hooks_.profile, &timed_exchange);
+    }
+    absl::StatusOr<Tensor> rows = RunModel(*sequence.model, config_, timed_shard, std::move(tokens),
                                            *sequence.ops, kept, out, hooks_.on_layer_done);
     if (sequence.after) sequence.after();
     return rows;

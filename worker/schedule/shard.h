@@ -15,6 +15,8 @@
 
 namespace lact {
 
+class StageProfile;
+
 // Where a backend runs and with what; chosen when a worker or `lact run`
 // starts. Unknown values are refused by ValidateBackend (worker/backends.h).
 struct BackendOptions {
@@ -41,6 +43,8 @@ struct RunHooks {
   // When set, a context's outputs go here tile by tile and the run returns
   // an empty tensor; query sets return theirs whole.
   OutputRowsSink on_output_rows;
+  // When set, every sequence's ops are timed into it (stage_profile.h).
+  StageProfile* profile = nullptr;
 };
 
 // A context (its outputs, and the fused state it leaves) or a query set (its
