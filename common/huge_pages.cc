@@ -17,11 +17,9 @@ void AdviseHugePages(void* data, size_t bytes) {
 
 Tensor HugePageTensor(std::vector<int64_t> shape) {
   Tensor t;
-  const size_t n = static_cast<size_t>(Tensor::NumElements(shape));
+  const int64_t n = Tensor::NumElements(shape);
   t.shape = std::move(shape);
-  t.data.reserve(n);
-  AdviseHugePages(t.data.data(), n * sizeof(float));
-  t.data.resize(n);
+  GrowHugePages(&t.data, n);
   return t;
 }
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 
 namespace lact::reference {
 namespace {
@@ -42,14 +42,7 @@ TensorD ToTensor(const Mat& m, std::vector<int64_t> shape) {
 thread_local bool bf16_operands = false;
 
 // v as float32 rounded to the nearest bf16 (ties to even).
-double Bf16(double v) {
-  float f = static_cast<float>(v);
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+double Bf16(double v) { return RoundToBFloat16(static_cast<float>(v)); }
 
 // A product operand: the value, or its float32 value rounded to the nearest
 // bf16 (ties to even), as the bf16 GPU mode feeds its GEMMs.

@@ -8,6 +8,15 @@
 namespace lact {
 namespace {
 
+// call(), its time added to `profile` as `stage` with `rows`.
+template <typename F>
+absl::Status Timed(StageProfile* profile, Stage stage, int64_t rows, F&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = call();
+  profile->Add(stage, SecondsSince(start), rows);
+  return status;
+}
+
 constexpr const char* kNames[] = {"load_tokens",   "block_norm", "mixer_fwd",    "mixer_bwd",
                                   "mixer_summary", "scan_state", "lact_grads",   "allreduce_wait",
                                   "lact_update",   "lact_apply", "residual_mlp", "output",
@@ -80,11 +89,7 @@ class ProfiledOps final : public BackendOps {
  private:
   template <typename F>
   absl::Status Timed(Stage stage, int64_t rows, F&& call) {
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status status = call();
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    profile_->Add(stage, took.count(), rows);
-    return status;
+    return lact::Timed(profile_, stage, rows, std::forward<F>(call));
   }
 
   std::unique_ptr<BackendOps> inner_;
@@ -97,16 +102,10 @@ class ProfiledCollective final : public Collective {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   absl::Status AllReduceSum(float* data, size_t count) override {
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status status = inner_->AllReduceSum(data, count);
-    profile_->Add(Stage::kExchange, SecondsSince(start), 0);
-    return status;
+    return Timed(profile_, Stage::kExchange, 0, [&] { return inner_->AllReduceSum(data, count); });
   }
   absl::Status AllGather(const float* in, size_t count, float* out) override {
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status status = inner_->AllGather(in, count, out);
-    profile_->Add(Stage::kExchange, SecondsSince(start), 0);
-    return status;
+    return Timed(profile_, Stage::kExchange, 0, [&] { return inner_->AllGather(in, count, out); });
   }
 
  private:
@@ -177,11 +176,8 @@ ShardContext Profiled(const ShardContext& shard, StageProfile* profile,
   timed.sync = exchange->get();
   if (shard.output_rows) {
     timed.output_rows = [sink = shard.output_rows, profile](int64_t first, Tensor rows) {
-      const auto start = std::chrono::steady_clock::now();
       const int64_t n = rows.rank() ? rows.dim(0) : 0;
-      absl::Status status = sink(first, std::move(rows));
-      profile->Add(Stage::kOutputRows, SecondsSince(start), n);
-      return status;
+      return Timed(profile, Stage::kOutputRows, n, [&] { return sink(first, std::move(rows)); });
     };
   }
   return timed;
