@@ -202,6 +202,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
       transfers =
           std::make_unique<ShardTransfers>(credentials_, a, send_context ? &context : nullptr,
                                            queries, options.output_ref.empty(), &result);
+      if (options.output_rows) transfers->SetOutputRows(options.output_rows);
       if (send_context) relay.StartUpload(a.context_tokens());
       transfers->Start(ctx.deadline(), [&relay](int64_t sent) { relay.ContextSent(sent); });
     } else if (response.has_progress()) {

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_config.h"
+#include "common/range_writer.h"
 #include "common/tensor.h"
 #include "common/token_codec.h"
 #include "lact/v1/coordinator.grpc.pb.h"
@@ -36,6 +37,13 @@ inline constexpr std::chrono::hours kDefaultQueryTimeout{1};
 inline constexpr std::chrono::hours kDefaultWatchTimeout{24};
 inline constexpr std::chrono::hours kDefaultFetchTimeout{1};
 inline constexpr std::chrono::seconds kUnaryTimeout{30};
+
+// Where a job's context output rows go as they arrive instead of
+// JobResult.output: a writer of rows [begin, begin + n) as float32 bytes,
+// asked for once per shard (again should its rows come again), and used
+// from that shard's thread.
+using OutputRowsSink =
+    std::function<absl::StatusOr<std::unique_ptr<RangeWriter>>(int64_t begin, int64_t n)>;
 
 struct SubmitOptions {
   std::string model;
@@ -59,11 +67,12 @@ struct SubmitOptions {
   bool detach = false;
   bool cancel_on_disconnect = false;  // JobSpec.cancel_on_disconnect
   std::string tenant;                 // JobSpec.tenant
+  OutputRowsSink output_rows;         // null: the rows go to JobResult.output
 };
 
 struct JobResult {
   std::string job_id;
-  Tensor output;                        // [L, d_out], unless output_ref
+  Tensor output;                        // [L, d_out], unless output_ref or output_rows
   std::vector<Tensor> queries;          // [L_k, d_out]
   std::map<std::string, Tensor> state;  // docs/model.md, The fused state names (if asked)
   std::vector<v1::ShardRange> shards;

@@ -94,6 +94,8 @@ void ShardTransfers::Start(std::chrono::system_clock::time_point deadline,
   on_context_sent_ = std::move(on_context_sent);
   const int ranks = accepted_.shards_size();
   statuses_.assign(ranks, absl::OkStatus());
+  row_writers_.resize(ranks);
+  next_row_.assign(ranks, -1);
   for (int r = 0; r < ranks; ++r) {
     contexts_.push_back(std::make_unique<grpc::ClientContext>());
     contexts_.back()->set_deadline(deadline);
@@ -200,6 +202,8 @@ absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response)
     v1::TokenChunk head;
     if (!head.ParseFromString(response.head))
       return absl::InternalError("a worker sent a malformed output chunk");
+    if (head.set() == 0 && output_in_band_ && output_rows_)
+      return PlaceStreamed(rank, head, response);
     if (head.set() == 0 && output_in_band_) return PlaceRows(head, response, result_->output);
     if (rank == 0 && head.set() >= 1 && head.set() <= static_cast<int>(result_->queries.size())) {
       return PlaceRows(head, response, result_->queries[head.set() - 1]);
@@ -227,10 +231,32 @@ absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response)
   return absl::InternalError(absl::StrCat("worker of shard ", rank, " sent an unexpected message"));
 }
 
+absl::Status ShardTransfers::PlaceStreamed(int rank, const v1::TokenChunk& head,
+                                           const TransferResponseIn& response) {
+  const v1::ShardRange& shard = accepted_.shards(rank);
+  const int64_t row_bytes = accepted_.output_width() * int64_t{4};
+  const int64_t end = shard.begin() + shard.tokens();
+  if (head.offset() < shard.begin() || response.data_size % row_bytes != 0 ||
+      head.offset() + static_cast<int64_t>(response.data_size) / row_bytes > end) {
+    return absl::InternalError(
+        absl::StrCat("worker of shard ", rank, " sent output rows outside its shard"));
+  }
+  std::unique_ptr<RangeWriter>& writer = row_writers_[rank];
+  if (writer == nullptr || head.offset() != next_row_[rank]) {
+    writer.reset();
+    LACT_ASSIGN_OR_RETURN(writer, output_rows_(head.offset(), end - head.offset()));
+  }
+  for (absl::string_view piece : response.data)
+    LACT_RETURN_IF_ERROR(writer->Append(piece.data(), piece.size()));
+  next_row_[rank] = head.offset() + static_cast<int64_t>(response.data_size) / row_bytes;
+  return absl::OkStatus();
+}
+
 void ShardTransfers::AllocateOutputs() {
   const int64_t width = accepted_.output_width();
   // Anew: a job that runs again sends all its results again.
-  if (output_in_band_) result_->output = Tensor({accepted_.context_tokens(), width});
+  if (output_in_band_ && !output_rows_)
+    result_->output = Tensor({accepted_.context_tokens(), width});
   result_->queries.clear();
   result_->state.clear();
   for (int64_t tokens : accepted_.query_tokens())

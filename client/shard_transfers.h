@@ -6,8 +6,9 @@
 // 0: then the query sets), closes its side, and places what comes back,
 // outputs into `result->output` at their rows (disjoint per shard), query
 // outputs into `result->queries` and state pieces into `result->state`
-// (rank 0 only). The output tensors are allocated, once, when the first
-// stream has finished uploading (while the workers compute). Cancel() ends
+// (rank 0 only), or set 0's rows to an OutputRowsSink as they come. The
+// output tensors are allocated, once, when the first stream has finished
+// uploading (while the workers compute). Cancel() ends
 // every stream; Join() returns the first failure.
 // Fetch() instead reads a finished job's retained results back, the same
 // way, with ShardData.FetchResult (nothing is uploaded).
@@ -49,6 +50,9 @@ class ShardTransfers {
   // Starts the streams, each with `deadline`. `on_context_sent`, if set,
   // gets the context tokens sent so far over every stream, after each
   // message, from the streams' threads (one at a time per stream).
+  // Set 0's output rows to `sink` (lact_client.h) instead of
+  // result->output, which is then not allocated. Before Start.
+  void SetOutputRows(OutputRowsSink sink) { output_rows_ = std::move(sink); }
   void Start(std::chrono::system_clock::time_point deadline,
              std::function<void(int64_t)> on_context_sent = nullptr);
   void Cancel();
@@ -62,6 +66,9 @@ class ShardTransfers {
   absl::Status Receive(int rank, Stream* stream, grpc::ClientContext* ctx);
   absl::Status Upload(int rank, grpc::ClientReaderWriter<BulkOut, TransferResponseIn>* stream);
   absl::Status Place(int rank, const TransferResponseIn& response);
+  // An output chunk of set 0 to the shard's writer from output_rows_.
+  absl::Status PlaceStreamed(int rank, const v1::TokenChunk& head,
+                             const TransferResponseIn& response);
   void AllocateOutputs();
 
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
@@ -77,6 +84,11 @@ class ShardTransfers {
   std::once_flag allocated_;
   std::atomic<int64_t> tokens_sent_{0};
   std::function<void(int64_t)> on_context_sent_;
+  OutputRowsSink output_rows_;
+  // Per rank, from its thread only: the writer of its rows and the row it
+  // takes next.
+  std::vector<std::unique_ptr<RangeWriter>> row_writers_;
+  std::vector<int64_t> next_row_;
 };
 
 }  // namespace lact

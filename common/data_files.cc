@@ -24,45 +24,6 @@
 namespace lact {
 namespace {
 
-// Output writes of at least kDirectMinBytes bypass the page cache for their
-// kDirectBlock-aligned middle: a job's output is written once and read
-// elsewhere, and filling fresh page-cache pages costs more than the disk
-// write on the machines measured (docs/performance.md, the data path).
-constexpr uint64_t kDirectBlock = 4096;
-constexpr uint64_t kDirectMinBytes = uint64_t{8} << 20;
-
-absl::Status FullPread(int fd, char* dst, size_t bytes, uint64_t offset, const std::string& path) {
-  while (bytes > 0) {
-    const ssize_t n = pread(fd, dst, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::DataLossError(
-          absl::StrCat("reading '", path, "' at byte ", offset, ": ",
-                       n == 0 ? "unexpected end of file" : std::strerror(errno)));
-    }
-    dst += n;
-    bytes -= n;
-    offset += n;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status FullPwrite(int fd, const char* src, size_t bytes, uint64_t offset,
-                        const std::string& path) {
-  while (bytes > 0) {
-    const ssize_t n = pwrite(fd, src, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::DataLossError(
-          absl::StrCat("writing '", path, "' at byte ", offset, ": ", std::strerror(errno)));
-    }
-    src += n;
-    bytes -= n;
-    offset += n;
-  }
-  return absl::OkStatus();
-}
-
 // A token file's safetensors header: one tensor, or a few.
 constexpr uint64_t kMaxTokenHeaderBytes = uint64_t{1} << 20;
 
@@ -273,85 +234,32 @@ absl::StatusOr<std::unique_ptr<OutputRowsWriter>> OutputRowsWriter::Open(const D
                      "] .npy (changed while the job ran?)"));
   }
   const uint64_t row_bytes = static_cast<uint64_t>(width) * sizeof(float);
-  writer->next_ = npy.data_offset + static_cast<uint64_t>(begin) * row_bytes;
-  writer->end_ = writer->next_ + static_cast<uint64_t>(n) * row_bytes;
-  writer->row_bytes_ = row_bytes;
-  // The aligned middle of a large range goes straight to the disk.
-  const uint64_t first = (writer->next_ + kDirectBlock - 1) / kDirectBlock * kDirectBlock;
-  const uint64_t last = writer->end_ / kDirectBlock * kDirectBlock;
-  writer->direct_begin_ = writer->direct_end_ = writer->end_;
-  if (writer->end_ - writer->next_ >= kDirectMinBytes && first < last) {
-    void* raw = nullptr;
-    absl::StatusOr<FileHandle> direct_file = OpenDataFile(data_path, O_WRONLY | O_DIRECT);
-    const int direct = direct_file.ok() ? direct_file->release() : -1;
-    if (direct >= 0 && posix_memalign(&raw, kDirectBlock, kBounceBytes) == 0) {
-      writer->direct_fd_ = direct;
-      writer->bounce_.reset(static_cast<char*>(raw));
-      writer->direct_begin_ = first;
-      writer->direct_end_ = last;
-    } else if (direct >= 0) {
-      close(direct);
-    }
+  const uint64_t first = npy.data_offset + static_cast<uint64_t>(begin) * row_bytes;
+  const uint64_t end = first + static_cast<uint64_t>(n) * row_bytes;
+  if (end - first >= RangeWriter::kDirectMinBytes) {
+    absl::StatusOr<FileHandle> direct = OpenDataFile(data_path, O_WRONLY | O_DIRECT);
+    if (direct.ok()) writer->direct_fd_ = direct->release();
   }
+  writer->row_bytes_ = row_bytes;
+  writer->range_ = std::make_unique<RangeWriter>(path, fd, writer->direct_fd_, first, end);
   return writer;
 }
 
 OutputRowsWriter::~OutputRowsWriter() {
+  range_.reset();
   if (fd_ >= 0) close(fd_);
   if (direct_fd_ >= 0) close(direct_fd_);
 }
 
 absl::Status OutputRowsWriter::Append(const float* src, int64_t n) {
-  const char* bytes = reinterpret_cast<const char*>(src);
-  uint64_t size = static_cast<uint64_t>(n) * row_bytes_;
-  if (n < 0 || size > end_ - next_) {
-    return absl::OutOfRangeError(
-        absl::StrCat("output '", path_, "': ", n, " rows more than this shard has left"));
-  }
-  while (size > 0) {
-    uint64_t take;
-    if (next_ < direct_begin_ || next_ >= direct_end_) {  // a partial block: the page cache
-      take = std::min(size, (next_ < direct_begin_ ? direct_begin_ : end_) - next_);
-      LACT_RETURN_IF_ERROR(FullPwrite(fd_, bytes, take, next_, path_));
-    } else {
-      take = std::min({size, direct_end_ - next_, kBounceBytes - bounce_used_});
-      std::memcpy(bounce_.get() + bounce_used_, bytes, take);
-      bounce_used_ += take;
-    }
-    bytes += take;
-    size -= take;
-    next_ += take;
-    if (bounce_used_ == kBounceBytes || (bounce_used_ > 0 && next_ == direct_end_))
-      LACT_RETURN_IF_ERROR(FlushBounce());
-  }
-  return absl::OkStatus();
-}
-
-absl::Status OutputRowsWriter::FlushBounce() {
-  const uint64_t offset = next_ - bounce_used_;
-  for (uint64_t done = 0; done < bounce_used_;) {
-    const ssize_t written = pwrite(direct_fd_, bounce_.get() + done, bounce_used_ - done,
-                                   static_cast<off_t>(offset + done));
-    if (written < 0 && errno == EINTR) continue;
-    if (written < 0 && errno == EINVAL) {  // alignment this file system will not take
-      LACT_RETURN_IF_ERROR(
-          FullPwrite(fd_, bounce_.get() + done, bounce_used_ - done, offset + done, path_));
-      break;
-    }
-    if (written <= 0) {
-      return absl::DataLossError(absl::StrCat("writing '", path_, "' at byte ", offset + done, ": ",
-                                              std::strerror(written < 0 ? errno : EIO)));
-    }
-    done += static_cast<uint64_t>(written);
-  }
-  bounce_used_ = 0;
-  return absl::OkStatus();
+  if (n < 0) return absl::OutOfRangeError(absl::StrCat("output '", path_, "': ", n, " rows"));
+  return range_->Append(reinterpret_cast<const char*>(src), static_cast<uint64_t>(n) * row_bytes_);
 }
 
 absl::Status OutputRowsWriter::Finish() {
-  if (next_ != end_) {
+  if (range_->left() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "output '", path_, "': ", (end_ - next_) / row_bytes_, " of the shard's rows not written"));
+        "output '", path_, "': ", range_->left() / row_bytes_, " of the shard's rows not written"));
   }
   return absl::OkStatus();
 }

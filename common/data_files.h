@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/data_path.h"
+#include "common/range_writer.h"
 #include "common/token_codec.h"
 
 namespace lact {
@@ -67,13 +68,10 @@ absl::StatusOr<ReadyFile> CreateTokenFile(const DataPath& path, int64_t rows, in
 
 // Writes rows [begin, begin + n) of a file CreateOutputFile made, in row
 // order, a piece at a time (a worker writing its shard's output rows as
-// they are made). Open checks the header still says float32 [rows,
-// width]. A range of 8 MiB or more sends its 4 KiB-aligned middle straight
-// to the disk (O_DIRECT where the file system takes it), gathered into
-// 8 MiB aligned writes; the partial blocks at its two ends (shared with
-// the neighbouring shards' rows or the header) go through the page cache.
-// Shards of one file may be written at once from several processes.
-// One thread at a time.
+// they are made), through a RangeWriter (range_writer.h: the aligned
+// middle of a large range straight to the disk). Open checks the header
+// still says float32 [rows, width]. Shards of one file may be written at
+// once from several processes. One thread at a time.
 class OutputRowsWriter {
  public:
   static absl::StatusOr<std::unique_ptr<OutputRowsWriter>> Open(const DataPath& path, int64_t rows,
@@ -89,18 +87,13 @@ class OutputRowsWriter {
   absl::Status Finish();
 
  private:
-  static constexpr uint64_t kBounceBytes = uint64_t{8} << 20;
   OutputRowsWriter(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  absl::Status FlushBounce();
 
   std::string path_;
   int fd_ = -1;         // buffered
-  int direct_fd_ = -1;  // O_DIRECT, when the range has an aligned middle
-  std::unique_ptr<char, decltype(&std::free)> bounce_{nullptr, &std::free};
+  int direct_fd_ = -1;  // O_DIRECT, when the file system takes it
   uint64_t row_bytes_ = 0;
-  uint64_t next_ = 0, end_ = 0;                 // file offsets: the next byte, the range's end
-  uint64_t direct_begin_ = 0, direct_end_ = 0;  // the aligned middle
-  uint64_t bounce_used_ = 0;  // the bounce buffer holds [next_ - bounce_used_, next_)
+  std::unique_ptr<RangeWriter> range_;
 };
 
 // Rows [begin, begin + n) of `src` written whole through an OutputRowsWriter.

@@ -1,11 +1,11 @@
 #include "common/safetensors.h"
 
 #include <cstring>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/error_text.h"
 #include "common/half.h"
+#include "common/safetensors_out.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -223,31 +223,12 @@ absl::StatusOr<TensorD> SafetensorsFile::ReadDouble(const std::string& name) con
 }
 
 absl::Status SafetensorsWriter::Write(const std::string& path) const {
-  json header = json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
-  uint64_t offset = 0;
-  for (const auto& [name, t] : tensors_) {
-    const uint64_t nbytes = static_cast<uint64_t>(t->size()) * sizeof(float);
-    header[name] = {
-        {"dtype", "F32"}, {"shape", t->shape}, {"data_offsets", {offset, offset + nbytes}}};
-    offset += nbytes;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot create '", path, "'"));
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i)
-    len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const auto& [name, t] : tensors_) {
-    out.write(reinterpret_cast<const char*>(t->ptr()),
-              static_cast<std::streamsize>(t->size() * sizeof(float)));
-  }
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("writing '", path, "' failed (disk full?)"));
-  return absl::OkStatus();
+  std::vector<SafetensorsOut::Planned> planned;
+  for (const auto& [name, t] : tensors_) planned.push_back({name, t->shape});
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsOut> out,
+                        SafetensorsOut::Create(path, metadata_, planned));
+  for (const auto& [name, t] : tensors_) LACT_RETURN_IF_ERROR(out->Write(name, *t));
+  return out->Finish();
 }
 
 }  // namespace lact

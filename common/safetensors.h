@@ -60,8 +60,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Collects float32 tensors by reference and writes them in one file. The
-// tensors must outlive Write(). Names must be unique.
+// Collects float32 tensors by reference and writes them in one file
+// (through SafetensorsOut, in name order). The tensors must outlive
+// Write(). Names must be unique.
 class SafetensorsWriter {
  public:
   void Add(const std::string& name, const Tensor& tensor) { tensors_[name] = &tensor; }

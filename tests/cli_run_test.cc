@@ -269,6 +269,39 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
     EXPECT_EQ(fetched_file->metadata().at("lact.config"), want_config) << name;
   }
   ExpectJsonSummaries(server, GoldenCaseNames().front(), models);
+  // Outputs large enough that each shard's aligned middle goes straight to
+  // the disk as it arrives, the shards' boundary inside a disk block: the
+  // file submit wrote holds what the workers retained (fetch), bit for bit.
+  {
+    const std::string out = models + "/large.safetensors",
+                      fetched = models + "/large.fetched.safetensors";
+    CommandResult r = RunLact(absl::StrCat("submit --server ", server,
+                                           " --model preset:small --context random:20003:5 "
+                                           "--workers 2 --out ",
+                                           out));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
+    const std::regex job_line("(^|\n)(job-[0-9a-f]{32})\n");
+    std::smatch job;
+    ASSERT_TRUE(std::regex_search(r.output, job, job_line)) << r.output;
+    CommandResult f = RunLact(
+        absl::StrCat("fetch --server ", server, " --job ", job[2].str(), " --out ", fetched));
+    ASSERT_EQ(f.exit_code, 0) << f.output;
+    absl::StatusOr<SafetensorsFile> streamed = SafetensorsFile::Open(out);
+    absl::StatusOr<SafetensorsFile> whole = SafetensorsFile::Open(fetched);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    ASSERT_EQ(streamed->entries().size(), whole->entries().size());
+    for (const auto& [tensor_name, entry] : whole->entries()) {
+      absl::StatusOr<Tensor> a = streamed->ReadFloat(tensor_name),
+                             b = whole->ReadFloat(tensor_name);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_EQ(a->shape, b->shape) << tensor_name;
+      EXPECT_TRUE(a->data == b->data) << tensor_name << " differs between submit and fetch";
+    }
+    EXPECT_EQ(streamed->ReadFloat("output")->shape, (std::vector<int64_t>{20003, 256}));
+  }
   // A detached job whose bytes all go by reference: submit returns its id
   // once admitted, watch follows it to the end, the workers wrote the output.
   {

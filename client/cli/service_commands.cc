@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/json_output.h"
 #include "client/cli/output_file.h"
+#include "client/cli/result_file.h"
 #include "client/cli/tokens_source.h"
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
@@ -263,7 +264,7 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
                     "context-ref", "context-tensor", "out-ref", "tenant"},
                    {"query", "shards"}, {"detach", "cancel-on-disconnect", "json", "replace"}));
   LACT_ASSIGN_OR_RETURN(std::string server, flags.Required("server"));
-  LACT_ASSIGN_OR_RETURN(const SubmitOptions options, SubmitOptionsFromFlags(flags));
+  LACT_ASSIGN_OR_RETURN(SubmitOptions options, SubmitOptionsFromFlags(flags));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(options.model));
   Tensor context;
@@ -276,6 +277,20 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
     queries.push_back(std::move(t));
   }
   const absl::StatusOr<std::string> config_json = JobConfigJson(config, options.options);
+  const std::string out_path = flags.Get("out").value_or("");
+  // Outputs in band of a context sent in band go to --out as they arrive.
+  std::unique_ptr<StreamedResultFile> out_file;
+  if (!out_path.empty() && options.output_ref.empty() && options.context_ref.empty() &&
+      !options.detach) {
+    LACT_RETURN_IF_ERROR(config_json.status());
+    LACT_ASSIGN_OR_RETURN(ModelConfig effective, ApplyJobOptions(config, options.options));
+    std::vector<int64_t> query_tokens;
+    for (const Tensor& q : queries) query_tokens.push_back(q.dim(0));
+    LACT_ASSIGN_OR_RETURN(
+        out_file, StreamedResultFile::Create(out_path, *config_json, effective, context.dim(0),
+                                             query_tokens, options.return_state));
+    options.output_rows = out_file->Sink();
+  }
   ProgressLine line;
   absl::StatusOr<JobResult> result = client.Submit(
       options, context, queries, [&](const v1::Progress& p) { line.Update(p); },
@@ -292,10 +307,13 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
     PrintDetached(flags, server, *result);
     return absl::OkStatus();
   }
-  if (const std::string out_path = flags.Get("out").value_or(""); !out_path.empty()) {
+  if (out_file != nullptr) {
+    LACT_RETURN_IF_ERROR(out_file->Finish(*result));
+  } else if (!out_path.empty()) {
     LACT_RETURN_IF_ERROR(config_json.status());
-    LACT_RETURN_IF_ERROR(
-        WriteResult(out_path, *config_json, &result->output, result->queries, result->state));
+    LACT_RETURN_IF_ERROR(WriteResult(out_path, *config_json,
+                                     result->output.size() > 0 ? &result->output : nullptr,
+                                     result->queries, result->state));
   }
   return PrintSubmitted(flags, options, *result);
 }
