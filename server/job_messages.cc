@@ -83,7 +83,8 @@ v1::SubmitResponse Accepted(const AttemptFacts& f, const std::vector<std::string
 
 void AddShardStats(const std::vector<v1::ShardDone>& dones, const JobPlan& plan,
                    v1::JobStats* stats) {
-  double allreduce = 0, waited = 0, upload = 0, download = 0, in_bytes = 0, out_bytes = 0;
+  double allreduce = 0, waited = 0, upload = 0, download = 0, output_window = 0, in_bytes = 0,
+         out_bytes = 0;
   bool delivered = true;
   for (const v1::ShardDone& d : dones) {
     stats->set_compute_seconds(std::max(stats->compute_seconds(), d.compute_seconds()));
@@ -92,6 +93,7 @@ void AddShardStats(const std::vector<v1::ShardDone>& dones, const JobPlan& plan,
     waited += d.allreduce_waited_seconds();
     upload = std::max(upload, d.upload_seconds());
     download = std::max(download, d.download_seconds());
+    output_window = std::max(output_window, d.output_seconds());
     in_bytes += static_cast<double>(d.context_bytes());
     out_bytes += static_cast<double>(d.output_bytes());
     delivered = delivered && d.results_delivered();
@@ -100,7 +102,9 @@ void AddShardStats(const std::vector<v1::ShardDone>& dones, const JobPlan& plan,
   stats->set_upload_seconds(upload);
   stats->set_upload_mb_per_second(in_bytes / 1e6 / std::max(1e-9, upload));
   stats->set_download_seconds(download);
-  stats->set_download_mb_per_second(out_bytes / 1e6 / std::max(1e-9, download));
+  stats->set_output_seconds(output_window);
+  stats->set_download_mb_per_second(out_bytes / 1e6 /
+                                    std::max(1e-9, output_window > 0 ? output_window : download));
   stats->set_allreduce_seconds(allreduce);
   stats->set_allreduce_hidden_fraction(
       allreduce > 0 ? std::clamp(1.0 - waited / allreduce, 0.0, 1.0) : 0.0);

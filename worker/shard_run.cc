@@ -94,6 +94,7 @@ absl::StatusOr<v1::ShardDone> ShardRun::Run() {
   const auto download_start = Clock::now();
   LACT_RETURN_IF_ERROR(Deliver(*runner, std::move(state)));
   done_.set_download_seconds(SecondsSince(download_start));
+  if (first_output_) done_.set_output_seconds(SecondsSince(*first_output_));
   done_.set_peak_rss_bytes(PeakRssBytes());
   return done_;
 }
@@ -138,6 +139,7 @@ absl::StatusOr<Tensor> ShardRun::ObtainContext() {
 // thread: to the output file's writer, or published to the stream (and
 // kept, so a client that goes away can fetch them).
 absl::Status ShardRun::TakeOutputRows(int64_t first, Tensor& rows) {
+  if (!first_output_) first_output_ = Clock::now();
   output_bytes_ += rows.size() * static_cast<int64_t>(sizeof(float));
   if (output_file_ != nullptr) return output_file_->Put(std::move(rows));
   Keep({0, spec_.begin() + first, "", std::make_shared<const Tensor>(std::move(rows))});

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -104,6 +105,7 @@ class ShardRun {
   std::unique_ptr<OutputFileStream> output_file_;  // by reference
   StageProfile profile_;                           // the context's stages, logged
   int64_t output_bytes_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_output_;  // the first row's making
   bool spool_reported_ = false;
   bool context_done_ = false;  // its layers ran; what runs now is query sets
 };

@@ -137,16 +137,25 @@ absl::Status WriteResult(const std::string& path, const std::string& config_json
 }
 
 void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
+  // Outputs that stream while the last layer runs: the window they flowed
+  // in, and how long they took once the compute was done.
+  const std::string out =
+      s.output_seconds() > 0
+          ? absl::StrFormat(
+                "out over %.2f s as the last layer made them (%.0f MB/s), the last "
+                "%.2f s after the compute",
+                s.output_seconds(), s.download_mb_per_second(), s.download_seconds())
+          : absl::StrFormat("out %.2f s (%.0f MB/s)", s.download_seconds(),
+                            s.download_mb_per_second());
   std::fprintf(
       stderr,
       "  %lld context tokens in %.2f s = %.0f tokens/s (compute %.2f s on the slowest worker)\n"
-      "  data: in %.2f s (%.0f MB/s), out %.2f s (%.0f MB/s); %lld payload bytes through the "
-      "coordinator\n"
+      "  data: in %.2f s (%.0f MB/s), %s; %lld payload bytes through the coordinator\n"
       "  gradient all-reduce %.3f s, %.0f%% hidden behind the scans\n",
       static_cast<long long>(context_tokens), s.seconds(), s.tokens_per_second(),
-      s.compute_seconds(), s.upload_seconds(), s.upload_mb_per_second(), s.download_seconds(),
-      s.download_mb_per_second(), static_cast<long long>(s.coordinator_payload_bytes()),
-      s.allreduce_seconds(), 100 * s.allreduce_hidden_fraction());
+      s.compute_seconds(), s.upload_seconds(), s.upload_mb_per_second(), out.c_str(),
+      static_cast<long long>(s.coordinator_payload_bytes()), s.allreduce_seconds(),
+      100 * s.allreduce_hidden_fraction());
   std::string rss;
   for (int64_t b : s.worker_peak_rss_bytes())
     absl::StrAppend(&rss, rss.empty() ? "" : ", ", b >> 20, " MiB");
