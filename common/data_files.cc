@@ -287,12 +287,31 @@ absl::StatusOr<TokenFileWriter> TokenFileWriter::Open(const DataPath& data_path,
 }
 
 TokenFileWriter::TokenFileWriter(TokenFileWriter&& other) noexcept
-    : fd_(other.fd_), layout_(std::move(other.layout_)) {
-  other.fd_ = -1;
+    : fd_(other.fd_),
+      direct_fd_(other.direct_fd_),
+      layout_(std::move(other.layout_)),
+      in_order_(std::move(other.in_order_)),
+      next_row_(other.next_row_) {
+  other.fd_ = other.direct_fd_ = -1;
 }
 
 TokenFileWriter::~TokenFileWriter() {
+  in_order_.reset();
   if (fd_ >= 0) close(fd_);
+  if (direct_fd_ >= 0) close(direct_fd_);
+}
+
+void TokenFileWriter::ExpectInOrder(int64_t begin, int64_t n) {
+  const uint64_t row_bytes = static_cast<uint64_t>(layout_.width) * WireBytes(layout_.dtype);
+  if (begin < 0 || n < 0 || begin + n > layout_.rows) return;
+  const uint64_t first = layout_.data_offset + static_cast<uint64_t>(begin) * row_bytes;
+  const uint64_t end = first + static_cast<uint64_t>(n) * row_bytes;
+  if (direct_fd_ < 0 && end - first >= RangeWriter::kDirectMinBytes) {
+    absl::StatusOr<FileHandle> direct = OpenDataFile(layout_.path, O_WRONLY | O_DIRECT);
+    if (direct.ok()) direct_fd_ = direct->release();
+  }
+  in_order_ = std::make_unique<RangeWriter>(layout_.path.shown(), fd_, direct_fd_, first, end);
+  next_row_ = begin;
 }
 
 absl::Status TokenFileWriter::Write(int64_t row, const std::vector<absl::string_view>& pieces) {
@@ -304,6 +323,12 @@ absl::Status TokenFileWriter::Write(int64_t row, const std::vector<absl::string_
     return absl::OutOfRangeError(absl::StrCat(bytes, " bytes at row ", row, " of '",
                                               layout_.path.shown(), "' (", layout_.rows,
                                               " rows of ", row_bytes, " bytes)"));
+  }
+  if (in_order_ != nullptr && row == next_row_ && bytes <= in_order_->left()) {
+    for (absl::string_view piece : pieces)
+      LACT_RETURN_IF_ERROR(in_order_->Append(piece.data(), piece.size()));
+    next_row_ += static_cast<int64_t>(bytes / row_bytes);
+    return absl::OkStatus();
   }
   uint64_t offset = layout_.data_offset + static_cast<uint64_t>(row) * row_bytes;
   for (absl::string_view piece : pieces) {

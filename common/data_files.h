@@ -113,13 +113,20 @@ class TokenFileWriter {
   TokenFileWriter(const TokenFileWriter&) = delete;
   ~TokenFileWriter();
 
+  // Says rows [begin, begin + n) will come in order (a shard's, as they
+  // are received): their aligned middle then goes straight to the disk
+  // through a RangeWriter (range_writer.h), where the file system takes it.
+  void ExpectInOrder(int64_t begin, int64_t n);
   // `pieces` hold whole rows, first row `row`.
   absl::Status Write(int64_t row, const std::vector<absl::string_view>& pieces);
 
  private:
   TokenFileWriter(int fd, TokenFileLayout layout) : fd_(fd), layout_(std::move(layout)) {}
   int fd_;
+  int direct_fd_ = -1;
   TokenFileLayout layout_;
+  std::unique_ptr<RangeWriter> in_order_;  // from ExpectInOrder
+  int64_t next_row_ = -1;                  // the row in_order_ takes next
 };
 
 }  // namespace lact

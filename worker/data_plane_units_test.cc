@@ -634,6 +634,36 @@ TEST_F(DataRoot, ASpoolTakesMoreChunksThanItsBuffersInOrder) {
   EXPECT_EQ(got, want);
 }
 
+TEST_F(DataRoot, SpoolsOfTwoShardsInOrderSendTheirAlignedMiddlesStraightToTheDisk) {
+  // Two shards of one large spool at once, their boundary inside a disk
+  // block, each expecting its rows in order: the middles go by O_DIRECT,
+  // the shared block through the page cache, and every row lands.
+  const int64_t rows = 150001, width = 33, cut = 70001;
+  const std::string path = root_ + "/large.spool.npy";
+  ASSERT_TRUE(CreateTokenFile(In(path), rows, width, WireType::kF32).ok());
+  const Tensor t = Rows(rows, width, 0.25f);
+  std::vector<std::thread> shards;
+  for (const auto [begin, end] : {std::pair<int64_t, int64_t>{0, cut}, {cut, rows}}) {
+    shards.emplace_back([&, begin, end] {
+      absl::StatusOr<TokenFileWriter> writer =
+          TokenFileWriter::Open(In(path), rows, width, WireType::kF32);
+      ASSERT_TRUE(writer.ok()) << writer.status();
+      writer->ExpectInOrder(begin, end - begin);
+      ContextSpool spool(*std::move(writer), begin);
+      for (int64_t r = begin; r < end; r += 997) {
+        const int64_t n = std::min<int64_t>(997, end - r);
+        spool.Add(r - begin, {absl::string_view(reinterpret_cast<const char*>(t.ptr() + r * width),
+                                                n * width * sizeof(float))});
+      }
+      ASSERT_TRUE(EndAndWait(spool));
+    });
+  }
+  for (std::thread& s : shards) s.join();
+  absl::StatusOr<Tensor> back = ReadNpy(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->data == t.data) << "rows differ";
+}
+
 TEST_F(DataRoot, ASpoolWritesOwnedChunksFromWhereTheyLieAndThenLetsThemGo) {
   // As the Transfer stream hands them over: each chunk in a buffer of its
   // own (gRPC's slices), kept alive only by the owner given with it.

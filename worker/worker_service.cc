@@ -62,6 +62,7 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec&
   auto transfer = std::make_shared<ShardTransfer>(
       spec.ticket(), TokenReceiver(std::move(lengths), width, dtype, spec.begin(), huge_pages));
   if (std::optional<TokenFileWriter> spool = OpenSpool(spool_dir, spec, width, dtype)) {
+    spool->ExpectInOrder(spec.begin(), spec.tokens());
     transfer->SetSpool(std::make_unique<ContextSpool>(*std::move(spool), spec.begin()));
   }
   return transfer;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/huge_pages.h"
 #include "common/npy.h"
 #include "common/random.h"
 
@@ -83,7 +84,7 @@ Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed) {
   // Blocks of values with their own streams, so the result does not depend
   // on the thread count.
   constexpr int64_t kBlock = 1 << 16;
-  Tensor t({tokens, width});
+  Tensor t = HugePageTensor({tokens, width});  // 1M tokens: a GiB of fresh pages
   const int64_t total = t.size(), blocks = (total + kBlock - 1) / kBlock;
 #pragma omp parallel
   {
