@@ -42,7 +42,7 @@ inline constexpr std::chrono::seconds kUnaryTimeout{30};
 // JobResult.output: a writer of rows [begin, begin + n) as float32 bytes,
 // asked for once per shard (again should its rows come again), and used
 // from that shard's thread.
-using OutputRowsSink =
+using OutputRowsTarget =
     std::function<absl::StatusOr<std::unique_ptr<RangeWriter>>(int64_t begin, int64_t n)>;
 
 struct SubmitOptions {
@@ -67,7 +67,7 @@ struct SubmitOptions {
   bool detach = false;
   bool cancel_on_disconnect = false;  // JobSpec.cancel_on_disconnect
   std::string tenant;                 // JobSpec.tenant
-  OutputRowsSink output_rows;         // null: the rows go to JobResult.output
+  OutputRowsTarget output_rows;       // null: the rows go to JobResult.output
 };
 
 struct JobResult {

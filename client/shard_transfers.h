@@ -6,7 +6,7 @@
 // 0: then the query sets), closes its side, and places what comes back,
 // outputs into `result->output` at their rows (disjoint per shard), query
 // outputs into `result->queries` and state pieces into `result->state`
-// (rank 0 only), or set 0's rows to an OutputRowsSink as they come. The
+// (rank 0 only), or set 0's rows to an OutputRowsTarget as they come. The
 // output tensors are allocated, once, when the first stream has finished
 // uploading (while the workers compute). Cancel() ends
 // every stream; Join() returns the first failure.
@@ -52,7 +52,7 @@ class ShardTransfers {
   // message, from the streams' threads (one at a time per stream).
   // Set 0's output rows to `sink` (lact_client.h) instead of
   // result->output, which is then not allocated. Before Start.
-  void SetOutputRows(OutputRowsSink sink) { output_rows_ = std::move(sink); }
+  void SetOutputRows(OutputRowsTarget sink) { output_rows_ = std::move(sink); }
   void Start(std::chrono::system_clock::time_point deadline,
              std::function<void(int64_t)> on_context_sent = nullptr);
   void Cancel();
@@ -84,7 +84,7 @@ class ShardTransfers {
   std::once_flag allocated_;
   std::atomic<int64_t> tokens_sent_{0};
   std::function<void(int64_t)> on_context_sent_;
-  OutputRowsSink output_rows_;
+  OutputRowsTarget output_rows_;
   // Per rank, from its thread only: the writer of its rows and the row it
   // takes next.
   std::vector<std::unique_ptr<RangeWriter>> row_writers_;

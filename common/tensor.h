@@ -4,7 +4,9 @@
 #define LACT_COMMON_TENSOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lact {
@@ -31,6 +33,23 @@ struct BasicTensor {
 
 using Tensor = BasicTensor<float>;
 using TensorD = BasicTensor<double>;
+
+// Rows [first, first + n) of a shared [L, width] tensor, which they keep
+// alive.
+struct RowSlice {
+  std::shared_ptr<const Tensor> tensor;
+  int64_t first = 0;
+  int64_t n = 0;
+
+  // All the rows of `t`.
+  static RowSlice Whole(Tensor t) {
+    const int64_t rows = t.rank() ? t.dim(0) : 0;
+    return {std::make_shared<const Tensor>(std::move(t)), 0, rows};
+  }
+  int64_t width() const { return tensor->rank() == 2 ? tensor->dim(1) : 0; }
+  const float* data() const { return tensor->ptr() + first * width(); }
+  int64_t size() const { return n * width(); }
+};
 
 // The element count of `shape`, or -1 when a dimension is negative or the
 // count exceeds `limit`; never overflows, so it can check a shape read from

@@ -373,20 +373,30 @@ TEST(RunnerOutputStream, RowsComeTileByTileInOrderAndEqualTheWholeOutput) {
     ASSERT_TRUE(whole.ok()) << whole.status();
     Tensor joined({30, c.output_width()});
     int64_t next = 0;
-    CpuRunner streaming(model, c, {.threads = 1, .tile_tokens = 7},
-                        {.on_output_rows = [&](int64_t first, Tensor rows) {
-                          EXPECT_EQ(first, next) << "rows out of order";
-                          EXPECT_LE(rows.dim(0), 7) << "more than a tile at once";
-                          std::copy(rows.data.begin(), rows.data.end(),
-                                    joined.ptr() + first * c.output_width());
-                          next = first + rows.dim(0);
-                          return absl::OkStatus();
-                        }});
+    std::vector<RowSlice> slices;
+    CpuRunner streaming(
+        model, c, {.threads = 1, .tile_tokens = 7}, {.on_output_rows = [&](RowSlice rows) {
+          EXPECT_EQ(rows.first, next) << "rows out of order";
+          EXPECT_LE(rows.n, 7) << "more than a tile at once";
+          EXPECT_EQ(rows.width(), c.output_width());
+          std::copy_n(rows.data(), rows.size(), joined.ptr() + rows.first * c.output_width());
+          next = rows.first + rows.n;
+          slices.push_back(rows);
+          return absl::OkStatus();
+        }});
     absl::StatusOr<Tensor> rest = streaming.RunContext(tokens, &streamed_state);
     ASSERT_TRUE(rest.ok()) << rest.status();
     EXPECT_EQ(rest->size(), 0) << "the rows went to the hook";
     EXPECT_EQ(next, 30);
     EXPECT_TRUE(joined.data == whole->data) << (head ? "with a head" : "without a head");
+    // The rows handed over stay as they were (they are sent while the
+    // run goes on), after the runner has moved on to other sequences too.
+    absl::StatusOr<Tensor> again = streaming.RunQuery(RandomTokens(9, 16, 6), streamed_state);
+    ASSERT_TRUE(again.ok()) << again.status();
+    for (const RowSlice& s : slices) {
+      EXPECT_TRUE(std::equal(s.data(), s.data() + s.size(), joined.ptr() + s.first * s.width()))
+          << "rows from " << s.first << " changed after they were handed over";
+    }
     EXPECT_TRUE(streamed_state.layers[1].w0.data == whole_state.layers[1].w0.data);
     // Query sets come back whole, the hook notwithstanding.
     absl::StatusOr<Tensor> query = streaming.RunQuery(RandomTokens(5, 16, 5), streamed_state);
@@ -400,8 +410,7 @@ TEST(RunnerOutputStream, AHookThatFailsStopsTheRun) {
   const ModelConfig c = SmallConfig();
   Model model = RandomTestModel(c, 1);
   int calls = 0;
-  CpuRunner runner(model, c, {.threads = 1, .tile_tokens = 4},
-                   {.on_output_rows = [&](int64_t, Tensor) {
+  CpuRunner runner(model, c, {.threads = 1, .tile_tokens = 4}, {.on_output_rows = [&](RowSlice) {
                      return ++calls == 2 ? absl::DataLossError("disk gone") : absl::OkStatus();
                    }});
   FusedState state;

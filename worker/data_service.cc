@@ -50,7 +50,8 @@ bool SendItem(const ResultItem& item, Writer* stream) {
     return true;
   }
   const int64_t width = t.dim(1);
-  return SendInMessages(t.dim(0), 4 * width, [&](int64_t r0, int64_t n) {
+  bytes += 4 * item.first_row * width;
+  return SendInMessages(item.row_count(), 4 * width, [&](int64_t r0, int64_t n) {
     v1::TokenChunk head;
     head.set_set(item.set);
     head.set_offset(item.offset + r0);

@@ -16,11 +16,11 @@ absl::StatusOr<std::unique_ptr<OutputFileStream>> OutputFileStream::Open(const D
 }
 
 OutputFileStream::OutputFileStream(std::unique_ptr<OutputRowsWriter> writer)
-    : writer_(std::move(writer)), queue_([this](Tensor& rows) { return Write(rows); }) {}
+    : writer_(std::move(writer)), queue_([this](RowSlice& rows) { return Write(rows); }) {}
 
 OutputFileStream::~OutputFileStream() = default;
 
-absl::Status OutputFileStream::Put(Tensor rows) { return queue_.Put(std::move(rows)); }
+absl::Status OutputFileStream::Put(RowSlice rows) { return queue_.Put(std::move(rows)); }
 
 absl::Status OutputFileStream::Finish() {
   LACT_RETURN_IF_ERROR(queue_.Await());
@@ -29,8 +29,8 @@ absl::Status OutputFileStream::Finish() {
 
 int64_t OutputFileStream::bytes_written() const { return bytes_written_; }
 
-absl::Status OutputFileStream::Write(Tensor& rows) {
-  LACT_RETURN_IF_ERROR(writer_->Append(rows.ptr(), rows.rank() == 2 ? rows.dim(0) : 0));
+absl::Status OutputFileStream::Write(RowSlice& rows) {
+  LACT_RETURN_IF_ERROR(writer_->Append(rows.data(), rows.n));
   bytes_written_ += rows.size() * static_cast<int64_t>(sizeof(float));
   return absl::OkStatus();
 }

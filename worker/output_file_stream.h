@@ -33,8 +33,9 @@ class OutputFileStream {
   OutputFileStream(const OutputFileStream&) = delete;
   OutputFileStream& operator=(const OutputFileStream&) = delete;
 
-  // The next rows of the shard ([k, width]); the stream's failure, if any.
-  absl::Status Put(Tensor rows);
+  // The next rows of the shard; the stream's failure, if any.
+  absl::Status Put(RowSlice rows);
+  absl::Status Put(Tensor rows) { return Put(RowSlice::Whole(std::move(rows))); }
   // Waits until every row put is written; OK once all n rows are.
   absl::Status Finish();
   // Bytes written so far.
@@ -42,11 +43,11 @@ class OutputFileStream {
 
  private:
   explicit OutputFileStream(std::unique_ptr<OutputRowsWriter> writer);
-  absl::Status Write(Tensor& rows);
+  absl::Status Write(RowSlice& rows);
 
   std::unique_ptr<OutputRowsWriter> writer_;  // the queue's thread's, then Finish's
   std::atomic<int64_t> bytes_written_{0};
-  WriteQueue<Tensor> queue_;  // last: its thread writes with the rest
+  WriteQueue<RowSlice> queue_;  // last: its thread writes with the rest
 };
 
 }  // namespace lact

@@ -19,6 +19,15 @@ struct ResultItem {
   int64_t offset = 0;      // first token, as the client numbers it
   std::string state_name;  // non-empty: a fused-state tensor (docs/model.md, The fused state name)
   std::shared_ptr<const Tensor> tensor;
+  // An output set's rows of `tensor` this item is: [first_row, first_row +
+  // rows), or all of them (rows < 0). Items of one shard's context outputs
+  // share its output tensor.
+  int64_t first_row = 0;
+  int64_t rows = -1;
+
+  int64_t row_count() const { return rows < 0 ? tensor->dim(0) : rows; }
+  // Of the item's own rows (or whole state tensor).
+  int64_t bytes() const { return 4 * (rows < 0 ? tensor->size() : rows * tensor->dim(1)); }
 };
 
 // The fused state's tensors as items, each keeping `state` alive.

@@ -14,7 +14,7 @@ int64_t ResultBytes(const RetainedResult& result) {
   if (result.state != nullptr) {
     for (const auto& [name, tensor] : FusedStateTensors(*result.state)) bytes += tensor->size() * 4;
   }
-  for (const ResultItem& item : result.outputs) bytes += item.tensor->size() * 4;
+  for (const ResultItem& item : result.outputs) bytes += item.bytes();
   return bytes;
 }
 
@@ -151,9 +151,9 @@ void RetainedResults::ExpireLocked() {
           kept.push_back(std::move(item));
           continue;
         }
-        e.bytes -= item.tensor->size() * 4;
-        bytes_ -= item.tensor->size() * 4;
-        tenant_bytes_[e.result.tenant] -= item.tensor->size() * 4;
+        e.bytes -= item.bytes();
+        bytes_ -= item.bytes();
+        tenant_bytes_[e.result.tenant] -= item.bytes();
       }
       e.result.outputs = std::move(kept);
       e.result.outputs_dropped = delivered;

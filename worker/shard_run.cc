@@ -107,8 +107,7 @@ absl::StatusOr<std::unique_ptr<ShardRunner>> ShardRun::MakeRunner() {
                    ReportSpooled();
                    if (spec_.rank() == 0 && !context_done_) reports_->LayersDone(layers);
                  },
-                 cancelled_,
-                 [this](int64_t first, Tensor rows) { return TakeOutputRows(first, rows); },
+                 cancelled_, [this](RowSlice rows) { return TakeOutputRows(std::move(rows)); },
                  &profile_};
   return MakeShardRunner(place_.backend, job_.model, job_.config, std::move(hooks));
 }
@@ -135,14 +134,14 @@ absl::StatusOr<Tensor> ShardRun::ObtainContext() {
   return shard;
 }
 
-// The context's output rows [first, ...) of the shard, from the run's
+// The context's output rows of the shard, from the run's
 // thread: to the output file's writer, or published to the stream (and
 // kept, so a client that goes away can fetch them).
-absl::Status ShardRun::TakeOutputRows(int64_t first, Tensor& rows) {
+absl::Status ShardRun::TakeOutputRows(RowSlice rows) {
   if (!first_output_) first_output_ = Clock::now();
   output_bytes_ += rows.size() * static_cast<int64_t>(sizeof(float));
   if (output_file_ != nullptr) return output_file_->Put(std::move(rows));
-  Keep({0, spec_.begin() + first, "", std::make_shared<const Tensor>(std::move(rows))});
+  Keep({0, spec_.begin() + rows.first, "", rows.tensor, rows.first, rows.n});
   return absl::OkStatus();
 }
 

@@ -81,7 +81,7 @@ class ShardRun {
  private:
   absl::StatusOr<Tensor> ObtainContext();
   absl::StatusOr<std::unique_ptr<ShardRunner>> MakeRunner();
-  absl::Status TakeOutputRows(int64_t first, Tensor& rows);
+  absl::Status TakeOutputRows(RowSlice rows);
   void Keep(ResultItem item);
   absl::Status Deliver(ShardRunner& runner, FusedState state);
   absl::Status AwaitDelivery();

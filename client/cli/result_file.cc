@@ -41,7 +41,7 @@ StreamedResultFile::~StreamedResultFile() {
   }
 }
 
-OutputRowsSink StreamedResultFile::Sink() {
+OutputRowsTarget StreamedResultFile::Sink() {
   return [this](int64_t begin, int64_t n) {
     return out_->Rows("output", static_cast<uint64_t>(begin * row_bytes_),
                       static_cast<uint64_t>(n * row_bytes_));

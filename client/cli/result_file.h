@@ -34,7 +34,7 @@ class StreamedResultFile {
   ~StreamedResultFile();  // removes PATH.partial unless Finish succeeded
 
   // SubmitOptions.output_rows for the job; valid while this object lives.
-  OutputRowsSink Sink();
+  OutputRowsTarget Sink();
   // Writes the rest of `result` (its query outputs and state, which must
   // have the planned shapes) and names the file PATH.
   absl::Status Finish(const JobResult& result);

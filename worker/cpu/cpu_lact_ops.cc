@@ -158,7 +158,8 @@ void CpuLactOps::ApplyRows(const LayerWeights& w, int64_t first, int64_t n, Slic
     cpu::RmsNormRows(o + head * dh, D, n, dh, w.o_norm, o + head * dh, D);
   }
   precision_.RoundOperand(o, D, n, D);
-  cpu::Linear(o, D, n, D, w.o_proj, D, rows_.acc.ptr() + first * D, D, 1.0f, precision_.operands());
+  cpu::Linear(o, D, n, D, w.o_proj, D, rows_.acc->ptr() + first * D, D, 1.0f,
+              precision_.operands());
 }
 
 void CpuLactOps::Apply(const LayerWeights& w, int64_t first, int64_t n) {

@@ -110,7 +110,7 @@ void CpuMixerOps::ProjectEach(const LayerWeights& w, T* y, Direction dir, int64_
     }
   };
   if constexpr (std::is_same_v<T, float>) precision_.RoundOperand(y, di, n, di);
-  float* acc = rows_.acc.ptr() + first * D;
+  float* acc = rows_.acc->ptr() + first * D;
   if (dir == kForward) {
     project(acc, 1.0f);
     return;
@@ -133,13 +133,13 @@ void CpuMixerOps::ProjectSum(const LayerWeights& w, Direction dir, int64_t first
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     const float* mine = OutputRow(dir, n, j);
-    const float* held_low = rows_.acc.ptr() + (first + j) * D;
+    const float* held_low = rows_.acc->ptr() + (first + j) * D;
     const float* held_high = held_high_.data() + (first + j) * high;
     float* out = sum + j * di;
     for (int64_t k = 0; k < low; ++k) out[k] = held_low[k] + mine[k];
     for (int64_t k = 0; k < high; ++k) out[low + k] = held_high[k] + mine[low + k];
   }
-  cpu::Linear(sum, di, n, di, w.out_proj, D, rows_.acc.ptr() + first * D, D, 0.0f,
+  cpu::Linear(sum, di, n, di, w.out_proj, D, rows_.acc->ptr() + first * D, D, 0.0f,
               precision_.operands());
 }
 
@@ -154,7 +154,7 @@ void CpuMixerOps::HoldOutputs(Direction dir, int64_t first, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     const float* row = OutputRow(dir, n, j);
-    std::copy_n(row, low, rows_.acc.ptr() + (first + j) * D);
+    std::copy_n(row, low, rows_.acc->ptr() + (first + j) * D);
     std::copy_n(row + low, high, held_high_.data() + (first + j) * high);
   }
 }

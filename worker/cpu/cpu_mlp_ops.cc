@@ -20,7 +20,7 @@ void CpuMlpOps::Residual(const LayerWeights& w, int64_t first, int64_t n) {
 void CpuMlpOps::Rows(const LayerWeights& w, int64_t first, int64_t n, Slice* s) {
   const int64_t D = c_.d_model;
   float* x = rows_.x.ptr() + first * D;
-  const float* acc = rows_.acc.ptr() + first * D;
+  const float* acc = rows_.acc->ptr() + first * D;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n * D; ++i) x[i] += acc[i];
   GateUp(w, x, n, s);

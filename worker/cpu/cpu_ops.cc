@@ -36,7 +36,7 @@ absl::Status CpuOps::LoadTokens(Tensor tokens) {
   } else {
     rows_.h = HugePageTensor({L, D});
   }
-  rows_.acc = HugePageTensor({L, D});
+  rows_.acc = std::make_shared<Tensor>(HugePageTensor({L, D}));
   return absl::OkStatus();
 }
 
@@ -57,6 +57,11 @@ absl::Status CpuOps::OutputRows(int64_t first, int64_t n, float* out) {
   return absl::OkStatus();
 }
 
+// acc's rows of a tile are free once its ResidualMlp has read them.
+std::shared_ptr<Tensor> CpuOps::OutputBuffer(int64_t width) {
+  return width == c_.d_model ? rows_.acc : nullptr;
+}
+
 absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {
   const int64_t D = c_.d_model;
   if (a == Activation::kNormed && precision_.makes_bf16()) {
@@ -66,7 +71,7 @@ absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out
   }
   const Tensor& rows = a == Activation::kResidual ? rows_.x
                        : a == Activation::kNormed ? rows_.h
-                                                  : rows_.acc;
+                                                  : *rows_.acc;
   std::copy_n(rows.ptr() + first * D, n * D, out);
   // h as its GEMMs take it: rounded in the bf16 mode (RoundOperand may have
   // left that to the bf16 matmul).
@@ -82,7 +87,7 @@ absl::Status CpuOps::BeginBlock(const LayerWeights& w) {
     cpu::RmsNormRows(rows_.x.ptr(), D, L, D, w.norm1, rows_.h.ptr(), D);
     precision_.RoundOperand(rows_.h.ptr(), D, L, D);  // h is read by GEMMs only
   }
-  std::fill(rows_.acc.data.begin(), rows_.acc.data.end(), 0.0f);
+  std::fill(rows_.acc->data.begin(), rows_.acc->data.end(), 0.0f);
   mixer_.BeginBlock();
   return absl::OkStatus();
 }

@@ -43,6 +43,7 @@ class CpuOps final : public BackendOps {
 
   absl::Status LoadTokens(Tensor tokens) override;
   absl::Status OutputRows(int64_t first, int64_t n, float* out) override;
+  std::shared_ptr<Tensor> OutputBuffer(int64_t width) override;
   absl::Status ReadRows(Activation a, int64_t first, int64_t n, float* out) override;
   absl::Status BeginBlock(const LayerWeights& w) override;
 

@@ -16,6 +16,7 @@
 #define LACT_WORKER_CPU_CPU_PRECISION_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/tensor.h"
@@ -54,7 +55,9 @@ class CpuPrecision {
 };
 
 struct CpuActivations {
-  Tensor x, h, acc;           // h empty where h16 holds it
+  Tensor x, h;  // h empty where h16 holds it
+  // Shared: the last block makes the output rows in it (CpuOps::OutputBuffer).
+  std::shared_ptr<Tensor> acc;
   std::vector<uint16_t> h16;  // h as bf16, where activations are made as bf16
 
   // Calls `f` with h's row `first` on (of width `width`) as the GEMMs read

@@ -20,6 +20,7 @@
 #define LACT_WORKER_SCHEDULE_BACKEND_OPS_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,6 +46,11 @@ class BackendOps {
   // last block has finished them, into `out` ([n, output width], host
   // memory; written when the call returns).
   virtual absl::Status OutputRows(int64_t first, int64_t n, float* out) = 0;
+  // A [tokens(), width] buffer, after LoadTokens, whose rows the last block
+  // frees as it goes: a tile's rows may be written once its ResidualMlp has
+  // run (the CPU's acc, so that a shard's outputs take no memory of their
+  // own). Null (the default): the schedule makes a buffer.
+  virtual std::shared_ptr<Tensor> OutputBuffer(int64_t width) { return nullptr; }
   // The [n, D] rows of an activation from `first`, copied to `out`.
   virtual absl::Status ReadRows(Activation a, int64_t first, int64_t n, float* out) = 0;
 

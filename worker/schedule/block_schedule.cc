@@ -104,26 +104,23 @@ absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const 
                                 FusedState* out,
                                 const std::function<void(int, int)>& on_layer_done) {
   const int64_t width = c.output_width();
-  Tensor whole;  // the outputs, unless they go to shard.output_rows
-  // Its buffer, zero-filled in huge pages on a thread of its own while the
-  // layers run: its first touches are then off the last layer's path.
-  std::future<Tensor> whole_buffer;
-  // In the last block each tile's output rows are made once its MLP is done.
-  const TileStep output_tile = [&](int64_t first, int64_t n) -> absl::Status {
-    if (!shard.output_rows) {
-      if (whole_buffer.valid()) whole = whole_buffer.get();  // at the first tile
-      return ops.OutputRows(first, n, whole.ptr() + first * width);
-    }
-    Tensor rows({n, width});
-    LACT_RETURN_IF_ERROR(ops.OutputRows(first, n, rows.ptr()));
-    return shard.output_rows(first, std::move(rows));
-  };
   LACT_RETURN_IF_ERROR(ops.LoadTokens(std::move(tokens)));
-  if (!shard.output_rows) {
-    whole_buffer = std::async(std::launch::async, [rows = ops.tokens(), width] {
+  // The outputs: in rows the backend frees as the last block goes, or in a
+  // buffer zero-filled in huge pages on a thread of its own while the
+  // layers run (its first touches are then off the last layer's path).
+  std::shared_ptr<Tensor> outputs = ops.OutputBuffer(width);
+  std::future<Tensor> fresh;
+  if (outputs == nullptr) {
+    fresh = std::async(std::launch::async, [rows = ops.tokens(), width] {
       return HugePageTensor({rows, width});
     });
   }
+  // In the last block each tile's output rows are made once its MLP is done.
+  const TileStep output_tile = [&](int64_t first, int64_t n) -> absl::Status {
+    if (outputs == nullptr) outputs = std::make_shared<Tensor>(fresh.get());  // the first tile
+    LACT_RETURN_IF_ERROR(ops.OutputRows(first, n, outputs->ptr() + first * width));
+    return shard.output_rows ? shard.output_rows({outputs, first, n}) : absl::OkStatus();
+  };
   for (int i = 0; i < c.n_layers; ++i) {
     const absl::Status layer =
         RunBlock(c, model.layer(i), shard, ops, kept ? &kept->layers[i] : nullptr,
@@ -134,7 +131,9 @@ absl::StatusOr<Tensor> RunModel(const Model& model, const ModelConfig& c, const 
     }
     if (on_layer_done) on_layer_done(i + 1, c.n_layers);
   }
-  return whole;
+  if (shard.output_rows) return Tensor();
+  if (outputs == nullptr) outputs = std::make_shared<Tensor>(fresh.get());
+  return std::move(*outputs);
 }
 
 }  // namespace lact

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,11 +31,12 @@ struct BackendOptions {
   std::string scan_math = "fp32";             // CUDA SSD scan products: fp32 | tf32x3
 };
 
-// Takes a context's output rows as the last block finishes them: `rows`
-// holds local rows [first, first + rows.dim(0)) of the output width, handed
-// over in row order, from the thread that computes. An error ends the run
-// with it.
-using OutputRowsSink = std::function<absl::Status(int64_t first, Tensor rows)>;
+// Takes a context's output rows as the last block finishes them: local
+// rows [rows.first, rows.first + rows.n) of the shard's outputs ([L,
+// output width]; the rows are final, the rest of the tensor is not yet),
+// handed over in row order, from the thread that computes. An error ends
+// the run with it.
+using OutputRowsSink = std::function<absl::Status(RowSlice rows)>;
 
 // What a run reports and how it is stopped.
 struct RunHooks {

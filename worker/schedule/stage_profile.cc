@@ -35,6 +35,9 @@ class ProfiledOps final : public BackendOps {
   absl::Status OutputRows(int64_t first, int64_t n, float* out) override {
     return Timed(Stage::kOutput, n, [&] { return inner_->OutputRows(first, n, out); });
   }
+  std::shared_ptr<Tensor> OutputBuffer(int64_t width) override {
+    return inner_->OutputBuffer(width);
+  }
   absl::Status ReadRows(Activation a, int64_t first, int64_t n, float* out) override {
     return Timed(Stage::kOutput, n, [&] { return inner_->ReadRows(a, first, n, out); });
   }
@@ -175,9 +178,9 @@ ShardContext Profiled(const ShardContext& shard, StageProfile* profile,
   *exchange = std::make_unique<ProfiledCollective>(shard.sync, profile);
   timed.sync = exchange->get();
   if (shard.output_rows) {
-    timed.output_rows = [sink = shard.output_rows, profile](int64_t first, Tensor rows) {
-      const int64_t n = rows.rank() ? rows.dim(0) : 0;
-      return Timed(profile, Stage::kOutputRows, n, [&] { return sink(first, std::move(rows)); });
+    timed.output_rows = [sink = shard.output_rows, profile](RowSlice rows) {
+      const int64_t n = rows.n;
+      return Timed(profile, Stage::kOutputRows, n, [&] { return sink(std::move(rows)); });
     };
   }
   return timed;
