@@ -79,7 +79,7 @@ void CpuLactOps::AccumulateRows(const LayerWeights& w, int64_t first, int64_t n,
   const int64_t D = c_.d_model;
   GrowTo(&s->kv, n * 2 * D);
   GrowTo(&s->lr, n * 3 * c_.ttt_heads());
-  rows_.WithNormed(first, D, [&](const auto* h) {
+  rows_.WithNormed(precision_, first, n, &s->normed, [&](const auto* h) {
     cpu::LactKeyValueLr(c_, w, h, n, s->kv.data(), s->lr.data(), precision_.operands());
   });
   precision_.RoundOperand(s->kv.data(), 2 * D, n, 2 * D);
@@ -150,7 +150,7 @@ void CpuLactOps::ApplyRows(const LayerWeights& w, int64_t first, int64_t n, Slic
   GrowTo(&s->q, n * D);
   GrowTo(&s->o, n * D);
   float *q = s->q.data(), *o = s->o.data();
-  rows_.WithNormed(first, D,
+  rows_.WithNormed(precision_, first, n, &s->normed,
                    [&](const auto* h) { cpu::LactQuery(c_, w, h, n, q, precision_.operands()); });
   precision_.RoundOperand(q, D, n, D);
   cpu::ApplyFastWeights(c_, q, n, Fast(), o, &s->lact, precision_.operands());

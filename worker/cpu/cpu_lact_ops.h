@@ -51,6 +51,7 @@ class CpuLactOps {
     std::vector<float> grads;
     bool grads_live = false;
     cpu::LactWorkspace lact;
+    NormedScratch normed;
   };
 
   // Each of w0, w1, w2 (and their gradients) has this many floats.

@@ -32,7 +32,7 @@ cpu::MixerStateView CpuMixerOps::State() { return {scan_.ssm.ptr(), scan_.conv.p
 
 void CpuMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t first, int64_t n, bool outputs,
                        bool summarize) {
-  rows_.WithNormed(0, c_.d_model,
+  rows_.WithNormed(precision_, first, n, &normed_,
                    [&](const auto* h) { TileOf(h, w, dir, first, n, outputs, summarize); });
 }
 
@@ -50,7 +50,7 @@ void CpuMixerOps::TileOf(const T* h, const LayerWeights& w, Direction dir, int64
     reversed = &reversed_;
     y = &y_;
   }
-  const T* rows = ScanOrder(h + first * D, dir, n, reversed);
+  const T* rows = ScanOrder(h, dir, n, reversed);
   const MambaDirWeights& m = w.mamba[dir];
   if (!outputs) {
     if constexpr (kBf16) {  // the pre-pass, on h widened (exactly) to float32

@@ -37,7 +37,7 @@ class CpuMixerOps {
             bool summarize);
 
  private:
-  // The tile on h's rows of type T (float, or uint16_t bf16), its outputs
+  // The tile on its rows of h, `h` (float, or uint16_t bf16), its outputs
   // made as T.
   template <typename T>
   void TileOf(const T* h, const LayerWeights& w, Direction dir, int64_t first, int64_t n,
@@ -80,6 +80,7 @@ class CpuMixerOps {
   int held_dir_ = -1;
   std::vector<float> held_high_, summed_;
   cpu::MixerWorkspace mixer_ws_;
+  NormedScratch normed_;  // the tile's rows of h
 };
 
 }  // namespace lact

@@ -1,6 +1,7 @@
 #include "worker/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "common/half.h"
@@ -31,11 +32,6 @@ absl::Status CpuOps::LoadTokens(Tensor tokens) {
   } else {
     rows_.x = std::move(tokens);
   }
-  if (precision_.makes_bf16()) {
-    GrowHugePages(&rows_.h16, L * D);
-  } else {
-    rows_.h = HugePageTensor({L, D});
-  }
   rows_.acc = std::make_shared<Tensor>(HugePageTensor({L, D}));
   return absl::OkStatus();
 }
@@ -47,9 +43,8 @@ absl::Status CpuOps::OutputRows(int64_t first, int64_t n, float* out) {
     cpu::RmsNormRows(x, D, n, D, model_.final_norm(), out, D);
     return absl::OkStatus();
   }
-  // h is free once the block's mixers have run.
-  if (precision_.makes_bf16()) GrowTo(&final_normed_, n * D);
-  float* normed = precision_.makes_bf16() ? final_normed_.data() : rows_.h.ptr() + first * D;
+  GrowTo(&final_normed_, n * D);
+  float* normed = final_normed_.data();
   cpu::RmsNormRows(x, D, n, D, model_.final_norm(), normed, D);
   precision_.RoundOperand(normed, D, n, D);
   cpu::Linear(normed, D, n, D, model_.head(), c_.d_output, out, c_.d_output, 0.0f,
@@ -64,29 +59,29 @@ std::shared_ptr<Tensor> CpuOps::OutputBuffer(int64_t width) {
 
 absl::Status CpuOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {
   const int64_t D = c_.d_model;
-  if (a == Activation::kNormed && precision_.makes_bf16()) {
-    const uint16_t* h = rows_.h16.data() + first * D;
-    for (int64_t i = 0; i < n * D; ++i) out[i] = BFloat16ToFloat(h[i]);
+  if (a == Activation::kNormed) {
+    NormedScratch scratch;
+    rows_.WithNormed(precision_, first, n, &scratch, [&](const auto* h) {
+      for (int64_t i = 0; i < n * D; ++i) {
+        if constexpr (std::is_same_v<decltype(h), const uint16_t*>) {
+          out[i] = BFloat16ToFloat(h[i]);
+        } else {
+          out[i] = h[i];
+        }
+      }
+    });
+    // h as its GEMMs take it: rounded in the bf16 mode (RoundOperand may
+    // have left that to the bf16 matmul).
+    if (precision_.rounds()) cpu::RoundRowsToBf16(out, D, n, D);
     return absl::OkStatus();
   }
-  const Tensor& rows = a == Activation::kResidual ? rows_.x
-                       : a == Activation::kNormed ? rows_.h
-                                                  : *rows_.acc;
+  const Tensor& rows = a == Activation::kResidual ? rows_.x : *rows_.acc;
   std::copy_n(rows.ptr() + first * D, n * D, out);
-  // h as its GEMMs take it: rounded in the bf16 mode (RoundOperand may have
-  // left that to the bf16 matmul).
-  if (a == Activation::kNormed && precision_.rounds()) cpu::RoundRowsToBf16(out, D, n, D);
   return absl::OkStatus();
 }
 
 absl::Status CpuOps::BeginBlock(const LayerWeights& w) {
-  const int64_t L = tokens(), D = c_.d_model;
-  if (precision_.makes_bf16()) {
-    cpu::RmsNormRowsToBf16(rows_.x.ptr(), D, L, D, w.norm1, rows_.h16.data());
-  } else {
-    cpu::RmsNormRows(rows_.x.ptr(), D, L, D, w.norm1, rows_.h.ptr(), D);
-    precision_.RoundOperand(rows_.h.ptr(), D, L, D);  // h is read by GEMMs only
-  }
+  rows_.norm1 = w.norm1;  // h's rows are made from x as each part reads them
   std::fill(rows_.acc->data.begin(), rows_.acc->data.end(), 0.0f);
   mixer_.BeginBlock();
   return absl::OkStatus();

@@ -99,7 +99,7 @@ class CpuOps final : public BackendOps {
   const ModelConfig& c_;
   CpuPrecision precision_;
   CpuActivations rows_;
-  std::vector<float> final_normed_;  // OutputRows' normed rows, where h is made as bf16
+  std::vector<float> final_normed_;  // OutputRows' normed rows
   CpuMixerOps mixer_;
   CpuLactOps lact_;
   CpuMlpOps mlp_;

@@ -9,9 +9,11 @@
 // caller keeps them) and bf16 copies of the rounded fast weights.
 //
 // CpuActivations holds the rows of the shard that the mixer, LaCT and MLP
-// parts share, [L, D] each: the residual stream x, the block's normed input
-// h (float32, or bf16 only where activations are made as bf16) and acc,
-// where the block's mixer and LaCT outputs add up.
+// parts share, [L, D] each: the residual stream x and acc, where the
+// block's mixer and LaCT outputs add up. The block's normed input h is
+// never held whole: each part makes the rows of its tile from x as it
+// reads them (float32, or bf16 only where activations are made as bf16),
+// the same values a whole h would hold, without the memory or its pass.
 #ifndef LACT_WORKER_CPU_CPU_PRECISION_H_
 #define LACT_WORKER_CPU_CPU_PRECISION_H_
 
@@ -22,6 +24,7 @@
 #include "common/tensor.h"
 #include "kernels/cpu/bf16_copies.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/packed_weights.h"
 
 namespace lact {
@@ -54,25 +57,44 @@ class CpuPrecision {
   const bool makes_bf16_;
 };
 
-struct CpuActivations {
-  Tensor x, h;  // h empty where h16 holds it
-  // Shared: the last block makes the output rows in it (CpuOps::OutputBuffer).
-  std::shared_ptr<Tensor> acc;
-  std::vector<uint16_t> h16;  // h as bf16, where activations are made as bf16
-
-  // Calls `f` with h's row `first` on (of width `width`) as the GEMMs read
-  // it: a const float* or a const uint16_t* (bf16).
-  template <typename F>
-  decltype(auto) WithNormed(int64_t first, int64_t width, F&& f) const {
-    return h16.empty() ? f(h.ptr() + first * width) : f(h16.data() + first * width);
-  }
-};
-
 // Grows `v` to at least `size` elements.
 template <typename T>
 void GrowTo(std::vector<T>* v, int64_t size) {
   if (static_cast<int64_t>(v->size()) < size) v->resize(size);
 }
+
+// Where a tile's rows of h are made: one per thread that makes them.
+struct NormedScratch {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+};
+
+struct CpuActivations {
+  Tensor x;
+  // Shared: the last block makes the output rows in it (CpuOps::OutputBuffer).
+  std::shared_ptr<Tensor> acc;
+  const float* norm1 = nullptr;  // the block's (BeginBlock): h = rmsnorm(x, norm1)
+
+  // Calls `f` with h's rows [first, first + n) as the GEMMs read them, made
+  // from x into `scratch`: a const float* (rounded as `p` says) or a const
+  // uint16_t* (bf16, where `p` makes activations as bf16).
+  template <typename F>
+  void WithNormed(const CpuPrecision& p, int64_t first, int64_t n, NormedScratch* scratch,
+                  F&& f) const {
+    const int64_t D = x.dim(1);
+    const float* rows = x.ptr() + first * D;
+    if (p.makes_bf16()) {
+      GrowTo(&scratch->bf16, n * D);
+      cpu::RmsNormRowsToBf16(rows, D, n, D, norm1, scratch->bf16.data());
+      f(static_cast<const uint16_t*>(scratch->bf16.data()));
+      return;
+    }
+    GrowTo(&scratch->f32, n * D);
+    cpu::RmsNormRows(rows, D, n, D, norm1, scratch->f32.data(), D);
+    p.RoundOperand(scratch->f32.data(), D, n, D);  // h is read by GEMMs only
+    f(static_cast<const float*>(scratch->f32.data()));
+  }
+};
 
 }  // namespace lact
 
