@@ -45,7 +45,8 @@ constexpr Subcommand kCommands[] = {
      "        --context-ref/--out-ref name files inside the cluster's --data-root that the\n"
      "        workers read and write themselves (the context never passes through here;\n"
      "        an --out-ref that exists is replaced only with --replace;\n"
-     "        --detach, for such jobs, returns once the job is admitted). A job runs on\n"
+     "        --detach, for such jobs, returns once the job is admitted). --out is written\n"
+     "        as the outputs arrive, as FILE.safetensors.partial until complete. A job runs on\n"
      "        if this command ends early, unless --cancel-on-disconnect; lact fetch\n"
      "        collects what it sent in band. --timeout (default a day) bounds the job\n"},
     {"query", lact::cli::QueryCommand,
