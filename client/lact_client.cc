@@ -71,15 +71,27 @@ class ProgressRelay {
 
 absl::Status CheckShapes(const SubmitOptions& options, const Tensor& context,
                          const std::vector<Tensor>& queries) {
-  if (!options.context_ref.empty()) {
-    if (context.size() != 0)
-      return absl::InvalidArgumentError("give a context tensor or context_ref, not both");
+  const ContextSource& source = options.context_source;
+  if (!options.context_ref.empty() || source.read) {
+    if (context.size() != 0) {
+      return absl::InvalidArgumentError(
+          "give one context: a tensor, context_ref or context_source");
+    }
+    if (!options.context_ref.empty() && source.read)
+      return absl::InvalidArgumentError("give context_ref or context_source, not both");
+    if (source.read && (source.tokens < 1 || source.width < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("context_source must be [L >= 1, width >= 1], not [", source.tokens, ", ",
+                       source.width, "]"));
+    }
   } else if (context.rank() != 2 || context.dim(0) < 1 || context.dim(1) < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("context must be [L >= 1, width >= 1], not ", ShapeString(context.shape)));
   }
   for (size_t k = 0; k < queries.size(); ++k) {
-    const int64_t width = options.context_ref.empty() ? context.dim(1) : queries[0].dim(1);
+    const int64_t width = source.read                   ? source.width
+                          : options.context_ref.empty() ? context.dim(1)
+                                                        : queries[0].dim(1);
     if (queries[k].rank() != 2 || queries[k].dim(0) < 1 || queries[k].dim(1) != width) {
       return absl::InvalidArgumentError(absl::StrCat("query set ", k, " has shape ",
                                                      ShapeString(queries[k].shape),
@@ -172,8 +184,10 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   SetTimeout(&ctx, options.timeout, kDefaultJobTimeout);
   auto stream = stub_->Submit(&ctx);
   v1::SubmitRequest first;
-  *first.mutable_spec() =
-      MakeJobSpec(options, by_ref ? 0 : context.dim(0), by_ref ? 0 : context.dim(1), queries);
+  const bool from_source = options.context_source.read != nullptr;
+  const int64_t tokens = by_ref ? 0 : from_source ? options.context_source.tokens : context.dim(0);
+  const int64_t width = by_ref ? 0 : from_source ? options.context_source.width : context.dim(1);
+  *first.mutable_spec() = MakeJobSpec(options, tokens, width, queries);
   stream->Write(first);
   stream->WritesDone();
   JobResult result;
@@ -203,6 +217,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
           std::make_unique<ShardTransfers>(credentials_, a, send_context ? &context : nullptr,
                                            queries, options.output_ref.empty(), &result);
       if (options.output_rows) transfers->SetOutputRows(options.output_rows);
+      if (from_source) transfers->SetContextSource(&options.context_source);
       if (send_context) relay.StartUpload(a.context_tokens());
       transfers->Start(ctx.deadline(), [&relay](int64_t sent) { relay.ContextSent(sent); });
     } else if (response.has_progress()) {

@@ -45,6 +45,16 @@ inline constexpr std::chrono::seconds kUnaryTimeout{30};
 using OutputRowsTarget =
     std::function<absl::StatusOr<std::unique_ptr<RangeWriter>>(int64_t begin, int64_t n)>;
 
+// A context the client sends without holding it whole: `read` fills rows
+// [begin, begin + n) as float32 ([n, width]); it is called from the shards'
+// threads at once, for disjoint rows, and again for rows sent again (a job
+// that runs again).
+struct ContextSource {
+  int64_t tokens = 0;
+  int64_t width = 0;
+  std::function<absl::Status(int64_t begin, int64_t n, float* out)> read;
+};
+
 struct SubmitOptions {
   std::string model;
   int workers = 0;                    // 0: all that hold the model
@@ -68,6 +78,9 @@ struct SubmitOptions {
   bool cancel_on_disconnect = false;  // JobSpec.cancel_on_disconnect
   std::string tenant;                 // JobSpec.tenant
   OutputRowsTarget output_rows;       // null: the rows go to JobResult.output
+  // With `read` set, the context's rows come from it as they are sent, and
+  // Submit's context tensor is not read (pass an empty one).
+  ContextSource context_source;
 };
 
 struct JobResult {

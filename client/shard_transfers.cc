@@ -46,6 +46,37 @@ bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set
   });
 }
 
+// Sends rows [begin, begin + n) of the context `source` makes as set 0, each
+// message's rows made as it goes (a buffer a message, freed once sent).
+// False when the stream ended or *failed holds why a read failed.
+bool SendSourceRows(Stream* stream, const ContextSource& source, int64_t begin, int64_t n,
+                    WireType dtype, const std::function<void(int64_t)>& on_rows,
+                    absl::Status* failed) {
+  const int64_t width = source.width;
+  std::vector<float> rows;  // other dtypes: the float32 rows before encoding
+  return SendInMessages(n, WireBytes(dtype) * width, [&](int64_t r, int64_t count) {
+    auto bytes = std::make_shared<std::string>();
+    float* into;
+    if (dtype == WireType::kF32) {
+      bytes->resize(count * width * sizeof(float));
+      into = reinterpret_cast<float*>(bytes->data());
+    } else {
+      rows.resize(count * width);
+      into = rows.data();
+    }
+    *failed = source.read(begin + r, count, into);
+    if (!failed->ok()) return false;
+    if (dtype != WireType::kF32) *bytes = EncodeFloats(rows.data(), count * width, dtype);
+    v1::TokenChunk head;
+    head.set_set(0);
+    head.set_offset(r);
+    std::shared_ptr<const std::string> owner = bytes;
+    if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, *owner, owner))) return false;
+    if (on_rows) on_rows(count);
+    return true;
+  });
+}
+
 // Copies rows of an output chunk into `t`; rows outside it are an error.
 absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in, Tensor& t) {
   const int64_t width = t.dim(1), values = in.data_size / 4;
@@ -131,6 +162,11 @@ absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
           grpc::internal::RpcMethod(kShardDataTransfer, grpc::internal::RpcMethod::BIDI_STREAMING),
           ctx));
   absl::Status uploaded = Upload(rank, stream.get());
+  if (!uploaded.ok()) {  // the context could not be read: the job cannot run
+    ctx->TryCancel();
+    stream->Finish().IgnoreError();
+    return uploaded;
+  }
   std::call_once(allocated_, [this] { AllocateOutputs(); });
   LACT_RETURN_IF_ERROR(Receive(rank, stream.get(), ctx));
   return uploaded;
@@ -178,14 +214,19 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
   first.mutable_ticket()->set_ticket(accepted_.ticket());
   LACT_ASSIGN_OR_RETURN(WireType dtype, FromProto(accepted_.dtype()));
   bool ok = stream->Write(BulkOut::Whole(first));
+  const auto sent_rows = [this](int64_t rows) {
+    const int64_t sent = tokens_sent_ += rows;
+    if (on_context_sent_) on_context_sent_(sent);
+  };
+  absl::Status read;
   if (context_ != nullptr) {
     const v1::ShardRange& shard = accepted_.shards(rank);
-    ok = ok &&
-         SendRows(stream, *context_, shard.begin(), shard.tokens(), 0, dtype, [this](int64_t rows) {
-           const int64_t sent = tokens_sent_ += rows;
-           if (on_context_sent_) on_context_sent_(sent);
-         });
+    ok = ok && (source_ != nullptr ? SendSourceRows(stream, *source_, shard.begin(), shard.tokens(),
+                                                    dtype, sent_rows, &read)
+                                   : SendRows(stream, *context_, shard.begin(), shard.tokens(), 0,
+                                              dtype, sent_rows));
   }
+  if (!read.ok()) return read;  // the caller ends the call
   if (rank == 0) {
     for (size_t k = 0; k < queries_.size() && ok; ++k) {
       ok = SendRows(stream, queries_[k], 0, queries_[k].dim(0), static_cast<int>(k) + 1, dtype,

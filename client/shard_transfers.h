@@ -53,6 +53,9 @@ class ShardTransfers {
   // Set 0's output rows to `sink` (lact_client.h) instead of
   // result->output, which is then not allocated. Before Start.
   void SetOutputRows(OutputRowsTarget sink) { output_rows_ = std::move(sink); }
+  // The context's rows from `source` (which must outlive Join()) instead of
+  // the context tensor. Before Start.
+  void SetContextSource(const ContextSource* source) { source_ = source; }
   void Start(std::chrono::system_clock::time_point deadline,
              std::function<void(int64_t)> on_context_sent = nullptr);
   void Cancel();
@@ -85,6 +88,7 @@ class ShardTransfers {
   std::atomic<int64_t> tokens_sent_{0};
   std::function<void(int64_t)> on_context_sent_;
   OutputRowsTarget output_rows_;
+  const ContextSource* source_ = nullptr;
   // Per rank, from its thread only: the writer of its rows and the row it
   // takes next.
   std::vector<std::unique_ptr<RangeWriter>> row_writers_;

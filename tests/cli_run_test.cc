@@ -301,6 +301,16 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
       EXPECT_TRUE(a->data == b->data) << tensor_name << " differs between submit and fetch";
     }
     EXPECT_EQ(streamed->ReadFloat("output")->shape, (std::vector<int64_t>{20003, 256}));
+    // The context went row by row as it was made: `lact run`, which holds
+    // the same random context whole, computes the same outputs.
+    const std::string alone = models + "/large.run.safetensors";
+    CommandResult run = RunLact(absl::StrCat(
+        "run --model preset:small --context random:20003:5 --threads 1 --out ", alone));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    absl::StatusOr<SafetensorsFile> in_process = SafetensorsFile::Open(alone);
+    ASSERT_TRUE(in_process.ok()) << in_process.status();
+    EXPECT_LE(RelativeError(*streamed->ReadFloat("output"), *in_process->ReadFloat("output")),
+              1e-4);
   }
   // A detached job whose bytes all go by reference: submit returns its id
   // once admitted, watch follows it to the end, the workers wrote the output.

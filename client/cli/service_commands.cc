@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -251,6 +252,44 @@ absl::Status PrintSubmitted(const Flags& flags, const SubmitOptions& options,
   return absl::OkStatus();
 }
 
+// --context: a random one made as it is sent (options->context_source), a
+// file read whole into *context. Its tokens; 0 by reference.
+absl::StatusOr<int64_t> SubmitContext(const Flags& flags, int64_t width, SubmitOptions* options,
+                                      Tensor* context) {
+  const std::string spec = flags.Get("context").value_or("");
+  if (spec.empty()) return 0;
+  LACT_ASSIGN_OR_RETURN(std::optional<ContextSource> made, RandomContextSource(spec, width));
+  if (made) {
+    options->context_source = *std::move(made);
+    return options->context_source.tokens;
+  }
+  LACT_ASSIGN_OR_RETURN(*context, LoadTokens(spec, width));
+  return context->dim(0);
+}
+
+// --out, written as the outputs arrive (options->output_rows), for the
+// outputs in band of a context sent in band; null otherwise (WriteResult
+// writes it once the job is done).
+absl::StatusOr<std::unique_ptr<StreamedResultFile>> StreamedOut(
+    const std::string& out_path, const ModelConfig& config,
+    const absl::StatusOr<std::string>& config_json, int64_t context_tokens,
+    const std::vector<Tensor>& queries, SubmitOptions* options) {
+  if (out_path.empty() || !options->output_ref.empty() || !options->context_ref.empty() ||
+      options->detach) {
+    return nullptr;
+  }
+  LACT_RETURN_IF_ERROR(config_json.status());
+  LACT_ASSIGN_OR_RETURN(ModelConfig effective, ApplyJobOptions(config, options->options));
+  std::vector<int64_t> query_tokens;
+  for (const Tensor& q : queries) query_tokens.push_back(q.dim(0));
+  LACT_ASSIGN_OR_RETURN(
+      std::unique_ptr<StreamedResultFile> file,
+      StreamedResultFile::Create(out_path, *config_json, effective, context_tokens, query_tokens,
+                                 options->return_state));
+  options->output_rows = file->Sink();
+  return file;
+}
+
 void PrintDetached(const Flags& flags, const std::string& server, const JobResult& result) {
   if (flags.Has("json")) {
     PrintJson({{"job_id", result.job_id}, {"detached", true}});
@@ -277,9 +316,8 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(options.model));
   Tensor context;
-  if (const std::string spec = flags.Get("context").value_or(""); !spec.empty()) {
-    LACT_ASSIGN_OR_RETURN(context, LoadTokens(spec, config.input_width()));
-  }
+  LACT_ASSIGN_OR_RETURN(const int64_t context_tokens,
+                        SubmitContext(flags, config.input_width(), &options, &context));
   std::vector<Tensor> queries;
   for (const std::string& q : flags.GetAll("query")) {
     LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
@@ -287,19 +325,9 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   }
   const absl::StatusOr<std::string> config_json = JobConfigJson(config, options.options);
   const std::string out_path = flags.Get("out").value_or("");
-  // Outputs in band of a context sent in band go to --out as they arrive.
-  std::unique_ptr<StreamedResultFile> out_file;
-  if (!out_path.empty() && options.output_ref.empty() && options.context_ref.empty() &&
-      !options.detach) {
-    LACT_RETURN_IF_ERROR(config_json.status());
-    LACT_ASSIGN_OR_RETURN(ModelConfig effective, ApplyJobOptions(config, options.options));
-    std::vector<int64_t> query_tokens;
-    for (const Tensor& q : queries) query_tokens.push_back(q.dim(0));
-    LACT_ASSIGN_OR_RETURN(
-        out_file, StreamedResultFile::Create(out_path, *config_json, effective, context.dim(0),
-                                             query_tokens, options.return_state));
-    options.output_rows = out_file->Sink();
-  }
+  LACT_ASSIGN_OR_RETURN(
+      std::unique_ptr<StreamedResultFile> out_file,
+      StreamedOut(out_path, config, config_json, context_tokens, queries, &options));
   ProgressLine line;
   absl::StatusOr<JobResult> result = client.Submit(
       options, context, queries, [&](const v1::Progress& p) { line.Update(p); },

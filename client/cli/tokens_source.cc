@@ -13,24 +13,49 @@
 #include "common/huge_pages.h"
 #include "common/npy.h"
 #include "common/random.h"
+#include "common/status_macros.h"
 
 namespace lact::cli {
 
 // Upper bound on random:L so a typo cannot ask for terabytes.
 constexpr int64_t kMaxRandomTokens = int64_t{1} << 26;
 
-absl::StatusOr<Tensor> LoadTokens(const std::string& source, int64_t width) {
-  if (!absl::StartsWith(source, "random:")) return ReadNpy(source);
-  std::vector<std::string> parts = absl::StrSplit(source, ':');
+namespace {
+
+struct RandomSpec {
   int64_t tokens = 0;
   uint64_t seed = 0;
-  if (parts.size() > 3 || !absl::SimpleAtoi(parts[1], &tokens) || tokens < 1 ||
-      tokens > kMaxRandomTokens || (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &seed))) {
+};
+
+absl::StatusOr<RandomSpec> ParseRandom(const std::string& source) {
+  std::vector<std::string> parts = absl::StrSplit(source, ':');
+  RandomSpec r;
+  if (parts.size() > 3 || !absl::SimpleAtoi(parts[1], &r.tokens) || r.tokens < 1 ||
+      r.tokens > kMaxRandomTokens || (parts.size() == 3 && !absl::SimpleAtoi(parts[2], &r.seed))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tokens '", source, "': expected random:L[:SEED] with 1 <= L <= ", kMaxRandomTokens,
         " and an integer SEED"));
   }
-  return RandomNormalTokens(tokens, width, seed);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> LoadTokens(const std::string& source, int64_t width) {
+  if (!absl::StartsWith(source, "random:")) return ReadNpy(source);
+  LACT_ASSIGN_OR_RETURN(const RandomSpec r, ParseRandom(source));
+  return RandomNormalTokens(r.tokens, width, r.seed);
+}
+
+absl::StatusOr<std::optional<ContextSource>> RandomContextSource(const std::string& source,
+                                                                 int64_t width) {
+  if (!absl::StartsWith(source, "random:")) return std::nullopt;
+  LACT_ASSIGN_OR_RETURN(const RandomSpec r, ParseRandom(source));
+  return ContextSource{r.tokens, width,
+                       [seed = r.seed, width](int64_t begin, int64_t n, float* out) {
+                         RandomNormalValues(seed, begin * width, n * width, out);
+                         return absl::OkStatus();
+                       }};
 }
 
 namespace {
@@ -78,12 +103,28 @@ void NormalPairs(const int32_t* ru, const int32_t* rv, int64_t pairs, float* out
   }
 }
 
+// The stream is cut in blocks of values with streams of their own, so that
+// the values do not depend on the thread count or on where a reader starts.
+constexpr int64_t kBlock = 1 << 16;
+
+// Block b's first `n` values (n <= kBlock; a block's values do not depend
+// on how many are asked) into out, with ru and rv kBlock / 2 long.
+void NormalBlock(uint64_t seed, int64_t b, int64_t n, int32_t* ru, int32_t* rv, float* out) {
+  // Each block's stream starts from a hash of (seed, block), so that no
+  // seed's stream is another's shifted.
+  Random rng(Random(seed ^ (static_cast<uint64_t>(b) * 0xd1b54a32d192ed03ull)).NextU64());
+  const int64_t pairs = (n + 1) / 2;
+  for (int64_t i = 0; i < pairs; ++i) {
+    const uint64_t d = rng.NextU64();
+    ru[i] = static_cast<int32_t>(d >> 40) + 1;
+    rv[i] = static_cast<int32_t>((d >> 16) & 0xffffffu);
+  }
+  NormalPairs(ru, rv, pairs, out);
+}
+
 }  // namespace
 
 Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed) {
-  // Blocks of values with their own streams, so the result does not depend
-  // on the thread count.
-  constexpr int64_t kBlock = 1 << 16;
   Tensor t = HugePageTensor({tokens, width});  // 1M tokens: a GiB of fresh pages
   const int64_t total = t.size(), blocks = (total + kBlock - 1) / kBlock;
 #pragma omp parallel
@@ -92,21 +133,24 @@ Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed) {
     std::vector<float> odd_tail(kBlock);  // a last block of odd length, before its copy
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
-      // Each block's stream starts from a hash of (seed, block), so that no
-      // seed's stream is another's shifted.
-      Random rng(Random(seed ^ (static_cast<uint64_t>(b) * 0xd1b54a32d192ed03ull)).NextU64());
-      const int64_t n = std::min(total, (b + 1) * kBlock) - b * kBlock, pairs = (n + 1) / 2;
-      for (int64_t i = 0; i < pairs; ++i) {
-        const uint64_t d = rng.NextU64();
-        ru[i] = static_cast<int32_t>(d >> 40) + 1;
-        rv[i] = static_cast<int32_t>((d >> 16) & 0xffffffu);
-      }
+      const int64_t n = std::min(total, (b + 1) * kBlock) - b * kBlock;
       float* out = t.ptr() + b * kBlock;
-      NormalPairs(ru.data(), rv.data(), pairs, n % 2 == 0 ? out : odd_tail.data());
+      NormalBlock(seed, b, n, ru.data(), rv.data(), n % 2 == 0 ? out : odd_tail.data());
       if (n % 2 != 0) std::copy_n(odd_tail.begin(), n, out);
     }
   }
   return t;
+}
+
+void RandomNormalValues(uint64_t seed, int64_t first, int64_t n, float* out) {
+  std::vector<int32_t> ru(kBlock / 2), rv(kBlock / 2);
+  std::vector<float> block(kBlock);
+  for (int64_t b = first / kBlock; b * kBlock < first + n; ++b) {
+    const int64_t lo = std::max(first, b * kBlock), hi = std::min(first + n, (b + 1) * kBlock);
+    const int64_t upto = hi - b * kBlock;  // the block's values needed, from its start
+    NormalBlock(seed, b, upto + upto % 2, ru.data(), rv.data(), block.data());
+    std::copy(block.begin() + (lo - b * kBlock), block.begin() + upto, out + (lo - first));
+  }
 }
 
 }  // namespace lact::cli

@@ -91,5 +91,41 @@ TEST(RandomNormalTokens, ShorterIsAPrefix) {
   }
 }
 
+TEST(RandomNormalValues, AreTheTokensFromAnyStart) {
+  // 3 blocks and a ragged end; ranges that start and end inside blocks,
+  // on their edges, at odd places, and the whole.
+  const int64_t rows = 800, width = 257, total = rows * width;
+  const Tensor t = RandomNormalTokens(rows, width, 11);
+  for (const auto [first, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 10},
+                                                                        {1, 1},
+                                                                        {65530, 15},
+                                                                        {65536, 65536},
+                                                                        {131071, 3},
+                                                                        {7, 200000},
+                                                                        {0, total},
+                                                                        {total - 5, 5}}) {
+    std::vector<float> got(n);
+    RandomNormalValues(11, first, n, got.data());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), t.data.begin() + first))
+        << "values [" << first << ", " << first + n << ")";
+  }
+}
+
+TEST(RandomContextSource, ReadsTheRowsLoadTokensMakes) {
+  absl::StatusOr<std::optional<ContextSource>> source = RandomContextSource("random:700:4", 96);
+  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_TRUE(source->has_value());
+  EXPECT_EQ((*source)->tokens, 700);
+  EXPECT_EQ((*source)->width, 96);
+  absl::StatusOr<Tensor> whole = LoadTokens("random:700:4", 96);
+  ASSERT_TRUE(whole.ok());
+  std::vector<float> rows(333 * 96);
+  ASSERT_TRUE((*source)->read(350, 333, rows.data()).ok());
+  EXPECT_TRUE(std::equal(rows.begin(), rows.end(), whole->ptr() + 350 * 96));
+  EXPECT_FALSE(RandomContextSource("tokens.npy", 96)->has_value()) << "files are read whole";
+  EXPECT_EQ(RandomContextSource("random:0", 96).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace lact::cli
