@@ -22,27 +22,35 @@ using Stream = grpc::ClientReaderWriter<BulkOut, TransferResponseIn>;
 constexpr int kRequestChunk = 2;
 constexpr int kResponseOutput = 1, kResponseState = 2;
 
-// Sends rows [begin, begin + n) of `t` as set `set` (offsets from 0): float32
-// rows straight from the tensor, other dtypes encoded first.
-// `on_rows` (if set) is told how many rows each message carried.
+// Sends `count` rows of set `set` from row `r` (offsets from 0), their
+// bytes `data` kept alive by `owner` (null: they outlive the stream);
+// `on_rows` (if set) is told how many rows the message carried.
+bool SendChunk(Stream* stream, int set, int64_t r, int64_t count, absl::string_view data,
+               std::shared_ptr<const std::string> owner,
+               const std::function<void(int64_t)>& on_rows) {
+  v1::TokenChunk head;
+  head.set_set(set);
+  head.set_offset(r);
+  if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, data, std::move(owner)))) return false;
+  if (on_rows) on_rows(count);
+  return true;
+}
+
+// Sends rows [begin, begin + n) of `t` as set `set`: float32 rows straight
+// from the tensor, other dtypes encoded first.
 bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set, WireType dtype,
               const std::function<void(int64_t)>& on_rows) {
   const int64_t width = t.dim(1);
   return SendInMessages(n, WireBytes(dtype) * width, [&](int64_t r, int64_t count) {
     const float* first = t.ptr() + (begin + r) * width;
-    v1::TokenChunk head;
-    head.set_set(set);
-    head.set_offset(r);
-    std::shared_ptr<const std::string>
-        encoded;  // the tensor outlives the stream; encodings need an owner
-    absl::string_view data(reinterpret_cast<const char*>(first), count * width * 4);
-    if (dtype != WireType::kF32) {
-      encoded = std::make_shared<const std::string>(EncodeFloats(first, count * width, dtype));
-      data = *encoded;
+    if (dtype == WireType::kF32) {
+      return SendChunk(
+          stream, set, r, count,
+          {reinterpret_cast<const char*>(first), static_cast<size_t>(count * width * 4)}, nullptr,
+          on_rows);
     }
-    if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, data, encoded))) return false;
-    if (on_rows) on_rows(count);
-    return true;
+    auto encoded = std::make_shared<const std::string>(EncodeFloats(first, count * width, dtype));
+    return SendChunk(stream, set, r, count, *encoded, encoded, on_rows);
   });
 }
 
@@ -67,13 +75,7 @@ bool SendSourceRows(Stream* stream, const ContextSource& source, int64_t begin, 
     *failed = source.read(begin + r, count, into);
     if (!failed->ok()) return false;
     if (dtype != WireType::kF32) *bytes = EncodeFloats(rows.data(), count * width, dtype);
-    v1::TokenChunk head;
-    head.set_set(0);
-    head.set_offset(r);
-    std::shared_ptr<const std::string> owner = bytes;
-    if (!stream->Write(BulkOut::Chunk(kRequestChunk, head, *owner, owner))) return false;
-    if (on_rows) on_rows(count);
-    return true;
+    return SendChunk(stream, 0, r, count, *bytes, bytes, on_rows);
   });
 }
 

@@ -52,7 +52,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsOut>> SafetensorsOut::Create(
   if (ftruncate(fd, static_cast<off_t>(data_start + offset)) != 0) {
     return absl::DataLossError(absl::StrCat("sizing '", path, "': ", std::strerror(errno)));
   }
-  out->direct_fd_ = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);  // -1: none
+  bool large = false;  // a tensor whose rows a RangeWriter may send straight to the disk
+  for (const auto& [name, p] : out->placed_)
+    large = large || p.end - p.begin >= RangeWriter::kDirectMinBytes;
+  if (large) out->direct_fd_ = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);  // -1: none
   return out;
 }
 
