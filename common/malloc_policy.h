@@ -1,6 +1,11 @@
-// How a lact process asks glibc to treat the memory it frees.
+// How a lact process asks glibc to treat the memory it frees, and how a
+// worker warms the memory its first job will use.
 #ifndef LACT_COMMON_MALLOC_POLICY_H_
 #define LACT_COMMON_MALLOC_POLICY_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
 
 namespace lact {
 
@@ -13,6 +18,16 @@ namespace lact {
 // the process's RSS stays near its peak, as with any caching allocator.
 // Call it first in main, before any thread starts.
 void KeepFreedMemory();
+
+// Grows the heap by `bytes`, touches every page of it (in transparent huge
+// pages where the system allows) and frees it again, where KeepFreedMemory
+// keeps it: the large buffers the process allocates next take these pages
+// and never wait for fresh ones, as a first job would otherwise (a
+// worker's tokens, accumulator and held outputs: 1.5 GiB for each half of
+// a 1M-token preset:small job). The pages stay the process's until it
+// exits. Call it after KeepFreedMemory, before the process takes work;
+// bytes <= 0 does nothing. ResourceExhausted if the heap cannot grow so.
+absl::Status WarmHeap(int64_t bytes);
 
 }  // namespace lact
 

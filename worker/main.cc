@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <iterator>
 #include <optional>
 #include <thread>
 
@@ -59,6 +60,8 @@ constexpr char kUsage[] =
     "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
     "               are written there so a job can run again)]\n"
     "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
+    "               [--warm-bytes N (touch N bytes of heap before registering and keep them for\n"
+    "               jobs' buffers, so a first job runs as warm as a later one; default 0)]\n"
     "               [--advertise-host NAME (the host it registers, which peers dial and its\n"
     "               certificate names, e.g. a StatefulSet pod's DNS name; default --host)]\n"
     "               [--log-level debug|info|warn|error (JSON lines on stderr; default info)]\n"
@@ -104,40 +107,44 @@ struct WorkerFlags {
   int64_t drain_seconds = 60;
   int64_t retain_bytes = 0;
   int64_t retain_tenant_bytes = 0;
+  int64_t warm_bytes = 0;
   int pending_calls = 1024;
   std::chrono::milliseconds first_message{30000};
 };
 
+constexpr const char* kFlagNames[] = {"coordinator",
+                                      "host",
+                                      "port",
+                                      "model-dir",
+                                      "threads",
+                                      "tile-tokens",
+                                      "backend",
+                                      "device",
+                                      "precision",
+                                      "scan-math",
+                                      "collective",
+                                      "data-root",
+                                      "retain-bytes",
+                                      "retain-bytes-per-tenant",
+                                      "cluster-secret-file",
+                                      "tls-cert",
+                                      "tls-key",
+                                      "tls-ca",
+                                      "drain-seconds",
+                                      "spool-dir",
+                                      "no-huge-pages",
+                                      "warm-bytes",
+                                      "metrics-port",
+                                      "advertise-host",
+                                      "log-level",
+                                      "max-pending-calls",
+                                      "first-message-timeout-ms"};
+
 absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   WorkerFlags f;
-  LACT_ASSIGN_OR_RETURN(f.flags, Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
-                                              {"coordinator",
-                                               "host",
-                                               "port",
-                                               "model-dir",
-                                               "threads",
-                                               "tile-tokens",
-                                               "backend",
-                                               "device",
-                                               "precision",
-                                               "scan-math",
-                                               "collective",
-                                               "data-root",
-                                               "retain-bytes",
-                                               "retain-bytes-per-tenant",
-                                               "cluster-secret-file",
-                                               "tls-cert",
-                                               "tls-key",
-                                               "tls-ca",
-                                               "drain-seconds",
-                                               "spool-dir",
-                                               "no-huge-pages",
-                                               "metrics-port",
-                                               "advertise-host",
-                                               "log-level",
-                                               "max-pending-calls",
-                                               "first-message-timeout-ms"},
-                                              {}, {"no-huge-pages"}));
+  LACT_ASSIGN_OR_RETURN(
+      f.flags, Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
+                            {std::begin(kFlagNames), std::end(kFlagNames)}, {}, {"no-huge-pages"}));
   const Flags& flags = f.flags;
   LACT_ASSIGN_OR_RETURN(f.coordinator, flags.Required("coordinator"));
   LACT_ASSIGN_OR_RETURN(f.port, flags.Int("port", 0, 0, 65535));
@@ -152,6 +159,7 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
                         flags.Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50));
   LACT_ASSIGN_OR_RETURN(f.retain_tenant_bytes,
                         flags.Int("retain-bytes-per-tenant", f.retain_bytes, 0, int64_t{1} << 50));
+  LACT_ASSIGN_OR_RETURN(f.warm_bytes, flags.Int("warm-bytes", 0, 0, int64_t{1} << 44));
   LACT_RETURN_IF_ERROR(InitLogFromFlag("lact-worker", flags.Get("log-level")));
   f.pending_calls = static_cast<int>(pending);
   f.first_message = std::chrono::milliseconds(first_message);
@@ -216,6 +224,17 @@ void LogStarted(const std::string& id, const v1::RegisterRequest& registered,
        {"models", models.Catalog().size()}});
   std::printf("lact-worker %s listening on %s\n", id.c_str(), registered.address().c_str());
   std::fflush(stdout);
+}
+
+// --warm-bytes: the heap's pages a first job's buffers will take, touched
+// before this worker takes work.
+absl::Status Warm(int64_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  LACT_RETURN_IF_ERROR(WarmHeap(bytes));
+  Log(LogLevel::kInfo, "heap_warmed",
+      {{"bytes", bytes}, {"seconds", absl::ToDoubleSeconds(absl::Now() - start)}});
+  return absl::OkStatus();
 }
 
 int Fail(const absl::Status& status, int code = 2) {
@@ -284,6 +303,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<WorkerFlags> f = ParseFlags(argc, argv);
   if (!f.ok()) return Fail(f.status());
   KeepFreedMemory();
+  if (absl::Status warmed = Warm(f->warm_bytes); !warmed.ok()) return Fail(warmed, 1);
   EnableHealthAndReflection();
   absl::StatusOr<Guards> guards = LoadGuards(f->flags, f->host);
   if (!guards.ok()) return Fail(guards.status());

@@ -32,7 +32,9 @@ constexpr Subcommand kCommands[] = {
      "                   [--tls (a CA and certificate made for it; prints the CA's path)]\n"
      "                   [--auth-tokens FILE (lines TENANT TOKEN: clients must present one)]\n"
      "                   [--no-spool (in-band contexts are not kept, so a job whose worker\n"
-     "                   dies runs again only while its client is there to send them again)]\n"},
+     "                   dies runs again only while its client is there to send them again)]\n"
+     "                   [--warm-bytes N (each worker touches N bytes of heap before it takes\n"
+     "                   work, so the first job's buffers are warm pages; default 0)]\n"},
     {"submit", lact::cli::SubmitCommand,
      "  submit  a job to a cluster, outputs and state to a file:\n"
      "        lact submit --server ADDR --model NAME\n"

@@ -207,6 +207,7 @@ absl::StatusOr<SubmitOptions> SubmitOptionsFromFlags(const Flags& flags) {
                         flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
   LACT_ASSIGN_OR_RETURN(options.dtype, ParseDType(flags.Get("dtype").value_or("f32")));
+  LACT_RETURN_IF_ERROR(flags.Int("warm-bytes", 0, 0, int64_t{1} << 44).status());
   options.workers = static_cast<int>(workers);
   if (muon) options.options.muon_steps = static_cast<int>(*muon);
   if (chunk) options.options.chunk_tokens = static_cast<int>(*chunk);
@@ -565,7 +566,7 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
       Flags flags, Flags::Parse(args,
                                 {"workers", "port", "model-dir", "threads-per-worker", "backend",
                                  "devices", "precision", "scan-math", "collective", "data-root",
-                                 "tls", "no-spool", "auth-tokens"},
+                                 "tls", "no-spool", "auth-tokens", "warm-bytes"},
                                 {}, {"tls", "no-spool"}));
   LocalClusterOptions options;
   options.tls = flags.Has("tls");
@@ -583,7 +584,7 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   options.port = static_cast<int>(port);
   options.threads_per_worker = static_cast<int>(threads);
   options.model_dir = flags.Get("model-dir").value_or("");
-  for (const char* name : {"backend", "precision", "scan-math", "collective"}) {
+  for (const char* name : {"backend", "precision", "scan-math", "collective", "warm-bytes"}) {
     if (std::optional<std::string> v = flags.Get(name)) {
       options.worker_args.push_back(absl::StrCat("--", name));
       options.worker_args.push_back(*v);
