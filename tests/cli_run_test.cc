@@ -224,11 +224,21 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
   }
   const LocalProcess local =
       StartLocal(absl::StrCat("--workers 3 --threads-per-worker 1 --model-dir ", models,
-                              " --data-root ", models),
+                              " --data-root ", models, " --warm-bytes 67108864"),
                  models + "/local.log");
   const long pid = local.pid;
   const std::string& server = local.server;
   ASSERT_FALSE(server.empty()) << "lact local did not start";
+  {
+    std::ifstream in(models + "/local.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), {});
+    const std::regex warmed("\"event\":\"heap_warmed\",\"bytes\":67108864,");
+    EXPECT_EQ(
+        std::distance(std::sregex_iterator(log.begin(), log.end(), warmed), std::sregex_iterator()),
+        3)
+        << "every worker warms --warm-bytes before it registers:\n"
+        << log;
+  }
   for (const std::string& name : GoldenCaseNames()) {
     absl::StatusOr<GoldenCase> golden = LoadGoldenCase(name);
     ASSERT_TRUE(golden.ok()) << golden.status();

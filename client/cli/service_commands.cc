@@ -207,7 +207,6 @@ absl::StatusOr<SubmitOptions> SubmitOptionsFromFlags(const Flags& flags) {
                         flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
   LACT_ASSIGN_OR_RETURN(options.dtype, ParseDType(flags.Get("dtype").value_or("f32")));
-  LACT_RETURN_IF_ERROR(flags.Int("warm-bytes", 0, 0, int64_t{1} << 44).status());
   options.workers = static_cast<int>(workers);
   if (muon) options.options.muon_steps = static_cast<int>(*muon);
   if (chunk) options.options.chunk_tokens = static_cast<int>(*chunk);
@@ -580,6 +579,7 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
   LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads-per-worker", 0, 0, 1024));
+  LACT_RETURN_IF_ERROR(flags.Int("warm-bytes", 0, 0, int64_t{1} << 44).status());
   options.workers = static_cast<int>(workers);
   options.port = static_cast<int>(port);
   options.threads_per_worker = static_cast<int>(threads);
