@@ -15,11 +15,11 @@ void AdviseHugePages(void* data, size_t bytes) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-Tensor HugePageTensor(std::vector<int64_t> shape) {
+Tensor HugePageTensor(std::vector<int64_t> shape, FaultIn fault_in) {
   Tensor t;
   const int64_t n = Tensor::NumElements(shape);
   t.shape = std::move(shape);
-  GrowHugePages(&t.data, n);
+  GrowHugePages(&t.data, n, fault_in);
   return t;
 }
 

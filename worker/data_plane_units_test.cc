@@ -26,6 +26,7 @@
 #include "common/peak_rss.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/threading.h"
 #include "worker/context_spool.h"
 #include "worker/output_file_stream.h"
 #include "worker/retained_results.h"
@@ -550,6 +551,20 @@ TEST(HugePages, HugePageTensorIsZeroFilledInHugePages) {
   EXPECT_EQ(t.shape, (std::vector<int64_t>{65536, 256}));
   ASSERT_EQ(t.size(), 65536 * 256);
   EXPECT_TRUE(std::all_of(t.data.begin(), t.data.end(), [](float v) { return v == 0.0f; }));
+}
+
+// The CPU backend's accumulator and held outputs: their pages first
+// touched on every thread of the pool, then zero-filled as before.
+TEST(HugePages, FaultedInOnThePoolAndStillZeroFilled) {
+  const Tensor t = HugePageTensor({65536, 256}, cpu::FaultInPages);
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{65536, 256}));
+  ASSERT_EQ(t.size(), 65536 * 256);
+  EXPECT_TRUE(std::all_of(t.data.begin(), t.data.end(), [](float v) { return v == 0.0f; }));
+  std::vector<char> bytes(3 * 4096 + 100, 0x7f);
+  cpu::FaultInPages(bytes.data(), bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    ASSERT_EQ(bytes[i], i % 4096 == 0 ? 0 : 0x7f) << "byte " << i;
+  }
 }
 
 TEST(TokenReceiver, DecodesEachSetOnceAndNamesGlobalTokens) {

@@ -18,6 +18,13 @@ void SetNumThreads(int n) {
 
 int NumThreads() { return omp_get_max_threads(); }
 
+void FaultInPages(char* data, size_t bytes) {
+  constexpr size_t kPage = 4096;
+  const int64_t pages = static_cast<int64_t>((bytes + kPage - 1) / kPage);
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < pages; ++p) data[static_cast<size_t>(p) * kPage] = 0;
+}
+
 namespace {
 std::atomic<bool> row_slices{true};
 }  // namespace

@@ -6,6 +6,7 @@
 #include "common/half.h"
 #include "common/huge_pages.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/threading.h"
 
 namespace lact {
 
@@ -150,7 +151,7 @@ const float* CpuMixerOps::OutputRow(Direction dir, int64_t n, int64_t j) const {
 void CpuMixerOps::HoldOutputs(Direction dir, int64_t first, int64_t n) {
   const int64_t D = c_.d_model, di = c_.d_inner();
   const int64_t low = std::min(D, di), high = di - low;
-  GrowHugePages(&held_high_, tokens_ * high);
+  GrowHugePages(&held_high_, tokens_ * high, cpu::FaultInPages);
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     const float* row = OutputRow(dir, n, j);

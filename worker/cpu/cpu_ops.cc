@@ -8,6 +8,7 @@
 #include "common/huge_pages.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/threading.h"
 
 namespace lact {
 
@@ -26,13 +27,13 @@ absl::Status CpuOps::LoadTokens(Tensor tokens) {
   const int64_t L = tokens.dim(0), D = c_.d_model;
   if (model_.embed() != nullptr) {
     precision_.RoundOperand(tokens.ptr(), c_.d_input, L, c_.d_input);
-    rows_.x = HugePageTensor({L, D});
+    rows_.x = HugePageTensor({L, D}, cpu::FaultInPages);
     cpu::Linear(tokens.ptr(), c_.d_input, L, c_.d_input, model_.embed(), D, rows_.x.ptr(), D, 0.0f,
                 precision_.operands());
   } else {
     rows_.x = std::move(tokens);
   }
-  rows_.acc = std::make_shared<Tensor>(HugePageTensor({L, D}));
+  rows_.acc = std::make_shared<Tensor>(HugePageTensor({L, D}, cpu::FaultInPages));
   return absl::OkStatus();
 }
 
