@@ -436,7 +436,7 @@ TEST_F(DataRoot, ShardsStreamedInRaggedPiecesEqualTheWholeTensor) {
         const int64_t m = std::min(pieces[(k + r) % 6], n - done);
         Tensor piece({m, width});
         std::copy_n(t.ptr() + (begins[r] + done) * width, m * width, piece.ptr());
-        statuses[r] = (*stream)->Put(std::move(piece));
+        statuses[r] = (*stream)->Put(RowSlice::Whole(std::move(piece)));
         done += m;
       }
       if (statuses[r].ok()) statuses[r] = (*stream)->Finish();
@@ -460,16 +460,17 @@ TEST_F(DataRoot, AStreamedShardSaysWhatItsRowsLacked) {
   absl::StatusOr<std::unique_ptr<OutputFileStream>> stream =
       OutputFileStream::Open(In(path), 10, 3, 4, 5);
   ASSERT_TRUE(stream.ok()) << stream.status();
-  ASSERT_TRUE((*stream)->Put(Rows(2, 3, 1.0f)).ok());
+  ASSERT_TRUE((*stream)->Put(RowSlice::Whole(Rows(2, 3, 1.0f))).ok());
   EXPECT_THAT(std::string((*stream)->Finish().message()),
               HasSubstr("3 of the shard's rows not written"));
   absl::StatusOr<std::unique_ptr<OutputFileStream>> over =
       OutputFileStream::Open(In(path), 10, 3, 8, 2);
   ASSERT_TRUE(over.ok()) << over.status();
-  ASSERT_TRUE((*over)->Put(Rows(3, 3, 1.0f)).ok());  // found by the writer's thread
+  ASSERT_TRUE(
+      (*over)->Put(RowSlice::Whole(Rows(3, 3, 1.0f))).ok());  // found by the writer's thread
   const absl::Status finished = (*over)->Finish();
   EXPECT_EQ(finished.code(), absl::StatusCode::kOutOfRange) << finished;
-  EXPECT_EQ((*over)->Put(Rows(1, 3, 1.0f)).code(), absl::StatusCode::kOutOfRange)
+  EXPECT_EQ((*over)->Put(RowSlice::Whole(Rows(1, 3, 1.0f))).code(), absl::StatusCode::kOutOfRange)
       << "a failed stream takes no more rows";
   EXPECT_EQ(OutputFileStream::Open(In(path), 10, 4, 0, 1).status().code(),
             absl::StatusCode::kFailedPrecondition)
@@ -658,7 +659,7 @@ TEST_F(DataRoot, SpoolsOfTwoShardsInOrderSendTheirAlignedMiddlesStraightToTheDis
   ASSERT_TRUE(CreateTokenFile(In(path), rows, width, WireType::kF32).ok());
   const Tensor t = Rows(rows, width, 0.25f);
   std::vector<std::thread> shards;
-  for (const auto [begin, end] : {std::pair<int64_t, int64_t>{0, cut}, {cut, rows}}) {
+  for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, cut}, {cut, rows}}) {
     shards.emplace_back([&, begin, end] {
       absl::StatusOr<TokenFileWriter> writer =
           TokenFileWriter::Open(In(path), rows, width, WireType::kF32);

@@ -35,7 +35,6 @@ class OutputFileStream {
 
   // The next rows of the shard; the stream's failure, if any.
   absl::Status Put(RowSlice rows);
-  absl::Status Put(Tensor rows) { return Put(RowSlice::Whole(std::move(rows))); }
   // Waits until every row put is written; OK once all n rows are.
   absl::Status Finish();
   // Bytes written so far.
