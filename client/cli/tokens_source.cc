@@ -144,12 +144,17 @@ Tensor RandomNormalTokens(int64_t tokens, int64_t width, uint64_t seed) {
 
 void RandomNormalValues(uint64_t seed, int64_t first, int64_t n, float* out) {
   std::vector<int32_t> ru(kBlock / 2), rv(kBlock / 2);
-  std::vector<float> block(kBlock);
+  std::vector<float> edge;  // a block asked for from inside or to an odd end, made here first
   for (int64_t b = first / kBlock; b * kBlock < first + n; ++b) {
     const int64_t lo = std::max(first, b * kBlock), hi = std::min(first + n, (b + 1) * kBlock);
     const int64_t upto = hi - b * kBlock;  // the block's values needed, from its start
-    NormalBlock(seed, b, upto + upto % 2, ru.data(), rv.data(), block.data());
-    std::copy(block.begin() + (lo - b * kBlock), block.begin() + upto, out + (lo - first));
+    if (lo == b * kBlock && upto % 2 == 0) {
+      NormalBlock(seed, b, upto, ru.data(), rv.data(), out + (lo - first));
+      continue;
+    }
+    edge.resize(kBlock);
+    NormalBlock(seed, b, upto + upto % 2, ru.data(), rv.data(), edge.data());
+    std::copy(edge.begin() + (lo - b * kBlock), edge.begin() + upto, out + (lo - first));
   }
 }
 
