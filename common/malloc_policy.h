@@ -29,6 +29,9 @@ void KeepFreedMemory();
 // bytes <= 0 does nothing. ResourceExhausted if the heap cannot grow so.
 absl::Status WarmHeap(int64_t bytes);
 
+// The most a worker's --warm-bytes (and lact local's, passed on) accepts.
+constexpr int64_t kMaxWarmBytes = int64_t{1} << 44;
+
 }  // namespace lact
 
 #endif  // LACT_COMMON_MALLOC_POLICY_H_

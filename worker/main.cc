@@ -159,7 +159,7 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
                         flags.Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50));
   LACT_ASSIGN_OR_RETURN(f.retain_tenant_bytes,
                         flags.Int("retain-bytes-per-tenant", f.retain_bytes, 0, int64_t{1} << 50));
-  LACT_ASSIGN_OR_RETURN(f.warm_bytes, flags.Int("warm-bytes", 0, 0, int64_t{1} << 44));
+  LACT_ASSIGN_OR_RETURN(f.warm_bytes, flags.Int("warm-bytes", 0, 0, kMaxWarmBytes));
   LACT_RETURN_IF_ERROR(InitLogFromFlag("lact-worker", flags.Get("log-level")));
   f.pending_calls = static_cast<int>(pending);
   f.first_message = std::chrono::milliseconds(first_message);

@@ -21,6 +21,7 @@
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
 #include "common/flags.h"
+#include "common/malloc_policy.h"
 #include "common/model_config.h"
 #include "common/peak_rss.h"
 #include "common/safetensors.h"
@@ -579,7 +580,7 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(int64_t workers, flags.Int("workers", 2, 1, 256));
   LACT_ASSIGN_OR_RETURN(int64_t port, flags.Int("port", 0, 0, 65535));
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads-per-worker", 0, 0, 1024));
-  LACT_RETURN_IF_ERROR(flags.Int("warm-bytes", 0, 0, int64_t{1} << 44).status());
+  LACT_RETURN_IF_ERROR(flags.Int("warm-bytes", 0, 0, kMaxWarmBytes).status());
   options.workers = static_cast<int>(workers);
   options.port = static_cast<int>(port);
   options.threads_per_worker = static_cast<int>(threads);
