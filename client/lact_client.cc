@@ -238,8 +238,10 @@ absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {
         info.error().empty() ? "" : ": ", info.error(), "; only a succeeded job has results"));
   }
   if (!info.state_retained()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, "'s results are no longer retained"));
+    // What the worker itself answers when the coordinator has not heard yet.
+    return absl::NotFoundError(absl::StrCat(
+        "job ", job_id, "'s results are no longer retained: ",
+        info.results_dropped().empty() ? "the job kept none" : info.results_dropped()));
   }
   JobResult result;
   result.job_id = job_id;

@@ -44,7 +44,7 @@ grpc::Status ControlService::Heartbeat(grpc::ServerContext* context,
     return ToGrpcStatus(s);
   response->set_known(registry_->Heartbeat(request->worker_id()));
   for (const v1::DroppedResults& dropped : request->dropped())
-    jobs_->ResultsDropped(dropped.job_id(), dropped.state());
+    jobs_->ResultsDropped(dropped.job_id(), dropped.state(), dropped.why());
   return grpc::Status::OK;
 }
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/model.h"
+#include "common/retention_text.h"
 #include "server/fair_line.h"
 #include "server/job_admission.h"
 #include "server/job_journal.h"
@@ -549,6 +550,40 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   ASSERT_TRUE(jobs.Delete(queued).ok());
   EXPECT_EQ(waiting.outcome(),
             absl::CancelledError(absl::StrCat("job ", queued, " cancelled: deleted by DeleteJob")));
+}
+
+// What the workers report dropping turns *_retained false and says why in
+// their words; a query of the job is refused with the same reason.
+TEST(JobStore, DroppedResultsSayWhyInTheWorkersWords) {
+  JobStore jobs;
+  v1::JobSpec spec;
+  const std::string id = *jobs.Create(spec);
+  jobs.Finish(id, v1::JobInfo::SUCCEEDED, "", {});
+  jobs.Retain(id, std::make_shared<RetainedState>(), true, std::chrono::seconds(60));
+  EXPECT_TRUE(jobs.Get(id)->results_dropped().empty());
+  const std::string outputs_gone = "dropped: they reached the job's client";
+  jobs.ResultsDropped(id, false, outputs_gone);
+  EXPECT_FALSE(jobs.Get(id)->results_retained());
+  EXPECT_TRUE(jobs.Get(id)->state_retained()) << "rank 0 still keeps the state";
+  EXPECT_EQ(jobs.Get(id)->results_dropped(), outputs_gone);
+  EXPECT_TRUE(jobs.State(id).ok());
+  jobs.ResultsDropped(id, false, "evicted: on another rank");
+  EXPECT_EQ(jobs.Get(id)->results_dropped(), outputs_gone) << "the first reason stays";
+  const std::string evicted = "evicted: the worker's retained results reached its --retain-bytes 9";
+  jobs.ResultsDropped(id, true, evicted);
+  EXPECT_FALSE(jobs.Get(id)->state_retained());
+  EXPECT_EQ(jobs.Get(id)->results_dropped(), evicted) << "the state's reason wins";
+  EXPECT_EQ(jobs.State(id).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(jobs.State(id).status().message()), HasSubstr(evicted));
+
+  const std::string expires = *jobs.Create(spec);
+  jobs.Finish(expires, v1::JobInfo::SUCCEEDED, "", {});
+  jobs.Retain(expires, std::make_shared<RetainedState>(), true, std::chrono::seconds(0));
+  EXPECT_THAT(std::string(jobs.State(expires).status().message()), HasSubstr(kRetentionExpired));
+  jobs.Expire();
+  EXPECT_EQ(jobs.Get(expires)->results_dropped(), kRetentionExpired);
+  jobs.Retain(expires, std::make_shared<RetainedState>(), true, std::chrono::seconds(60));
+  EXPECT_TRUE(jobs.Get(expires)->results_dropped().empty()) << "retained again";
 }
 
 TEST(JobStore, ForgetsFinishedRecordsAfterTheirTtl) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/retention_text.h"
 #include "common/status_macros.h"
 #include "proto/auth.h"
 
@@ -114,6 +115,7 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   it->second.forget_after = std::max(it->second.forget_after, it->second.expires);
   it->second.info.set_state_retained(true);
   it->second.info.set_results_retained(results);
+  it->second.info.clear_results_dropped();
   it->second.info.set_expires_unix_seconds(
       std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch())
           .count());
@@ -121,12 +123,13 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   PersistLocked(it->second);
 }
 
-void JobStore::ResultsDropped(const std::string& id, bool state) {
+void JobStore::ResultsDropped(const std::string& id, bool state, const std::string& why) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.info.status() != v1::JobInfo::SUCCEEDED) return;
   Record& r = it->second;
   r.info.set_results_retained(false);
+  if (state || r.info.results_dropped().empty()) r.info.set_results_dropped(why);
   if (state) {
     r.state.reset();
     r.info.set_state_retained(false);
@@ -260,9 +263,10 @@ absl::StatusOr<std::shared_ptr<const RetainedState>> JobStore::State(const std::
   if (it == jobs_.end()) return Unknown(id);
   const Record& r = it->second;
   if (!r.state || std::chrono::system_clock::now() >= r.expires) {
+    const std::string why = r.state ? kRetentionExpired : r.info.results_dropped();
     return absl::FailedPreconditionError(
         absl::StrCat("job '", id, "' has no retained state (status ",
-                     v1::JobInfo::Status_Name(r.info.status()), r.state ? ", expired" : "", ")"));
+                     v1::JobInfo::Status_Name(r.info.status()), why.empty() ? "" : "; ", why, ")"));
   }
   return r.state;
 }
@@ -291,6 +295,7 @@ void JobStore::ExpireLocked() {
       r.state.reset();
       r.info.set_state_retained(false);
       r.info.set_results_retained(false);
+      r.info.set_results_dropped(kRetentionExpired);
       PersistLocked(r);
     }
     const bool finished = Ended(r.info) && !r.cancel;
@@ -363,6 +368,7 @@ absl::Status JobStore::Restore(JobJournal* journal) {
     if (!j.model.empty() && now < r.expires) {
       r.state = std::make_shared<RetainedState>(RetainedState{j.model, j.worker});
     } else {
+      if (!j.model.empty()) r.info.set_results_dropped(kRetentionExpired);
       r.info.set_state_retained(false);
       r.info.set_results_retained(false);
     }

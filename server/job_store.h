@@ -55,8 +55,10 @@ class JobStore {
   void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
               std::chrono::seconds ttl);
   // A worker dropped what it kept of a finished job (evicted, expired): its
-  // results are no longer whole, nor its state when `state`.
-  void ResultsDropped(const std::string& id, bool state);
+  // results are no longer whole, nor its state when `state`. `why`, the
+  // worker's words, becomes JobInfo.results_dropped (a drop of the state
+  // replaces an earlier reason; otherwise the first reason stays).
+  void ResultsDropped(const std::string& id, bool state, const std::string& why);
   void SetProgress(const std::string& id, const v1::Progress& progress);
   // Every rank's in-band context rows are in the coordinator's spool: a
   // running job's JobInfo.stats.spooled turns true (it can run again).
@@ -89,7 +91,7 @@ class JobStore {
   // JobInfo (where its shards ran, as it stood when deleted).
   absl::StatusOr<v1::JobInfo> Delete(const std::string& id);
   // NOT_FOUND if unknown, FAILED_PRECONDITION if not retained (running,
-  // failed, expired).
+  // failed, expired, dropped: the message gives results_dropped).
   absl::StatusOr<std::shared_ptr<const RetainedState>> State(const std::string& id) const;
   // Drops retained states whose TTL has passed, and finished records past
   // theirs.

@@ -75,6 +75,13 @@ grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::Que
   absl::StatusOr<QueryFacts> facts = CheckQuery(c, caller, spec);
   if (!facts.ok()) return ToGrpcStatus(facts.status());
   absl::StatusOr<v1::ShardDone> worker_done = RunOnWorker(c.cluster, *facts, call);
+  if (worker_done.status().code() == absl::StatusCode::kNotFound) {
+    // The worker no longer holds the state (dropped before its heartbeat
+    // said so, or lost with a restart): from now on the job says so, and
+    // this query is refused as one after the heartbeat would be.
+    c.jobs->ResultsDropped(spec.job_id(), true, std::string(worker_done.status().message()));
+    return ToGrpcStatus(c.jobs->State(spec.job_id()).status());
+  }
   if (!worker_done.ok()) return ToGrpcStatus(worker_done.status());
   v1::QueryResponse done;
   done.mutable_done()->set_job_id(spec.job_id());

@@ -94,4 +94,20 @@ RawJob::Transfer RawJob::Upload(int rank, const Tensor& context, const std::vect
   return t;
 }
 
+grpc::Status RawFetch(const v1::JobAccepted& accepted, int rank) {
+  auto stub = v1::ShardData::NewStub(
+      grpc::CreateChannel(accepted.shards(rank).worker(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::FetchRequest request;
+  request.set_job_id(accepted.job_id());
+  request.set_rank(rank);
+  request.set_ticket(accepted.fetch_ticket());
+  auto reader = stub->FetchResult(&ctx, request);
+  v1::TransferResponse response;
+  while (reader->Read(&response)) {
+  }
+  return reader->Finish();
+}
+
 }  // namespace lact::testing

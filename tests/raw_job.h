@@ -53,6 +53,11 @@ class RawJob {
   v1::JobAccepted accepted_;
 };
 
+// The status of a raw ShardData.FetchResult of `accepted`'s job from rank
+// `rank`'s worker, with its fetch_ticket (30 s deadline; the rows read are
+// dropped): what that worker itself answers.
+grpc::Status RawFetch(const v1::JobAccepted& accepted, int rank);
+
 }  // namespace lact::testing
 
 #endif  // LACT_TESTS_RAW_JOB_H_

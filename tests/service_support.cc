@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "client/local_cluster.h"
 
@@ -23,6 +24,16 @@ std::string ModelDir() {
     return d;
   }();
   return dir;
+}
+
+void ExpectSameResults(const JobResult& got, const JobResult& want) {
+  EXPECT_EQ(got.output.shape, want.output.shape);
+  EXPECT_TRUE(got.output.data == want.output.data) << "outputs differ";
+  ASSERT_EQ(got.queries.size(), want.queries.size());
+  for (size_t k = 0; k < want.queries.size(); ++k)
+    EXPECT_TRUE(got.queries[k].data == want.queries[k].data) << k;
+  ASSERT_EQ(got.state.size(), want.state.size());
+  for (const auto& [name, t] : want.state) EXPECT_TRUE(got.state.at(name).data == t.data) << name;
 }
 
 void ExpectGolden(const GoldenCase& golden, const JobResult& got) {
@@ -52,9 +63,16 @@ std::unique_ptr<LocalCluster> StartTestCluster(LocalClusterOptions options) {
   if (options.threads_per_worker == 0) options.threads_per_worker = 1;
   const char* bin_dir = std::getenv("LACT_BIN_DIR");  // a moved build (scripts/gpu-check's bundle)
   if (options.bin_dir.empty()) options.bin_dir = bin_dir != nullptr ? bin_dir : LACT_BIN_DIR;
-  std::vector<std::string> args = {
-      "--collective-timeout-ms", "5000", "--acquire-timeout-ms",     "5000",
-      "--heartbeat-ms",          "300",  "--upload-idle-timeout-ms", "1000"};
+  const std::vector<std::pair<std::string, std::string>> defaults = {
+      {"--collective-timeout-ms", "5000"},
+      {"--acquire-timeout-ms", "5000"},
+      {"--heartbeat-ms", "300"},
+      {"--upload-idle-timeout-ms", "1000"}};
+  std::vector<std::string> args;
+  for (const auto& [flag, value] : defaults) {
+    if (absl::c_linear_search(options.coordinator_args, flag)) continue;  // the caller's wins
+    args.insert(args.end(), {flag, value});
+  }
   args.insert(args.end(), options.coordinator_args.begin(), options.coordinator_args.end());
   options.coordinator_args = std::move(args);
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(options);

@@ -1,6 +1,6 @@
 // Shared by the end-to-end suites (CPU and GPU workers): a model folder
-// holding every golden case's model, and the golden comparison of a job's
-// result (every tensor within 1e-4).
+// holding every golden case's model, the golden comparison of a job's
+// result (every tensor within 1e-4) and the exact comparison of two.
 #ifndef LACT_TESTS_SERVICE_SUPPORT_H_
 #define LACT_TESTS_SERVICE_SUPPORT_H_
 
@@ -22,6 +22,10 @@ std::string ModelDir();
 
 void ExpectGolden(const GoldenCase& golden, const JobResult& got);
 
+// `got` holds the same outputs, query outputs and state as `want`, bit for
+// bit.
+void ExpectSameResults(const JobResult& got, const JobResult& want);
+
 // Submit options for a golden case's model and job options.
 SubmitOptions GoldenOptions(const GoldenCase& golden);
 
@@ -33,8 +37,9 @@ SubmitOptions GoldenOptions(const GoldenCase& golden);
 // null (and a test failure) if it does not start. The binaries are the
 // build's, or $LACT_BIN_DIR's.
 // The same for `options` as given, with the defaults above filled in where
-// empty (model dir, one thread per worker, binaries, short timeouts first
-// in the coordinator's flags).
+// empty (model dir, one thread per worker, binaries, short timeouts and
+// 300 ms heartbeats first in the coordinator's flags, unless they name
+// the flag themselves).
 std::unique_ptr<LocalCluster> StartTestCluster(LocalClusterOptions options);
 
 std::unique_ptr<LocalCluster> StartTestCluster(int workers,

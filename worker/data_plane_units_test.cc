@@ -944,8 +944,19 @@ TEST(RetainedResults, ATenantEvictsItsOwnResultsBeforeAnotherTenantsAndTheDropsA
   EXPECT_TRUE(results.Get("b1").ok());
   // Each drop is handed on once; one the coordinator asked for is not.
   ASSERT_TRUE(*results.Forget("a5", "t"));
+  // Each report carries the reason the worker's own fetch gives, so the
+  // coordinator can say it in the same words.
   std::vector<std::string> reported;
-  for (const DroppedJob& d : results.TakeDropped()) reported.push_back(d.job_id);
+  for (const DroppedJob& d : results.TakeDropped()) {
+    reported.push_back(d.job_id);
+    EXPECT_FALSE(d.state) << d.job_id << ": a rank > 0 keeps no state";
+    EXPECT_THAT(d.why,
+                HasSubstr(d.job_id == "a4" ? "tenant 'a' held the most"
+                                           : "reached the worker's --retain-bytes-per-tenant"))
+        << d.job_id;
+    EXPECT_THAT(std::string(results.Get(d.job_id).status().message()), HasSubstr(d.why))
+        << d.job_id;
+  }
   EXPECT_EQ(reported, (std::vector<std::string>{"a1", "a2", "a3", "a4"}));
   EXPECT_TRUE(results.TakeDropped().empty());
   // Delivered: the context's outputs go, the query outputs stay.
@@ -959,6 +970,14 @@ TEST(RetainedResults, ATenantEvictsItsOwnResultsBeforeAnotherTenantsAndTheDropsA
   ASSERT_EQ(b3->outputs.size(), 1u);
   EXPECT_EQ(b3->outputs[0].set, 1);
   EXPECT_FALSE(b3->outputs_dropped.empty());
+  bool b3_reported = false;
+  for (const DroppedJob& d : results.TakeDropped()) {
+    if (d.job_id != "b3") continue;  // b3's Put evicted others
+    b3_reported = true;
+    EXPECT_FALSE(d.state);
+    EXPECT_EQ(d.why, b3->outputs_dropped);
+  }
+  EXPECT_TRUE(b3_reported) << "its context outputs' drop is reported";
   results.NotKept("x", "not kept: its shard here ended CANCELLED: the job was cancelled");
   EXPECT_THAT(std::string(results.Get("x").status().message()), HasSubstr("ended CANCELLED"));
 }

@@ -21,6 +21,7 @@ absl::StatusOr<std::string> Membership::Join() {
 
 void Membership::Leave() {
   if (stopping_.exchange(true)) return;
+  stop_.Notify();  // a heartbeat thread between beats ends at once
   if (thread_.joinable()) thread_.join();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -56,8 +57,7 @@ absl::StatusOr<std::string> Membership::Register() {
 }
 
 void Membership::Heartbeats() {
-  while (!stopping_) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms_));
+  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(interval_ms_.load()))) {
     HeartbeatOnce();
   }
 }
@@ -75,6 +75,7 @@ void Membership::HeartbeatOnce() {
     v1::DroppedResults* d = request.add_dropped();
     d->set_job_id(dropped.job_id);
     d->set_state(dropped.state);
+    d->set_why(dropped.why);
   }
   v1::HeartbeatResponse response;
   const bool heard = control_->Heartbeat(&ctx, request, &response).ok();

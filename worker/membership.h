@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "worker/retained_results.h"
 
@@ -32,7 +33,8 @@ class Membership {
   // for a refused secret or request), then heartbeats on a thread of its
   // own. The worker's id.
   absl::StatusOr<std::string> Join();
-  // Stops the heartbeats and deregisters (best effort, 2 s). Idempotent.
+  // Stops the heartbeats (at once, even between beats) and deregisters
+  // (best effort, 2 s). Idempotent.
   void Leave();
 
  private:
@@ -45,6 +47,7 @@ class Membership {
   RetainedResults* const results_;
   std::atomic<int> interval_ms_{1000};
   std::atomic<bool> stopping_{false};
+  absl::Notification stop_;  // wakes the heartbeat thread to end
   std::thread thread_;
   absl::Mutex mu_;
   std::string id_ ABSL_GUARDED_BY(mu_);  // a re-registration changes it

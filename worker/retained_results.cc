@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/retention_text.h"
 
 namespace lact {
 namespace {
@@ -143,7 +144,7 @@ void RetainedResults::ExpireLocked() {
     auto next = std::next(it);
     Entry& e = it->second;
     if (e.expires <= now) {
-      DropLocked(it, "expired: its retention time passed");
+      DropLocked(it, kRetentionExpired);
     } else if (e.outputs_expire <= now) {
       std::vector<ResultItem> kept;
       for (ResultItem& item : e.result.outputs) {
@@ -161,7 +162,7 @@ void RetainedResults::ExpireLocked() {
       if (e.result.state == nullptr && e.result.outputs.empty()) {
         DropLocked(it, delivered);
       } else {
-        to_report_.push_back({it->first, false});
+        to_report_.push_back({it->first, false, delivered});
       }
     }
     it = next;
@@ -173,7 +174,7 @@ void RetainedResults::DropLocked(std::map<std::string, Entry>::iterator it, cons
   bytes_ -= it->second.bytes;
   const std::string& tenant = it->second.result.tenant;
   if ((tenant_bytes_[tenant] -= it->second.bytes) <= 0) tenant_bytes_.erase(tenant);
-  if (report) to_report_.push_back({it->first, it->second.result.state != nullptr});
+  if (report) to_report_.push_back({it->first, it->second.result.state != nullptr, why});
   Remember(it->first, why);
   jobs_.erase(it);
 }

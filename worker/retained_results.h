@@ -48,6 +48,7 @@ struct RetainedResult {
 struct DroppedJob {
   std::string job_id;
   bool state = false;  // its fused state went too
+  std::string why;     // as Get says it: "evicted: ...", "expired: ..."
 };
 
 class RetainedResults {

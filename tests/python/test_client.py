@@ -331,6 +331,20 @@ class ClusterTest(unittest.TestCase):
             self.client.query(job.id, case.queries[:1])
         self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
 
+    def test_fetch_after_expiry_says_why(self):
+        case = self.cases[0]
+        job = self.client.submit(case.name, case.context, workers=2, retain_seconds=1,
+                                 **case.options)
+        job.result(timeout=60)
+        time.sleep(1.5)  # both the coordinator and the workers retained it 1 s
+        status = self.client.status(job.id)
+        self.assertFalse(status.state_retained)
+        self.assertEqual(status.results_dropped, "expired: its retention time passed")
+        with self.assertRaises(lact.LactError) as raised:
+            self.client.fetch(job.id)
+        self.assertEqual(raised.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn("expired: its retention time passed", raised.exception.message)
+
     def test_progress_in_order(self):
         # With query sets: their runs must not report layers again.
         case = max(self.cases, key=lambda c: len(c.queries))

@@ -67,7 +67,8 @@ class Worker:
 class JobStatus:
     """A job as GetJob/WatchJob/CancelJob/ListJobs tell it. ``status``:
     "QUEUED", "RUNNING", "SUCCEEDED", "FAILED" or "CANCELLED"; ``error``: why
-    it failed; ``progress``: the latest while it runs (or None); ``stats``:
+    it failed; ``results_dropped``: why results are no longer retained (the
+    worker's words); ``progress``: the latest while it runs (or None); ``stats``:
     JobStats as a dict; ``proto``: the JobInfo message itself."""
     job_id: str
     model: str
@@ -77,6 +78,7 @@ class JobStatus:
     workers: int
     state_retained: bool
     results_retained: bool
+    results_dropped: str
     expires_unix_seconds: int
     progress: Optional[Progress]
     stats: Dict[str, Any]
@@ -86,7 +88,7 @@ class JobStatus:
     def from_proto(cls, info) -> "JobStatus":
         return cls(info.job_id, info.model, coordinator_pb2.JobInfo.Status.Name(info.status),
                    info.error, info.context_tokens, info.workers, info.state_retained,
-                   info.results_retained, info.expires_unix_seconds,
+                   info.results_retained, info.results_dropped, info.expires_unix_seconds,
                    Progress.from_proto(info.progress) if info.HasField("progress") else None,
                    message_dict(info.stats), info)
 
@@ -253,8 +255,10 @@ class Client:
     def fetch(self, job_id: str, timeout: float = None) -> Result:
         """A finished job's retained results (outputs sent in band, query
         outputs, the fused state), straight from its workers; numpy arrays.
-        FAILED_PRECONDITION if the job did not succeed or nothing is retained;
-        NOT_FOUND from a worker says why (expired, evicted, deleted)."""
+        FAILED_PRECONDITION if the job did not succeed; NOT_FOUND if its
+        results are no longer retained, saying why (expired, evicted,
+        deleted) in the words of the worker that dropped them, whether the
+        coordinator or that worker answers."""
         info = self.status(job_id).proto
         if info.status != coordinator_pb2.JobInfo.SUCCEEDED:
             raise LactError(grpc.StatusCode.FAILED_PRECONDITION,
@@ -262,8 +266,9 @@ class Client:
                             f"{': ' + info.error if info.error else ''}; only a succeeded job "
                             "has results")
         if not info.state_retained:
-            raise LactError(grpc.StatusCode.FAILED_PRECONDITION,
-                            f"job {job_id}'s results are no longer retained")
+            raise LactError(grpc.StatusCode.NOT_FOUND,
+                            f"job {job_id}'s results are no longer retained: "
+                            f"{info.results_dropped or 'the job kept none'}")
         transfers = ShardTransfers(self._channel_for, info.accepted, fetch=True)
         transfers.start(time.monotonic() + (timeout or DEFAULT_FETCH_TIMEOUT))
         transfers.join()
