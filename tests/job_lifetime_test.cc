@@ -514,23 +514,24 @@ TEST(Drain, AWorkerFinishesItsShardThenLeaves) {
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
   SubmitOptions o = DrainJob();
-  int workers_while_draining = -1;
+  bool uncounted = false, exited = false;
   const ActedJob job = SubmitActingAtFirstLayer(client, o, RandomTokens(65536, 256, 91), [&] {
     cluster->SignalWorker(0, SIGTERM);
     // Deregistered at once, while it still runs its shard and heartbeats:
-    // a worker that did not deregister stays counted until it exits. (Polled,
-    // for a loaded machine may take a while to deliver the signal.)
+    // a worker that did not deregister stays counted until it exits. Each
+    // count of 1 is checked against the worker still running after it.
     LactClient observer(cluster->address());
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (workers_while_draining != 1 && std::chrono::steady_clock::now() < until) {
+    WaitFor([&] {
       absl::StatusOr<std::vector<v1::ModelInfo>> models = observer.ListModels();
-      if (models.ok() && !models->empty()) workers_while_draining = models->front().workers();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+      uncounted = models.ok() && !models->empty() && models->front().workers() == 1;
+      exited = cluster->WorkerExits(0, std::chrono::milliseconds(0));
+      return uncounted || exited;
+    });
   });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();
-  EXPECT_EQ(workers_while_draining, 1) << "a draining worker is leased no more";
+  EXPECT_TRUE(uncounted && !exited)
+      << "a draining worker is leased no more: uncounted " << uncounted << ", exited " << exited;
   EXPECT_TRUE(cluster->WorkerExits(0, std::chrono::seconds(20))) << "it drained and left";
   absl::StatusOr<std::vector<v1::ModelInfo>> models = client.ListModels();
   ASSERT_TRUE(models.ok());
@@ -552,11 +553,18 @@ TEST(Drain, TheCoordinatorFinishesItsJobsAndTakesNoNewOnes) {
   const ActedJob job =
       SubmitActingAtFirstLayer(client, DrainJob(), RandomTokens(65536, 256, 93), [&] {
         cluster->SignalCoordinator(SIGTERM);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        // A job of an unknown model is refused INVALID_ARGUMENT until the
+        // coordinator drains, then UNAVAILABLE (it checks that first).
+        LactClient probe(cluster->address());
+        SubmitOptions unknown = DrainJob();
+        unknown.model = "no-such-model";
+        WaitFor([&] {
+          return probe.Submit(unknown, RandomTokens(8, 256, 94), {}).status().code() ==
+                 absl::StatusCode::kUnavailable;
+        });
         SubmitOptions small = DrainJob();
         small.workers = 1;
-        refused =
-            LactClient(cluster->address()).Submit(small, RandomTokens(8, 256, 94), {}).status();
+        refused = probe.Submit(small, RandomTokens(8, 256, 94), {}).status();
       });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();

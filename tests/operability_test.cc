@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
@@ -373,13 +374,21 @@ TEST(DrainHealth, ADrainingWorkerIsNotServing) {
   const ActedJob job =
       SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(65536, 256, 97), [&] {
         cluster->SignalWorker(0, SIGTERM);
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
-        for (const v1::WorkerInfo& w : *before)
-          ready.push_back(HttpStatus(w.metrics_address(), "/readyz"));
-        absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
-            LactClient(cluster->address()).ListWorkers();
-        if (workers.ok()) listed = *workers;
+        // Until worker 0 says it drains (the job's shards keep both alive).
+        WaitFor([&] {
+          health.clear();
+          ready.clear();
+          for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
+          for (const v1::WorkerInfo& w : *before)
+            ready.push_back(HttpStatus(w.metrics_address(), "/readyz"));
+          absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
+              LactClient(cluster->address()).ListWorkers();
+          if (workers.ok()) listed = *workers;
+          return absl::c_count(health, HealthCheckResponse::NOT_SERVING) == 1 &&
+                 absl::c_count(ready, 503) == 1 &&
+                 absl::c_count_if(listed, [](const v1::WorkerInfo& w) { return w.draining(); }) ==
+                     1;
+        });
       });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();
@@ -408,11 +417,14 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
   const ActedJob job =
       SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(65536, 256, 98), [&] {
         cluster->SignalCoordinator(SIGTERM);
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
-        whole = HealthOf(cluster->address(), "");
-        control = HealthOf(cluster->control_address(), "lact.v1.Control");
-        ready = HttpStatus(cluster->metrics_address(), "/readyz");
+        WaitFor([&] {  // until it says it drains (its job keeps it alive)
+          coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
+          whole = HealthOf(cluster->address(), "");
+          control = HealthOf(cluster->control_address(), "lact.v1.Control");
+          ready = HttpStatus(cluster->metrics_address(), "/readyz");
+          return coordinator == HealthCheckResponse::NOT_SERVING &&
+                 whole == HealthCheckResponse::NOT_SERVING && ready == 503;
+        });
       });
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
   ASSERT_TRUE(job.result.ok()) << job.result.status();

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,15 @@ void ExpectGolden(const GoldenCase& golden, const JobResult& got) {
     ASSERT_TRUE(got.state.count(name)) << name;
     EXPECT_LE(RelativeError(got.state.at(name), want), 1e-4) << name;
   }
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds bound) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 SubmitOptions GoldenOptions(const GoldenCase& golden) {

@@ -26,6 +26,12 @@ void ExpectGolden(const GoldenCase& golden, const JobResult& got);
 // bit.
 void ExpectSameResults(const JobResult& got, const JobResult& want);
 
+// Calls `done` every 20 ms until it returns true (then true) or `bound`
+// has passed (then false): how a test waits for what a busy machine may
+// delay by seconds, instead of looking once after a fixed sleep.
+bool WaitFor(const std::function<bool()>& done,
+             std::chrono::milliseconds bound = std::chrono::seconds(20));
+
 // Submit options for a golden case's model and job options.
 SubmitOptions GoldenOptions(const GoldenCase& golden);
 
