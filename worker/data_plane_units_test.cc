@@ -764,6 +764,44 @@ TEST(TransferBoard, AReRunsShardIsMetBesideTheDeadAttemptsShard) {
             absl::StatusCode::kNotFound);
 }
 
+// A stream that comes after its shard failed (a cancel that reached the
+// worker first) is told why at once, as one that came before would be;
+// only with the shard's ticket, and only for a shard that failed.
+TEST(TransferBoard, AStreamAfterItsShardFailedIsToldWhy) {
+  TransferBoard board;
+  auto cancelled =
+      std::make_shared<ShardTransfer>("secret", TokenReceiver({4}, 1, WireType::kF32, 0));
+  board.Register("job", 0, cancelled);
+  cancelled->Cancel();
+  board.Unregister("job", 0, cancelled.get());
+  const auto asked = std::chrono::steady_clock::now();
+  const absl::Status late = board.Find("job", 0, "secret", std::chrono::seconds(10)).status();
+  EXPECT_EQ(late.code(), absl::StatusCode::kCancelled) << late;
+  EXPECT_THAT(std::string(late.message()), HasSubstr("the job was cancelled during the upload"));
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(1))
+      << "at once, not after waiting for a shard";
+  EXPECT_EQ(board.Find("job", 0, "other", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound)
+      << "another ticket learns nothing of it";
+  EXPECT_EQ(board.Find("job", 1, "secret", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
+  auto succeeded =
+      std::make_shared<ShardTransfer>("kept", TokenReceiver({4}, 1, WireType::kF32, 0));
+  board.Register("ok", 0, succeeded);
+  board.Unregister("ok", 0, succeeded.get());
+  EXPECT_EQ(board.Find("ok", 0, "kept", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
+  for (size_t i = 0; i < TransferBoard::kRememberedFailures; ++i) {
+    auto t = std::make_shared<ShardTransfer>("t", TokenReceiver({1}, 1, WireType::kF32, 0));
+    board.Register(absl::StrCat("filler-", i), 0, t);
+    t->Abort(absl::InternalError("boom"));
+    board.Unregister(absl::StrCat("filler-", i), 0, t.get());
+  }
+  EXPECT_EQ(board.Find("job", 0, "secret", std::chrono::milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound)
+      << "the oldest failures are forgotten";
+}
+
 TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
   auto transfer =
       std::make_shared<ShardTransfer>("secret", TokenReceiver({2}, 1, WireType::kF32, 0));

@@ -145,9 +145,12 @@ void ShardTransfer::Abort(absl::Status status) {
 
 void ShardTransfer::Cancel() {
   absl::MutexLock lock(&mu_);
-  const char* when = publishing_done_              ? " while its outputs were sent"
-                     : stage_ == Stage::kUploading ? " during the upload"
-                                                   : "";
+  // Waiting for the stream is part of the upload: a cancel then reads the
+  // same whether the stream came before it or comes after.
+  const bool uploading = stage_ == Stage::kWaiting || stage_ == Stage::kUploading;
+  const char* when = publishing_done_ ? " while its outputs were sent"
+                     : uploading      ? " during the upload"
+                                      : "";
   AbortLocked(absl::CancelledError(absl::StrCat("the job was cancelled", when)));
 }
 
@@ -173,12 +176,26 @@ void TransferBoard::Unregister(const std::string& job_id, int rank, const ShardT
   auto it = transfers_.find({job_id, rank});
   if (it == transfers_.end()) return;
   std::vector<std::shared_ptr<ShardTransfer>>& same_rank = it->second;
+  for (const std::shared_ptr<ShardTransfer>& t : same_rank) {
+    if (t.get() != transfer) continue;
+    if (absl::Status failure = t->failure(); !failure.ok()) {
+      failed_.push_back({it->first, t->ticket(), std::move(failure)});
+      if (failed_.size() > kRememberedFailures) failed_.pop_front();
+    }
+  }
   same_rank.erase(std::remove_if(same_rank.begin(), same_rank.end(),
                                  [transfer](const std::shared_ptr<ShardTransfer>& t) {
                                    return t.get() == transfer;
                                  }),
                   same_rank.end());
   if (same_rank.empty()) transfers_.erase(it);
+}
+
+absl::Status TransferBoard::FailureLocked(const Key& key, const std::string& ticket) const {
+  for (auto it = failed_.rbegin(); it != failed_.rend(); ++it) {
+    if (it->key == key && TicketsEqual(ticket, it->ticket)) return it->failure;
+  }
+  return absl::OkStatus();
 }
 
 std::shared_ptr<ShardTransfer> TransferBoard::MatchLocked(const Key& key, const std::string& ticket,
@@ -201,6 +218,7 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::st
   bool other_ticket = false;
   std::shared_ptr<ShardTransfer> found = MatchLocked(key, ticket, &other_ticket);
   if (found == nullptr) {
+    if (absl::Status failed = FailureLocked(key, ticket); !failed.ok()) return failed;
     if (waiting_ >= kMaxWaiting) {
       return absl::ResourceExhaustedError(
           absl::StrCat(kMaxWaiting,
@@ -216,6 +234,7 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> TransferBoard::Find(const std::st
     --waiting_;
   }
   if (found != nullptr) return found;
+  if (absl::Status failed = FailureLocked(key, ticket); !failed.ok()) return failed;
   if (other_ticket) {
     return absl::PermissionDeniedError(absl::StrCat("wrong ticket for job '", job_id, "'"));
   }

@@ -47,6 +47,7 @@ class ShardTransfer {
 
   // --- the Transfer side ---
   bool TicketMatches(const std::string& ticket) const;
+  const std::string& ticket() const { return ticket_; }
   // Claims the shard for one stream; FAILED_PRECONDITION if another has it
   // or the transfer already failed. `end_stream` (called under the
   // transfer's lock, so it must not call back) ends the stream with the
@@ -125,12 +126,18 @@ class ShardTransfer {
 // The shards of this worker waiting for, or in, their Transfer streams, by
 // job, rank and ticket: a job that runs again has new tickets, and its new
 // shard may start here before the dead attempt's shard of the same rank has
-// ended. Thread-safe.
+// ended. The last kRememberedFailures shards that failed (a cancel, a bad
+// chunk, a broken peer) are remembered by ticket, so a stream that comes
+// after its shard failed is told why, as one that came before was.
+// Thread-safe.
 class TransferBoard {
  public:
+  static constexpr size_t kRememberedFailures = 1024;
+
   // Registers for the life of the returned handle's RunShard call.
   void Register(const std::string& job_id, int rank, std::shared_ptr<ShardTransfer> transfer);
-  // Removes `transfer` only, never another attempt's shard of the same rank.
+  // Removes `transfer` only, never another attempt's shard of the same rank;
+  // remembers its failure, if it failed.
   void Unregister(const std::string& job_id, int rank, const ShardTransfer* transfer);
   // At most this many Find calls wait at once for a shard not registered
   // yet; more are RESOURCE_EXHAUSTED at once (made-up tickets hold nothing).
@@ -138,7 +145,8 @@ class TransferBoard {
 
   // The transfer of `job_id` rank `rank` whose ticket is `ticket`, waiting
   // up to `wait` for RunShard to register it (the client may be faster
-  // than the coordinator, also when a job runs again). Then
+  // than the coordinator, also when a job runs again). A shard of that
+  // ticket that already failed: its failure, at once. Then
   // PERMISSION_DENIED if a shard of that job and rank was registered with
   // another ticket, NOT_FOUND if none was.
   absl::StatusOr<std::shared_ptr<ShardTransfer>> Find(const std::string& job_id, int rank,
@@ -152,8 +160,18 @@ class TransferBoard {
   std::shared_ptr<ShardTransfer> MatchLocked(const Key& key, const std::string& ticket,
                                              bool* other_ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The failure of the shard of `key` and `ticket` that ended, or OK.
+  absl::Status FailureLocked(const Key& key, const std::string& ticket) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct Failed {
+    Key key;
+    std::string ticket;
+    absl::Status failure;
+  };
   absl::Mutex mu_;
   std::map<Key, std::vector<std::shared_ptr<ShardTransfer>>> transfers_ ABSL_GUARDED_BY(mu_);
+  std::deque<Failed> failed_ ABSL_GUARDED_BY(mu_);  // newest last
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
