@@ -922,7 +922,11 @@ TEST(RetainedResults, ByteCapEvictsTheOldestAndSaysSo) {
   absl::StatusOr<RetainedResult> evicted = results.Get("a");
   EXPECT_EQ(evicted.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(evicted.status().message()),
-              HasSubstr("evicted: the worker's retained results reached its --retain-bytes"));
+              HasSubstr(absl::StrCat("evicted: the worker's retained results reached its "
+                                     "--retain-bytes ",
+                                     one * 5 / 2, " (it held ", 2 * one,
+                                     " bytes and a new job's results took ", one, ")")))
+      << "the cap, and the bytes that passed it";
   ASSERT_TRUE(results.Get("b").ok());
   EXPECT_EQ(results.Get("b")->outputs.at(0).tensor, rows) << "retained, not copied";
   EXPECT_TRUE(results.Get("c").ok());

@@ -63,7 +63,8 @@ std::map<std::string, RetainedResults::Entry>::iterator RetainedResults::VictimL
     from = tenant;
     *why = absl::StrCat("evicted: tenant '", tenant,
                         "' reached the worker's --retain-bytes-per-tenant ", max_tenant_bytes_,
-                        " and this job's results were its oldest");
+                        " (it held ", tenant_held, " bytes and a new job's results took ", bytes,
+                        ") and this job's results were its oldest");
   } else if (bytes_ + bytes > max_bytes_) {
     int64_t most = -1;
     for (const auto& [name, held] : tenant_bytes_) {
@@ -73,9 +74,10 @@ std::map<std::string, RetainedResults::Entry>::iterator RetainedResults::VictimL
         from = name;
       }
     }
-    *why = absl::StrCat("evicted: the worker's retained results reached its --retain-bytes ",
-                        max_bytes_, "; tenant '", from,
-                        "' held the most and this job's were its oldest");
+    *why =
+        absl::StrCat("evicted: the worker's retained results reached its --retain-bytes ",
+                     max_bytes_, " (it held ", bytes_, " bytes and a new job's results took ",
+                     bytes, "); tenant '", from, "' held the most and this job's were its oldest");
   } else {
     return jobs_.end();
   }
