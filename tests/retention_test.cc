@@ -94,12 +94,13 @@ class RetentionTest : public ::testing::Test {
   // Waits (up to 30 s) until GetJob says job `id`'s state is no longer
   // retained; its last JobInfo.
   static absl::StatusOr<v1::JobInfo> AwaitStateDropped(LactClient& client, const std::string& id) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    absl::StatusOr<v1::JobInfo> info = client.GetJob(id);
-    while (info.ok() && info->state_retained() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      info = client.GetJob(id);
-    }
+    absl::StatusOr<v1::JobInfo> info;
+    WaitFor(
+        [&] {
+          info = client.GetJob(id);
+          return !info.ok() || !info->state_retained();
+        },
+        std::chrono::seconds(30));
     return info;
   }
 
