@@ -4,7 +4,8 @@
 // cuda::SsdScan on a preset:base-like shape as effective bandwidth (x, B, C,
 // dt read, y written, state in and out), as a fraction of the copy
 // bandwidth, and against the per-token recurrence (ScanRecurrence) on the
-// same input. Every time is the mean of 10 runs after a warm-up (the
+// same input; beside it the bf16 tensor-core scan (SsdScanBf16) on the
+// same input rounded to bf16. Every time is the mean of 10 runs after a warm-up (the
 // recurrence, which takes seconds: one run). Then the whole model
 // (cuda_model_bench.h): preset:base on a `--tokens` context (default
 // 1,048,576) on one rank in bf16, its model FLOP/s against the bf16 GEMM
@@ -36,6 +37,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/ssd_scan.h"
+#include "kernels/cuda/ssd_scan_bf16.h"
 #include "nlohmann/json.hpp"
 
 namespace lact::bench {
@@ -212,6 +214,58 @@ cuda::SsdScanParams ScanOf(const ScanBuffers& b, int64_t T, int H, int P, int N,
           .ldy = step * width};
 }
 
+// The bf16 tensor-core scan (SsdScanBf16) on the same inputs rounded to
+// bf16, y in bf16: forward, reversed and state-only, and the bytes of
+// global memory its arguments name per head-token (the state passing's
+// few segment states left out).
+absl::StatusOr<nlohmann::json> Bf16ScanBench(cudaStream_t s, EventTimer& timer,
+                                             const ScanBuffers& buffers, int64_t T, int H, int P,
+                                             int N) {
+  const int64_t width = int64_t{H} * P, ld = width + 2 * N;
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer xbc16, cuda::DeviceBuffer::Allocate(T * ld / 2 + 1));
+  LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y16, cuda::DeviceBuffer::Allocate(T * width / 2 + 1));
+  auto* const xbc = reinterpret_cast<__nv_bfloat16*>(xbc16.get());
+  LACT_RETURN_IF_ERROR(cuda::RoundToBf16(s, buffers.xbc.get(), T * ld, xbc));
+  auto params = [&](bool reversed, bool with_y) {
+    const int64_t first = reversed ? T - 1 : 0, step = reversed ? -1 : 1;
+    const __nv_bfloat16* x = xbc + first * ld;
+    auto* const y = reinterpret_cast<__nv_bfloat16*>(y16.get()) + first * width;
+    return cuda::SsdScanBf16Params{.tokens = T,
+                                   .heads = H,
+                                   .head_dim = P,
+                                   .d_state = N,
+                                   .x = x,
+                                   .ldx = step * ld,
+                                   .b = x + width,
+                                   .ldb = step * ld,
+                                   .c = x + width + N,
+                                   .ldc = step * ld,
+                                   .dt = buffers.dt.get() + first * H,
+                                   .lddt = step * H,
+                                   .a_log = buffers.a_log.get(),
+                                   .d_skip = buffers.d_skip.get(),
+                                   .y = with_y ? y : nullptr,
+                                   .ldy = step * width};
+  };
+  cuda::SsdWorkspace ws;
+  auto time = [&](bool reversed, bool with_y) {
+    return timer.Time(s, 1, kReps, [&] {
+      return cuda::SsdScanBf16(s, ws, params(reversed, with_y), buffers.state.get(), nullptr);
+    });
+  };
+  LACT_ASSIGN_OR_RETURN(const double forward, time(false, true));
+  LACT_ASSIGN_OR_RETURN(const double backward, time(true, true));
+  LACT_ASSIGN_OR_RETURN(const double state_only, time(false, false));
+  // x, B and dt read by both walks, C by the output walk, y written; B and
+  // C are one row for all H heads (the heads' blocks share it through L2).
+  const double unique_bytes = 2 * (2.0 * P) + 2.0 * (2 * N + N) / H + 2 * 4.0 + 2.0 * P;
+  return nlohmann::json{{"ms", 1e3 * forward},
+                        {"reversed_ms", 1e3 * backward},
+                        {"state_only_ms", 1e3 * state_only},
+                        {"head_tokens_per_s", H * T / forward},
+                        {"global_bytes_per_head_token", unique_bytes}};
+}
+
 // SsdScan on T = 65536 tokens of a preset:base-like mixer (H = 24 heads,
 // P = 64, N = 128), x, B, C column slices of one row as in the runner.
 absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, double copy_gbps,
@@ -242,6 +296,8 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
                         timer.Time(s, 1, kReps, [&] { return scan(tensor, true); }));
   LACT_ASSIGN_OR_RETURN(const double state_only,
                         timer.Time(s, 1, kReps, [&] { return scan(ws, false); }));
+  LACT_ASSIGN_OR_RETURN(nlohmann::json bf16, Bf16ScanBench(s, timer, buffers, T, H, P, N));
+  bf16["speedup_over_fp32_scan"] = ssd / (1e-3 * bf16["ms"].get<double>());
   const double bytes = 4.0 * (T * width + 2 * T * N + T * H + T * width + 2 * width * N);
   const double gbps = bytes / ssd / 1e9;
   nlohmann::json result{{"tokens", T},
@@ -256,7 +312,8 @@ absl::StatusOr<nlohmann::json> ScanBench(cudaStream_t s, EventTimer& timer, doub
                         {"tf32x3_head_tokens_per_s", H * T / tf32x3},
                         {"gbps", gbps},
                         {"of_copy", gbps / copy_gbps},
-                        {"state_only_ms", 1e3 * state_only}};
+                        {"state_only_ms", 1e3 * state_only},
+                        {"bf16", bf16}};
   if (quick) return result;
   auto recurrence = [&](int64_t tokens) {
     return cuda::ScanRecurrence(s, tokens, H, P, N, x, ld, x + width, ld, x + width + N, ld,

@@ -23,6 +23,13 @@ int DeviceCount() {
   return n;
 }
 
+absl::StatusOr<int> MultiprocessorCount() {
+  int device = 0, sms = 0;
+  LACT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  LACT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
 absl::StatusOr<DeviceMemory> QueryDeviceMemory(int device) {
   if (const cudaError_t err = cudaSetDevice(device); err != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it, or a later launch's check reads it

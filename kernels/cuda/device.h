@@ -33,6 +33,10 @@ inline const char* PrecisionName(Precision p) { return p == Precision::kBf16 ? "
 // Number of CUDA devices visible (0 when there is no driver or device).
 int DeviceCount();
 
+// The current device's multiprocessor count (what the scans size their
+// grids by).
+absl::StatusOr<int> MultiprocessorCount();
+
 // Device `device`'s memory in use (by every process on it) and in all;
 // makes it this thread's current device.
 struct DeviceMemory {

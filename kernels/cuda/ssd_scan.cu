@@ -12,6 +12,7 @@
 //   PassStates   per h, over P*N:   walks the segments in order from the
 //                                   incoming state: each segment's slot gets
 //                                   the state entering it; final state out
+//                                   (PassSegmentStates, ssd_pass_states.h)
 //   ChunkOutput  per (chunk, h):    y from G, x and the carry-in state
 // With outputs a segment is one chunk; the state-only pass computes no G, has
 // no ChunkOutput and uses segments of many chunks, so its scratch stays small.
@@ -33,6 +34,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/ssd_pass_states.h"
 #include "kernels/cuda/ssd_scan.h"
 
 namespace lact::cuda {
@@ -63,8 +65,6 @@ constexpr int64_t kWindowFloats = int64_t{8} << 20;
 constexpr int64_t kMinWindowChunks = 16;
 constexpr int64_t kMaxWindowChunks = 4096;
 constexpr int64_t kBlocksPerSm = 16;
-// Segment states PassStates loads at once per thread (two batches in flight).
-constexpr int kPassBatch = 8;
 
 struct ScanArgs {
   int64_t tokens;
@@ -420,63 +420,6 @@ __global__ void __launch_bounds__(kGemmThreads, 4) ChunkStateKernel(ScanArgs arg
   }
 }
 
-// Carries the state through the window's segments for head h = blockIdx.y,
-// one thread per entry (n, p) of S^T: s <- exp(decay_g) s + segment_g. With
-// `write_carry` each segment's slot is overwritten with the state entering
-// it. The final state goes back to `state` ([H][P][N]) and the window's log
-// decay is added to log_decay[h].
-__global__ void PassStatesKernel(int heads, int head_dim, int d_state, Window w, bool write_carry,
-                                 float* state, float* log_decay) {
-  __shared__ float factor[kThreads];
-  const int h = blockIdx.y, per_head = head_dim * d_state;
-  const int e = blockIdx.x * kThreads + threadIdx.x;
-  const bool active = e < per_head;
-  const int64_t own =
-      (static_cast<int64_t>(h) * head_dim + e % head_dim) * d_state + e / head_dim;  // [h][p][n]
-  float* entry = w.states + static_cast<int64_t>(h) * per_head + e;  // segment 0's, [h][n][p]
-  const int64_t stride = static_cast<int64_t>(heads) * per_head;     // from one segment to the next
-  float s = active ? state[own] : 0.0f;
-  float decay_sum = 0.0f;
-  for (int64_t g0 = 0; g0 < w.segments; g0 += kThreads) {
-    const int count = static_cast<int>(min(static_cast<int64_t>(kThreads), w.segments - g0));
-    __syncthreads();  // the previous batch of factors is consumed
-    if (threadIdx.x < count) {
-      const float d = w.decay[(g0 + threadIdx.x) * heads + h];
-      factor[threadIdx.x] = expf(d);
-      decay_sum += d;
-    }
-    __syncthreads();
-    if (!active) continue;
-    // Two batches of segment states in flight: the next batch is loaded
-    // before this one is folded in and overwritten.
-    const auto load = [&](int g, float(&into)[kPassBatch]) {
-#pragma unroll
-      for (int k = 0; k < kPassBatch; ++k)
-        into[k] = g + k < count ? entry[(g0 + g + k) * stride] : 0.0f;
-    };
-    float next[kPassBatch];
-    load(0, next);
-    for (int g = 0; g < count; g += kPassBatch) {
-      float local[kPassBatch];
-#pragma unroll
-      for (int k = 0; k < kPassBatch; ++k) local[k] = next[k];
-      if (g + kPassBatch < count) load(g + kPassBatch, next);
-#pragma unroll
-      for (int k = 0; k < kPassBatch; ++k) {
-        if (g + k < count) {
-          if (write_carry) entry[(g0 + g + k) * stride] = s;
-          s = factor[g + k] * s + local[k];
-        }
-      }
-    }
-  }
-  if (active) state[own] = s;
-  if (log_decay != nullptr && blockIdx.x == 0) {
-    const float total = BlockSum(decay_sum);
-    if (threadIdx.x == 0) log_decay[h] += total;
-  }
-}
-
 // y for one chunk, head h and kTile channels, as one product over depth
 // kChunk + N: A = [M | diag(exp(cum)) C] with M[i][j] = G[i][j]
 // exp(cum_i - cum_j) dt_j for j <= i, against B = [X ; S_in^T]; then + D x.
@@ -566,13 +509,6 @@ absl::StatusOr<unsigned> GridSize(int64_t blocks) {
   return static_cast<unsigned>(blocks);
 }
 
-absl::StatusOr<int> SmCount() {
-  int device = 0, sms = 0;
-  LACT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  LACT_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 int64_t TilesOf(int size) { return CeilDiv(size, kTile); }
 
 // ChunkStateKernel over the window: Gram matrices when w.gram is set, then
@@ -590,17 +526,16 @@ absl::Status LaunchChunkStates(cudaStream_t s, const ScanArgs& args, const Windo
 
 absl::Status LaunchPassStates(cudaStream_t s, const ScanArgs& args, const Window& w,
                               bool write_carry, float* state, float* log_decay) {
-  const dim3 grid(Blocks(int64_t{args.head_dim} * args.d_state), args.heads);
-  PassStatesKernel<<<grid, kThreads, 0, s>>>(args.heads, args.head_dim, args.d_state, w,
-                                             write_carry, state, log_decay);
-  return LaunchStatus("SsdScan pass states");
+  return PassSegmentStates(s, args.heads, args.head_dim, args.d_state,
+                           SegmentStates{w.segments, w.states, w.decay}, write_carry, state,
+                           log_decay);
 }
 
 // The state-only pass: segments of many chunks, enough of them to fill the
 // device, scanned from zero and then combined in order.
 absl::Status ScanStateOnly(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& args, float* state,
                            float* log_decay) {
-  LACT_ASSIGN_OR_RETURN(const int sms, SmCount());
+  LACT_ASSIGN_OR_RETURN(const int sms, MultiprocessorCount());
   const int64_t chunks = CeilDiv(args.tokens, kChunk);
   const int64_t blocks_per_segment = args.heads * TilesOf(args.d_state) * TilesOf(args.head_dim);
   const int64_t wanted =
@@ -658,15 +593,6 @@ absl::StatusOr<SsdMath> ParseSsdMath(const std::string& name) {
   if (name == "tf32x3") return SsdMath::kTf32x3;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown scan math '", name, "' (allowed: fp32, tf32x3)"));
-}
-
-absl::StatusOr<float*> SsdWorkspace::Reserve(cudaStream_t s, size_t floats) {
-  if (floats > buffer_.size()) {
-    LACT_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    buffer_ = DeviceBuffer();  // free the old buffer before taking the larger one
-    LACT_ASSIGN_OR_RETURN(buffer_, DeviceBuffer::Allocate(floats));
-  }
-  return buffer_.get();
 }
 
 absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, const SsdScanParams& p, float* state,

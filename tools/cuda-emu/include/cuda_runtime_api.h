@@ -38,6 +38,11 @@ const char* cudaGetErrorString(cudaError_t e);
 // emulator hooks
 bool FakeIsDevice(const void* p, size_t bytes);  // p..p+bytes inside one live device allocation
 bool FakeIsHost(const void* p);
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+// Records the kernel's limit; a launch over 48 KB of dynamic shared memory
+// without it dies (cuda_emu.h), as it fails on a GPU.
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value);
+size_t FakeMaxDynamicShared(const void* func);  // 0 unless set
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
 cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int device);

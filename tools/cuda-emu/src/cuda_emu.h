@@ -12,10 +12,12 @@
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <utility>
@@ -46,6 +48,9 @@ struct uint3 {
 };
 struct alignas(16) float4 {
   float x, y, z, w;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
 };
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 
@@ -110,6 +115,9 @@ struct BlockState {
   std::vector<uint64_t> warp_gen;
   std::vector<float> exchange;
   std::vector<float> mma_exchange;  // per warp, the operands of a wmma::mma_sync (mma.h)
+  unsigned char* dynamic_shared =
+      nullptr;  // the launch's dynamic shared memory, NaN at each block's start
+  size_t dynamic_bytes = 0;
   const std::function<void()>* body = nullptr;
   const char* kernel_name = "";
 };
@@ -306,15 +314,50 @@ inline void CheckArg(const char* name, int i, T* p) {
   }
 }
 
+// The dynamic shared memory a launch may ask for: 48 KB, or up to the
+// H100's 227 KB where cudaFuncSetAttribute raised the kernel's limit.
+constexpr size_t kDefaultDynamicShared = 48 * 1024;
+constexpr size_t kMaxDynamicShared = 227 * 1024;
+
+// `extern __shared__` storage of the running block (rewrite-launches turns
+// the declaration into a call of this).
+inline unsigned char* DynamicShared() {
+  if (B().dynamic_shared == nullptr) Die("extern __shared__ used by a launch that asked for none");
+  return B().dynamic_shared;
+}
+
+// Every byte 0xff: NaN as float and as bf16, so a read of shared memory
+// that the block has not written shows in its results.
+inline void FillDynamicShared() {
+  BlockState& b = B();
+  if (b.dynamic_bytes > 0) std::memset(b.dynamic_shared, 0xff, b.dynamic_bytes);
+}
+
+inline void CheckDynamicShared(const void* kernel, size_t bytes) {
+  const size_t allowed = std::max<size_t>(kDefaultDynamicShared, FakeMaxDynamicShared(kernel));
+  if (bytes > kMaxDynamicShared) Die("dynamic shared memory over 227 KB");
+  if (bytes > allowed)
+    Die("dynamic shared memory over 48 KB without cudaFuncSetAttribute("
+        "cudaFuncAttributeMaxDynamicSharedMemorySize)");
+}
+
 template <class K, class... A>
-void Launch(bool direct, const char* name, dim3 grid, dim3 block, K kernel, A... args) {
+void Launch(bool direct, const char* name, dim3 grid, dim3 block, size_t shared_bytes, K kernel,
+            A... args) {
   std::lock_guard<std::mutex> lock(g_launch_mu);
   BlockState& b = B();
+  b.kernel_name = name;
+  CheckDynamicShared(reinterpret_cast<const void*>(kernel), shared_bytes);
+  std::vector<unsigned char> dynamic(shared_bytes + 128);
+  b.dynamic_shared =
+      shared_bytes > 0 ? reinterpret_cast<unsigned char*>(
+                             (reinterpret_cast<uintptr_t>(dynamic.data()) + 127) & ~uintptr_t{127})
+                       : nullptr;
+  b.dynamic_bytes = shared_bytes;
   {
     int i = 0;
     (CheckArg(name, i++, args), ...);
   }
-  b.kernel_name = name;
   b.direct = direct;
   const int n = block.x * block.y * block.z;
   if (block.y != 1 || block.z != 1 || n % 32 != 0 || n > kMaxThreads || n <= 0)
@@ -327,20 +370,30 @@ void Launch(bool direct, const char* name, dim3 grid, dim3 block, K kernel, A...
   b.mma_exchange.assign(static_cast<size_t>((n + 31) / 32) * kMmaExchange, 0.0f);
   gridDim = grid;
   blockDim = block;
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        blockIdx = uint3{bx, by, bz};
-        if (direct) {
-          for (int t = 0; t < n; ++t) {
-            threadIdx = uint3{static_cast<unsigned>(t), 0, 0};
-            kernel(args...);
-          }
-        } else {
-          RunBlockFibers(n);
-        }
+  // EMU_BLOCK_ORDER: 0 (default) blocks run in index order, 1 reversed; a
+  // result that changes with it means blocks depend on each other's order.
+  static const bool reversed = [] {
+    const char* e = std::getenv("EMU_BLOCK_ORDER");
+    return e != nullptr && std::atoi(e) == 1;
+  }();
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  for (uint64_t k = 0; k < blocks; ++k) {
+    const uint64_t i = reversed ? blocks - 1 - k : k;
+    blockIdx = uint3{static_cast<unsigned>(i % grid.x), static_cast<unsigned>(i / grid.x % grid.y),
+                     static_cast<unsigned>(i / grid.x / grid.y)};
+    FillDynamicShared();
+    if (direct) {
+      for (int t = 0; t < n; ++t) {
+        threadIdx = uint3{static_cast<unsigned>(t), 0, 0};
+        kernel(args...);
       }
+    } else {
+      RunBlockFibers(n);
+    }
+  }
   b.body = nullptr;
+  b.dynamic_shared = nullptr;
+  b.dynamic_bytes = 0;
 }
 
 inline float Shuffle(float v, int delta, bool up) {
@@ -388,7 +441,7 @@ inline T max(T a, T b) {
   return a > b ? a : b;
 }
 
-#define EMU_LAUNCH(grid, block, kernel, ...) \
-  emu::Launch(false, #kernel, grid, block, kernel, __VA_ARGS__)
-#define EMU_LAUNCH_DIRECT(grid, block, kernel, ...) \
-  emu::Launch(true, #kernel, grid, block, kernel, __VA_ARGS__)
+#define EMU_LAUNCH(grid, block, shared_bytes, kernel, ...) \
+  emu::Launch(false, #kernel, grid, block, shared_bytes, kernel, __VA_ARGS__)
+#define EMU_LAUNCH_DIRECT(grid, block, shared_bytes, kernel, ...) \
+  emu::Launch(true, #kernel, grid, block, shared_bytes, kernel, __VA_ARGS__)

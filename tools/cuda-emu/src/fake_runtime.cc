@@ -19,6 +19,10 @@ std::map<const char*, size_t>& Pinned() {
   static std::map<const char*, size_t> m;
   return m;
 }
+std::map<const void*, size_t>& SharedLimits() {
+  static std::map<const void*, size_t> m;
+  return m;
+}
 thread_local int current_device = -1;
 void Die(const char* what) {
   std::fprintf(stderr, "FAKE CUDA VIOLATION: %s\n", what);
@@ -159,6 +163,18 @@ cudaError_t cudaGetDeviceCount(int* n) {
   return cudaSuccess;
 }
 cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > 227 * 1024)
+    return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> l(mu);
+  SharedLimits()[func] = static_cast<size_t>(value);
+  return cudaSuccess;
+}
+size_t FakeMaxDynamicShared(const void* func) {
+  std::lock_guard<std::mutex> l(mu);
+  const auto it = SharedLimits().find(func);
+  return it == SharedLimits().end() ? 0 : it->second;
+}
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   *total = size_t{1} << 37;  // an H200's worth, roughly
   size_t used = 0;
