@@ -69,21 +69,10 @@ static_assert(offsetof(Tiles, b) % 32 == 0 && offsetof(Tiles, c) % 32 == 0 &&
               "wmma pointers are 256-bit aligned");
 constexpr int kTilesBytes = sizeof(Tiles);
 
+// The kernels' arguments: the caller's, the chunks per segment, and the
+// segments' scratch.
 struct ScanArgs {
-  int64_t tokens;
-  int heads, head_dim, d_state;
-  const bf16* x;
-  int64_t ldx;
-  const bf16* b;
-  int64_t ldb;
-  const bf16* c;
-  int64_t ldc;
-  const float* dt;
-  int64_t lddt;
-  const float* a_log;
-  const float* d_skip;
-  bf16* y;
-  int64_t ldy;
+  SsdScanBf16Params p;
   int64_t segment_chunks;
   float* states;  // [segments][H][N][P]: from zero, then (with outputs) the carry-in
   float* decay;   // [segments][H]
@@ -133,12 +122,12 @@ __device__ void LoadTile(const bf16* src, int64_t ld, int rows, int cols, bf16 (
 
 template <bool kOutputs>
 __device__ void LoadChunk(const ScanArgs& a, int h, int64_t t0, int n, Tiles& t) {
-  const int P = a.head_dim, N = a.d_state;
-  LoadTile<kP, kLdX>(a.x + t0 * a.ldx + int64_t{h} * P, a.ldx, n, P, t.x);
-  LoadTile<kN, kLdB>(a.b + t0 * a.ldb, a.ldb, n, N, t.b);
-  if constexpr (kOutputs) LoadTile<kN, kLdB>(a.c + t0 * a.ldc, a.ldc, n, N, t.c);
+  const int P = a.p.head_dim, N = a.p.d_state;
+  LoadTile<kP, kLdX>(a.p.x + t0 * a.p.ldx + int64_t{h} * P, a.p.ldx, n, P, t.x);
+  LoadTile<kN, kLdB>(a.p.b + t0 * a.p.ldb, a.p.ldb, n, N, t.b);
+  if constexpr (kOutputs) LoadTile<kN, kLdB>(a.p.c + t0 * a.p.ldc, a.p.ldc, n, N, t.c);
   for (int j = threadIdx.x; j < kQ; j += kBlockThreads)
-    t.dt[j] = j < n ? a.dt[(t0 + j) * a.lddt + h] : 0.0f;
+    t.dt[j] = j < n ? a.p.dt[(t0 + j) * a.p.lddt + h] : 0.0f;
 }
 
 // Warp 0: cum_i = sum_{k<=i} dt_k a in token order (dt is zero past the
@@ -302,8 +291,8 @@ __device__ void OutputProducts(const Tiles& t, int ptiles, int ntiles, FragC (&y
 // y = the warp's fragments + D x, as bf16, rows below n and channels below P.
 __device__ void StoreOutputs(const ScanArgs& a, int h, int64_t t0, int n, Tiles& t,
                              const FragC (&y)[2]) {
-  const int P = a.head_dim, ptiles = Tiles16(P);
-  const float skip = a.d_skip != nullptr ? a.d_skip[h] : 0.0f;
+  const int P = a.p.head_dim, ptiles = Tiles16(P);
+  const float skip = a.p.d_skip != nullptr ? a.p.d_skip[h] : 0.0f;
   float(*stage)[kLdStage] = t.stage[Warp()];
   const int ib = Warp() % 4, r = Lane() / 2, c0 = 8 * (Lane() % 2), i = kF * ib + r;
   for (int f = 0; f < 2; ++f) {
@@ -316,7 +305,7 @@ __device__ void StoreOutputs(const ScanArgs& a, int h, int64_t t0, int n, Tiles&
 #pragma unroll
       for (int q = 0; q < 8; ++q)
         v[q] = __float2bfloat16_rn(stage[r][c0 + q] + skip * __bfloat162float(t.x[i][p0 + q]));
-      Store8(v, P - p0, a.y + (t0 + i) * a.ldy + int64_t{h} * P + p0);
+      Store8(v, P - p0, a.p.y + (t0 + i) * a.p.ldy + int64_t{h} * P + p0);
     }
     __syncwarp();
   }
@@ -345,7 +334,7 @@ __device__ void UpdateState(const Tiles& t, int ptiles, int ntiles, int ktiles, 
 template <bool kOutputs>
 __device__ float ScanChunk(const ScanArgs& a, int h, int64_t t0, int n, float decay_rate, Tiles& t,
                            FragC (&state)[kStateFrags]) {
-  const int ptiles = Tiles16(a.head_dim), ntiles = Tiles16(a.d_state);
+  const int ptiles = Tiles16(a.p.head_dim), ntiles = Tiles16(a.p.d_state);
   LoadChunk<kOutputs>(a, h, t0, n, t);
   if constexpr (kOutputs) StateToBf16(state, ptiles, ntiles, t);
   __syncthreads();
@@ -374,23 +363,23 @@ template <bool kOutputs>
 __global__ void __launch_bounds__(kBlockThreads, 2) SegmentScanKernel(ScanArgs a) {
   extern __shared__ __align__(128) unsigned char shared_bytes[];
   Tiles& t = *reinterpret_cast<Tiles*>(shared_bytes);
-  const int H = a.heads, h = static_cast<int>(blockIdx.x % H);
+  const int H = a.p.heads, h = static_cast<int>(blockIdx.x % H);
   const int64_t segment = blockIdx.x / H;
-  const int64_t chunks = (a.tokens + kQ - 1) / kQ;
+  const int64_t chunks = (a.p.tokens + kQ - 1) / kQ;
   const int64_t first = segment * a.segment_chunks;
   const int64_t last = min(first + a.segment_chunks, chunks);
-  float* slot = a.states + (segment * H + h) * int64_t{a.d_state} * a.head_dim;
-  const float decay_rate = -expf(a.a_log[h]);
+  float* slot = a.states + (segment * H + h) * int64_t{a.p.d_state} * a.p.head_dim;
+  const float decay_rate = -expf(a.p.a_log[h]);
   FragC state[kStateFrags];
-  LoadState(kOutputs ? slot : nullptr, a.head_dim, a.d_state, t, state);
+  LoadState(kOutputs ? slot : nullptr, a.p.head_dim, a.p.d_state, t, state);
   float log_decay = 0.0f;
   for (int64_t chunk = first; chunk < last; ++chunk) {
     const int64_t t0 = chunk * kQ;
-    const int n = static_cast<int>(min(static_cast<int64_t>(kQ), a.tokens - t0));
+    const int n = static_cast<int>(min(static_cast<int64_t>(kQ), a.p.tokens - t0));
     log_decay += ScanChunk<kOutputs>(a, h, t0, n, decay_rate, t, state);
   }
   if constexpr (!kOutputs) {
-    StoreState(state, a.head_dim, a.d_state, t, slot);
+    StoreState(state, a.p.head_dim, a.p.d_state, t, slot);
     if (threadIdx.x == 0) a.decay[segment * H + h] = log_decay;
   }
 }
@@ -450,25 +439,7 @@ absl::Status SsdScanBf16(cudaStream_t s, SsdWorkspace& ws, const SsdScanBf16Para
   }
   const int64_t per_state = int64_t{p.heads} * p.head_dim * p.d_state;
   LACT_ASSIGN_OR_RETURN(float* scratch, ws.Reserve(s, segments * (per_state + p.heads)));
-  const ScanArgs args{p.tokens,
-                      p.heads,
-                      p.head_dim,
-                      p.d_state,
-                      p.x,
-                      p.ldx,
-                      p.b,
-                      p.ldb,
-                      p.c,
-                      p.ldc,
-                      p.dt,
-                      p.lddt,
-                      p.a_log,
-                      p.d_skip,
-                      p.y,
-                      p.ldy,
-                      per_segment,
-                      scratch,
-                      scratch + segments * per_state};
+  const ScanArgs args{p, per_segment, scratch, scratch + segments * per_state};
   const auto blocks = static_cast<unsigned>(segments * p.heads);
   LACT_RETURN_IF_ERROR(LaunchSegments(s, args, blocks, /*outputs=*/false));
   LACT_RETURN_IF_ERROR(PassSegmentStates(s, p.heads, p.head_dim, p.d_state,
