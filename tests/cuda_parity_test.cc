@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/ssd_scan_bf16.h"
 #include "kernels/reference/reference_model.h"
 #include "tests/gloo_ranks.h"
 #include "tests/golden_case.h"
@@ -215,6 +216,30 @@ TEST_P(CudaParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedInputs) {
   EXPECT_LE(error, 2 * baseline);
 }
 
+// The bf16 tensor-core scan (--scan-math bf16): the same bound, against
+// the float64 reference that also rounds the scan's inputs and outputs
+// where the kernel does.
+TEST_P(CudaParityTest, Bf16ScanWithinTwiceTheErrorOfBf16RoundedScan) {
+  LACT_SKIP_WITHOUT_GPU();
+  const ParityCase& pc = GetParam();
+  if (pc.config.ssm.head_dim > cuda::kSsdBf16MaxHeadDim ||
+      pc.config.ssm.d_state > cuda::kSsdBf16MaxState) {
+    GTEST_SKIP() << "the bf16 scan takes head_dim <= 64 and d_state <= 128";
+  }
+  const ParityJob job = MakeParityJob(pc);
+  const reference::JobOutputs want =
+      reference::RunJob(job.model, pc.config, job.context, job.queries);
+  const reference::JobOutputs rounded = reference::RunJob(
+      job.model, pc.config, job.context, job.queries, {.bf16_operands = true, .bf16_scan = true});
+  absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries,
+                                         cuda::Precision::kBf16, pc.tile, "bf16");
+  ASSERT_TRUE(got.ok()) << got.status();
+  const double baseline = JobError(rounded, want), error = JobError(*got, want);
+  std::printf("bf16 scan %s: error %.3g, bf16-scan reference %.3g, ratio %.2f\n", pc.name.c_str(),
+              error, baseline, error / baseline);
+  EXPECT_LE(error, 2 * baseline);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaParityTest, ::testing::ValuesIn(FixedParityCases()),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(UpdateRules, CudaParityTest,
@@ -251,6 +276,26 @@ TEST(CudaRunner, RefusesBf16NewtonSchulzNamingWhatItRuns) {
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(runner.status().message().find("allowed here: \"float32\""), std::string::npos)
       << runner.status();
+}
+
+TEST(CudaRunner, Bf16ScanNeedsBf16PrecisionAndItsShapes) {
+  ParityCase pc = FixedParityCases()[2];
+  ParityJob job = MakeParityJob(pc);
+  BackendOptions options{.backend = "cuda", .precision = "fp32"};
+  options.scan_math = "bf16";
+  absl::StatusOr<std::unique_ptr<CudaRunner>> runner =
+      CudaRunner::Create(job.model, pc.config, options);
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(runner.status().message().find("needs --precision bf16"), std::string::npos)
+      << runner.status();
+  options.precision = "bf16";
+  pc.config.ssm.d_state = cuda::kSsdBf16MaxState + 1;
+  job = MakeParityJob(pc);
+  runner = CudaRunner::Create(job.model, pc.config, options);
+  ASSERT_FALSE(runner.ok());
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(runner.status().message().find("d_state <= 128"), std::string::npos) << runner.status();
 }
 
 TEST(CudaRunner, RejectsBadTokens) {

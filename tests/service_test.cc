@@ -533,7 +533,7 @@ TEST(WorkerStartup, UnusableBackendIsRefusedWithAMessage) {
       {"--backend cuda --device 999", "no CUDA device 999"},
       {"--backend cuda --precision fp8", "unknown precision 'fp8' (allowed: fp32, bf16)"},
       {"--backend cuda --collective mpi", "unknown collective 'mpi' (allowed: gloo, nccl)"},
-      {"--backend cuda --scan-math fp16", "unknown scan math 'fp16' (allowed: fp32, tf32x3)"},
+      {"--backend cuda --scan-math fp16", "unknown scan math 'fp16' (allowed: fp32, tf32x3, bf16)"},
 #else
       {"--backend cuda", "this build has no CUDA backend"},
 #endif

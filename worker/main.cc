@@ -43,7 +43,7 @@ constexpr char kUsage[] =
     "   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]\n"
     "               [--model-dir DIR] [--threads N] [--tile-tokens N]\n"
     "               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]\n"
-    "               [--scan-math fp32|tf32x3 (the SSD scan's products on the tensor cores)]\n"
+    "               [--scan-math fp32|tf32x3|bf16 (the SSD scan's products on the tensor cores)]\n"
     "               [--collective gloo|nccl] [--data-root DIR]\n"
     "               [--retain-bytes N (results and fused states kept for FetchResult and Query, "
     "default\n"

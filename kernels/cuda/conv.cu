@@ -7,7 +7,7 @@ namespace {
 
 __global__ void ConvKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
                            const float* weight, const float* bias, const float* history, float* out,
-                           int64_t ldo) {
+                           int64_t ldo, __nv_bfloat16* out16) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= tokens * channels) return;
   const int64_t t = i / channels, c = i % channels;
@@ -17,7 +17,11 @@ __global__ void ConvKernel(const float* u, int64_t ldu, int64_t tokens, int64_t 
     const float v = src >= 0 ? u[src * ldu + c] : history[(width - 1 + src) * channels + c];
     acc += weight[c * width + j] * v;
   }
-  out[t * ldo + c] = DeviceSilu(acc);
+  if (out16 != nullptr) {
+    out16[t * ldo + c] = __float2bfloat16_rn(DeviceSilu(acc));
+  } else {
+    out[t * ldo + c] = DeviceSilu(acc);
+  }
 }
 
 // next = last W-1 rows of (history ++ u).
@@ -33,10 +37,12 @@ __global__ void HistoryKernel(const float* u, int64_t ldu, int64_t tokens, int64
 
 absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels,
                       int width, const float* weight, const float* bias, float* history,
-                      float* scratch, float* out, int64_t ldo) {
+                      float* scratch, float* out, int64_t ldo, __nv_bfloat16* out16) {
+  if ((out == nullptr) == (out16 == nullptr))
+    return absl::InvalidArgumentError("ConvSilu: give exactly one of out and out16");
   if (tokens > 0) {
-    ConvKernel<<<Blocks(tokens * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, width,
-                                                              weight, bias, history, out, ldo);
+    ConvKernel<<<Blocks(tokens * channels), kThreads, 0, s>>>(
+        u, ldu, tokens, channels, width, weight, bias, history, out, ldo, out16);
   }
   const int keep = width - 1;
   if (keep > 0) {

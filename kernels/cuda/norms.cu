@@ -47,6 +47,24 @@ __global__ void GatedRmsNormKernel(float* y, int64_t ldy, const float* z, int64_
   }
 }
 
+// GatedRmsNormKernel on bf16 rows in place: the gated values are formed
+// twice (for the sum of squares, then for the output) rather than stored.
+__global__ void GatedRmsNormBf16Kernel(__nv_bfloat16* y, int64_t ldy, const float* z, int64_t ldz,
+                                       int64_t cols, const float* w) {
+  __nv_bfloat16* yr = y + blockIdx.x * ldy;
+  const float* zr = z + blockIdx.x * ldz;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = __bfloat162float(yr[c]) * DeviceSilu(zr[c]);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(BlockSum(ss) / static_cast<float>(cols) + 1e-5f);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = __bfloat162float(yr[c]) * DeviceSilu(zr[c]);
+    yr[c] = __float2bfloat16_rn(v * (inv * w[c]));
+  }
+}
+
 // One block per (row, group).
 __global__ void L2NormKernel(float* x, int64_t ldx, int64_t groups, int64_t group) {
   float* v = x + (blockIdx.x / groups) * ldx + (blockIdx.x % groups) * group;
@@ -111,6 +129,13 @@ absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float
   if (rows == 0) return absl::OkStatus();
   GatedRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w, y16);
   return LaunchStatus("GatedRmsNormRows");
+}
+
+absl::Status GatedRmsNormRowsBf16(cudaStream_t s, __nv_bfloat16* y, int64_t ldy, const float* z,
+                                  int64_t ldz, int64_t rows, int64_t cols, const float* w) {
+  if (rows == 0) return absl::OkStatus();
+  GatedRmsNormBf16Kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w);
+  return LaunchStatus("GatedRmsNormRowsBf16");
 }
 
 absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups,

@@ -29,6 +29,11 @@ absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* 
 absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz,
                               int64_t rows, int64_t cols, const float* w,
                               __nv_bfloat16* y16 = nullptr);
+// GatedRmsNormRows on bf16 rows, in place: y[r] = bf16(rmsnorm(y[r] *
+// silu(z[r]), w)), computed in fp32 (SsdScanBf16's outputs into the bf16
+// operand of out_proj).
+absl::Status GatedRmsNormRowsBf16(cudaStream_t s, __nv_bfloat16* y, int64_t ldy, const float* z,
+                                  int64_t ldz, int64_t rows, int64_t cols, const float* w);
 // Each group of `group` values of a row divided by (its L2 norm + 1e-5).
 absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups,
                           int64_t group);
@@ -44,9 +49,11 @@ absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t 
 // Causal depthwise conv + silu with W-1 history rows (kernels/cpu/conv.h);
 // `history` [W-1, C] is advanced in place (`scratch` holds (W-1)*C floats).
 // ldu and ldo may be negative (rows walked from the last, as SsdScan's).
+// The outputs go to `out` (fp32) or, when `out16` is given instead, to
+// out16 as bf16 (for SsdScanBf16); exactly one of the two is non-null.
 absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels,
                       int width, const float* weight, const float* bias, float* history,
-                      float* scratch, float* out, int64_t ldo);
+                      float* scratch, float* out, int64_t ldo, __nv_bfloat16* out16 = nullptr);
 
 // The selective scan of docs/model.md, BiMamba as its per-token recurrence, one
 // thread per (head, channel); state [H, P, N] in and out.

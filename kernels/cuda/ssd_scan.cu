@@ -591,8 +591,9 @@ absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& a
 absl::StatusOr<SsdMath> ParseSsdMath(const std::string& name) {
   if (name == "fp32") return SsdMath::kFp32;
   if (name == "tf32x3") return SsdMath::kTf32x3;
+  if (name == "bf16") return SsdMath::kBf16;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown scan math '", name, "' (allowed: fp32, tf32x3)"));
+      absl::StrCat("unknown scan math '", name, "' (allowed: fp32, tf32x3, bf16)"));
 }
 
 absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, const SsdScanParams& p, float* state,

@@ -31,9 +31,13 @@ namespace lact::cuda {
 // kernel the H200 run measured), or on the tensor cores as 3xTF32 (each
 // operand split into a tf32 head and the tf32 of its remainder, three
 // products, fp32 accumulation: about fp32's accuracy; sm_80 and later).
-enum class SsdMath { kFp32, kTf32x3 };
+// kBf16 is another kernel, SsdScanBf16 (ssd_scan_bf16.h): bf16 inputs and
+// outputs, bf16 products, for the bf16 precision only; SsdScan itself
+// takes it as kFp32.
+enum class SsdMath { kFp32, kTf32x3, kBf16 };
 
-// "fp32" or "tf32x3"; INVALID_ARGUMENT naming the allowed values otherwise.
+// "fp32", "tf32x3" or "bf16"; INVALID_ARGUMENT naming the allowed values
+// otherwise.
 absl::StatusOr<SsdMath> ParseSsdMath(const std::string& name);
 
 // Scratch for SsdScan, grown on demand (cudaMalloc only when it must grow),

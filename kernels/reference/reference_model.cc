@@ -48,6 +48,11 @@ double Bf16(double v) { return RoundToBFloat16(static_cast<float>(v)); }
 // bf16 (ties to even), as the bf16 GPU mode feeds its GEMMs.
 double Operand(double v) { return bf16_operands ? Bf16(v) : v; }
 
+// Set by RunJob for ReferenceOptions::bf16_scan: the scan's inputs and
+// outputs rounded to bf16.
+thread_local bool bf16_scan = false;
+double ScanValue(double v) { return bf16_scan ? Bf16(v) : v; }
+
 // x @ W^T with W[out, in] given as floats.
 Mat Linear(const Mat& x, const float* w, int64_t out) {
   Mat y(x.rows, out);
@@ -129,7 +134,7 @@ Mat Mixer(const Mat& h, const MambaDirWeights& w, const ModelConfig& c, MixerSta
     for (int64_t ch = 0; ch < C; ++ch) {
       double s = w.conv_b[ch];
       for (int64_t j = 0; j < W; ++j) s += w.conv_w[ch * W + j] * u.at(t + j, ch);
-      xbc.at(t, ch) = Silu(s);
+      xbc.at(t, ch) = ScanValue(Silu(s));
     }
   for (int64_t r = 0; r < W - 1; ++r)
     for (int64_t ch = 0; ch < C; ++ch) st->conv.at(r, ch) = u.at(L + r, ch);
@@ -148,7 +153,7 @@ Mat Mixer(const Mat& h, const MambaDirWeights& w, const ModelConfig& c, MixerSta
           sv = decay * sv + d * xv * xbc.at(t, di + n);
           out += sv * xbc.at(t, di + N + n);
         }
-        y.at(t, head * P + p) = out + w.d_skip[head] * xv;
+        y.at(t, head * P + p) = ScanValue(out + w.d_skip[head] * xv);
       }
     }
   }
@@ -364,9 +369,12 @@ Mat RunSequence(const Model& model, const ModelConfig& c, const Tensor& tokens, 
 JobOutputs RunJob(const Model& model, const ModelConfig& c, const Tensor& context,
                   const std::vector<Tensor>& queries, ReferenceOptions options) {
   struct OperandPrecision {
-    explicit OperandPrecision(bool bf16) { bf16_operands = bf16; }
-    ~OperandPrecision() { bf16_operands = false; }
-  } precision(options.bf16_operands);
+    OperandPrecision(bool operands, bool scan) {
+      bf16_operands = operands;
+      bf16_scan = scan;
+    }
+    ~OperandPrecision() { bf16_operands = bf16_scan = false; }
+  } precision(options.bf16_operands, options.bf16_scan);
   std::vector<LayerRefState> states;
   for (int i = 0; i < c.n_layers; ++i) states.push_back(InitialLayerState(model.layer(i), c));
   JobOutputs out;

@@ -25,6 +25,10 @@ struct ReferenceOptions {
   // LaCT products; not Newton-Schulz) to bf16, as the GPU's bf16 mode does:
   // the baseline that mode's error is measured against.
   bool bf16_operands = false;
+  // Also round the scan's inputs x, B, C (the conv's outputs) and its
+  // outputs y (before the gate) to bf16, as the GPU's bf16 scan
+  // (--scan-math bf16) reads and writes them.
+  bool bf16_scan = false;
 };
 
 // Runs a job: `config` is the model's config with the job's overrides

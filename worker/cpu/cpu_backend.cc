@@ -47,9 +47,10 @@ absl::Status ValidateCpuBackend(const BackendOptions& options) {
         absl::StrCat("unknown precision '", options.precision, "' (allowed: fp32, bf16)"));
   }
   if (options.scan_math != "fp32") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--scan-math '", options.scan_math,
-        "': the CPU backend's SSD scan is fp32 (allowed: fp32; ", "tf32x3 is for --backend cuda)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--scan-math '", options.scan_math,
+                     "': the CPU backend's SSD scan is fp32 (allowed: fp32; ",
+                     "tf32x3 and bf16 are for --backend cuda)"));
   }
   if (options.collective != "gloo") {
     return absl::InvalidArgumentError(absl::StrCat("--collective '", options.collective,

@@ -3,22 +3,25 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/ssd_scan_bf16.h"
 
 namespace lact {
 
 absl::Status CudaMixerOps::Allocate(int64_t tile, cuda::SsdMath scan_math) {
   ssd_ = cuda::SsdWorkspace(0, scan_math);
+  bf16_scan_ = scan_math == cuda::SsdMath::kBf16;
   const int64_t T = tile, di = c_.d_inner(), C = c_.conv_channels(), hs = c_.ssm_heads();
   const int64_t history = int64_t{c_.ssm.conv_width - 1} * C;
+  const int64_t fp32_tile = bf16_scan_ ? 0 : T;
   LACT_RETURN_IF_ERROR(AllocateFloats({{&proj_, T * c_.in_proj_rows()},
-                                       {&xbc_, T * C},
+                                       {&xbc_, fp32_tile * C},
                                        {&dt_, T * hs},
-                                       {&y_, T * di},
+                                       {&y_, fp32_tile * di},
                                        {&ssm_, hs * c_.ssm.head_dim * c_.ssm.d_state},
                                        {&conv_, history},
                                        {&conv_scratch_, history},
                                        {&log_decay_, hs}}));
-  return AllocateBf16(ctx_.precision(), {{&y16_, T * di}});
+  return AllocateBf16(ctx_.precision(), {{&y16_, T * di}, {&xbc16_, (T - fp32_tile) * C}});
 }
 
 absl::Status CudaMixerOps::LoadScanState(const MambaState& s) {
@@ -45,7 +48,7 @@ absl::Status CudaMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t fi
                                 bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
   const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
-  const int hs = c_.ssm_heads(), N = c_.ssm.d_state;
+  const int hs = c_.ssm_heads();
   // The state-only pass needs no gate z: project the conv and dt rows only.
   const int64_t skip = outputs ? 0 : di;
   LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows_.NormedRows(first), D, n, D,
@@ -53,6 +56,15 @@ absl::Status CudaMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t fi
                                     proj_.get() + skip, R));
   LACT_RETURN_IF_ERROR(cuda::SoftplusBias(stream(), proj_.get() + di + C, R, n, hs,
                                           weights_(m.dt_bias), 0.0f, dt_.get(), hs));
+  return bf16_scan_ ? ScanBf16(w, dir, first, n, outputs, summarize)
+                    : ScanFp32(w, dir, first, n, outputs, summarize);
+}
+
+absl::Status CudaMixerOps::ScanFp32(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                                    bool outputs, bool summarize) {
+  const MambaDirWeights& m = w.mamba[dir];
+  const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
+  const int hs = c_.ssm_heads(), N = c_.ssm.d_state;
   // Row i of the scan order: row i (forward) or n - 1 - i (backward).
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
   LACT_RETURN_IF_ERROR(cuda::ConvSilu(
@@ -81,6 +93,41 @@ absl::Status CudaMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t fi
   LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di,
                                               weights_(m.norm), Bf16(y16_)));
   return cuda::Linear(ctx_, {y_.get(), Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
+                      rows_.acc.get() + first * D, D, 1.0f);
+}
+
+absl::Status CudaMixerOps::ScanBf16(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                                    bool outputs, bool summarize) {
+  const MambaDirWeights& m = w.mamba[dir];
+  const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
+  const int hs = c_.ssm_heads(), N = c_.ssm.d_state;
+  const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
+  __nv_bfloat16* const xbc = Bf16(xbc16_) + last * C;
+  LACT_RETURN_IF_ERROR(cuda::ConvSilu(stream(), proj_.get() + last * R + di, step * R, n, C,
+                                      c_.ssm.conv_width, weights_(m.conv_w), weights_(m.conv_b),
+                                      conv_.get(), conv_scratch_.get(), nullptr, step * C, xbc));
+  const cuda::SsdScanBf16Params scan{.tokens = n,
+                                     .heads = hs,
+                                     .head_dim = c_.ssm.head_dim,
+                                     .d_state = N,
+                                     .x = xbc,
+                                     .ldx = step * C,
+                                     .b = xbc + di,
+                                     .ldb = step * C,
+                                     .c = xbc + di + N,
+                                     .ldc = step * C,
+                                     .dt = dt_.get() + last * hs,
+                                     .lddt = step * hs,
+                                     .a_log = weights_(m.a_log),
+                                     .d_skip = weights_(m.d_skip),
+                                     .y = outputs ? Bf16(y16_) + last * di : nullptr,
+                                     .ldy = step * di};
+  LACT_RETURN_IF_ERROR(
+      cuda::SsdScanBf16(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
+  if (!outputs) return absl::OkStatus();
+  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRowsBf16(stream(), Bf16(y16_), di, proj_.get(), R, n, di,
+                                                  weights_(m.norm)));
+  return cuda::Linear(ctx_, {nullptr, Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
                       rows_.acc.get() + first * D, D, 1.0f);
 }
 

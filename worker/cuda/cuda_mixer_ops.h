@@ -5,7 +5,10 @@
 // by index: its rows are projected in sequence order, and the conv and the
 // scan walk them from the last (negated row strides), writing their
 // outputs back in sequence order, so no reversed copy is made and out_proj
-// adds straight into acc. Its scratch holds tile() tokens.
+// adds straight into acc. Its scratch holds tile() tokens. With
+// SsdMath::kBf16 (bf16 precision) the conv writes x, B and C as bf16,
+// SsdScanBf16 writes y as bf16 and the gated norm rounds it in place for
+// out_proj: no fp32 copy of either is made.
 #ifndef LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
 #define LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
 
@@ -33,8 +36,17 @@ class CudaMixerOps : private CudaPart {
                     bool summarize);
 
  private:
-  cuda::DeviceBuffer proj_, xbc_, dt_, y_;                    // tiles
-  cuda::DeviceBuffer y16_;                                    // the gated norm's bf16 output
+  // The conv, the scan, the gated norm and out_proj of a tile whose
+  // projections are in proj_ and dt_, through the fp32 scan or the bf16 one.
+  absl::Status ScanFp32(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                        bool outputs, bool summarize);
+  absl::Status ScanBf16(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                        bool outputs, bool summarize);
+
+  bool bf16_scan_ = false;
+  cuda::DeviceBuffer proj_, xbc_, dt_, y_;  // tiles (xbc_ and y_ fp32 scan only)
+  cuda::DeviceBuffer xbc16_;                // the bf16 scan's x, B and C
+  cuda::DeviceBuffer y16_;                  // the gated norm's bf16 output (and the bf16 scan's y)
   cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;  // the scan state
   cuda::SsdWorkspace ssd_;
 };

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/ssd_scan_bf16.h"
 #include "worker/cuda/cuda_ops.h"
 
 namespace lact {
@@ -43,6 +44,17 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
   }
   LACT_ASSIGN_OR_RETURN(cuda::Precision precision, cuda::ParsePrecision(options.precision));
   LACT_ASSIGN_OR_RETURN(const cuda::SsdMath scan_math, cuda::ParseSsdMath(options.scan_math));
+  if (scan_math == cuda::SsdMath::kBf16 && precision != cuda::Precision::kBf16) {
+    return absl::InvalidArgumentError(
+        "--scan-math bf16 needs --precision bf16 (the scan reads and writes bf16)");
+  }
+  if (scan_math == cuda::SsdMath::kBf16 && (config.ssm.head_dim > cuda::kSsdBf16MaxHeadDim ||
+                                            config.ssm.d_state > cuda::kSsdBf16MaxState)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--scan-math bf16 takes ssm.head_dim <= ", cuda::kSsdBf16MaxHeadDim,
+        " and ssm.d_state <= ", cuda::kSsdBf16MaxState, "; the model has ", config.ssm.head_dim,
+        " and ", config.ssm.d_state, " (--scan-math fp32 or tf32x3 take any)"));
+  }
   const int64_t tile = options.tile_tokens > 0 ? options.tile_tokens : 65536;
   auto runner = std::unique_ptr<CudaRunner>(new CudaRunner(model, config, tile, std::move(hooks)));
   runner->scan_math_ = scan_math;
