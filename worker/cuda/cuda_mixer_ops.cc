@@ -7,6 +7,37 @@
 
 namespace lact {
 
+namespace {
+
+// The scan of a tile's n conv outputs `xbc` (its first row in scan order,
+// `step` rows apart: x, B and C column slices of rows of C values), dt and
+// y likewise; SsdScanParams or SsdScanBf16Params, whose fields are named
+// alike.
+template <class Params, class T>
+Params ScanOf(const ModelConfig& c, const MambaDirWeights& m, const DeviceWeights& weights,
+              int64_t n, int64_t step, const T* xbc, const float* dt, T* y) {
+  const int64_t di = c.d_inner(), C = c.conv_channels();
+  const int hs = c.ssm_heads(), N = c.ssm.d_state;
+  return Params{.tokens = n,
+                .heads = hs,
+                .head_dim = c.ssm.head_dim,
+                .d_state = N,
+                .x = xbc,
+                .ldx = step * C,
+                .b = xbc + di,
+                .ldb = step * C,
+                .c = xbc + di + N,
+                .ldc = step * C,
+                .dt = dt,
+                .lddt = step * hs,
+                .a_log = weights(m.a_log),
+                .d_skip = weights(m.d_skip),
+                .y = y,
+                .ldy = step * di};
+}
+
+}  // namespace
+
 absl::Status CudaMixerOps::Allocate(int64_t tile, cuda::SsdMath scan_math) {
   ssd_ = cuda::SsdWorkspace(0, scan_math);
   bf16_scan_ = scan_math == cuda::SsdMath::kBf16;
@@ -64,29 +95,16 @@ absl::Status CudaMixerOps::ScanFp32(const LayerWeights& w, Direction dir, int64_
                                     bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
   const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
-  const int hs = c_.ssm_heads(), N = c_.ssm.d_state;
+  const int hs = c_.ssm_heads();
   // Row i of the scan order: row i (forward) or n - 1 - i (backward).
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
   LACT_RETURN_IF_ERROR(cuda::ConvSilu(
       stream(), proj_.get() + last * R + di, step * R, n, C, c_.ssm.conv_width, weights_(m.conv_w),
       weights_(m.conv_b), conv_.get(), conv_scratch_.get(), xbc_.get() + last * C, step * C));
   const float* xbc = xbc_.get() + last * C;
-  const cuda::SsdScanParams scan{.tokens = n,
-                                 .heads = hs,
-                                 .head_dim = c_.ssm.head_dim,
-                                 .d_state = N,
-                                 .x = xbc,
-                                 .ldx = step * C,
-                                 .b = xbc + di,
-                                 .ldb = step * C,
-                                 .c = xbc + di + N,
-                                 .ldc = step * C,
-                                 .dt = dt_.get() + last * hs,
-                                 .lddt = step * hs,
-                                 .a_log = weights_(m.a_log),
-                                 .d_skip = weights_(m.d_skip),
-                                 .y = outputs ? y_.get() + last * di : nullptr,
-                                 .ldy = step * di};
+  const auto scan =
+      ScanOf<cuda::SsdScanParams>(c_, m, weights_, n, step, xbc, dt_.get() + last * hs,
+                                  outputs ? y_.get() + last * di : nullptr);
   LACT_RETURN_IF_ERROR(
       cuda::SsdScan(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
@@ -100,28 +118,15 @@ absl::Status CudaMixerOps::ScanBf16(const LayerWeights& w, Direction dir, int64_
                                     bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
   const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
-  const int hs = c_.ssm_heads(), N = c_.ssm.d_state;
+  const int hs = c_.ssm_heads();
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
   __nv_bfloat16* const xbc = Bf16(xbc16_) + last * C;
   LACT_RETURN_IF_ERROR(cuda::ConvSilu(stream(), proj_.get() + last * R + di, step * R, n, C,
                                       c_.ssm.conv_width, weights_(m.conv_w), weights_(m.conv_b),
                                       conv_.get(), conv_scratch_.get(), nullptr, step * C, xbc));
-  const cuda::SsdScanBf16Params scan{.tokens = n,
-                                     .heads = hs,
-                                     .head_dim = c_.ssm.head_dim,
-                                     .d_state = N,
-                                     .x = xbc,
-                                     .ldx = step * C,
-                                     .b = xbc + di,
-                                     .ldb = step * C,
-                                     .c = xbc + di + N,
-                                     .ldc = step * C,
-                                     .dt = dt_.get() + last * hs,
-                                     .lddt = step * hs,
-                                     .a_log = weights_(m.a_log),
-                                     .d_skip = weights_(m.d_skip),
-                                     .y = outputs ? Bf16(y16_) + last * di : nullptr,
-                                     .ldy = step * di};
+  const auto scan =
+      ScanOf<cuda::SsdScanBf16Params>(c_, m, weights_, n, step, xbc, dt_.get() + last * hs,
+                                      outputs ? Bf16(y16_) + last * di : nullptr);
   LACT_RETURN_IF_ERROR(
       cuda::SsdScanBf16(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
