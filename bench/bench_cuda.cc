@@ -9,7 +9,8 @@
 // recurrence, which takes seconds: one run). Then the whole model
 // (cuda_model_bench.h): preset:base on a `--tokens` context (default
 // 1,048,576) on one rank in bf16, its model FLOP/s against the bf16 GEMM
-// rate measured above, and on two ranks sharing the GPU, the share of the
+// rate measured above and its kernel and GEMM launches per 65,536-token tile
+// (kernels/cuda/traffic.h), and on two ranks sharing the GPU, the share of the
 // gradient all-reduce hidden behind the BiMamba kernels. Prints a JSON line
 // per part as it is measured and writes them all as one object to --json;
 // exits 1 when no CUDA device is visible. --quick leaves out the scan's
@@ -38,6 +39,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/ssd_scan.h"
 #include "kernels/cuda/ssd_scan_bf16.h"
+#include "kernels/cuda/traffic.h"
 #include "nlohmann/json.hpp"
 
 namespace lact::bench {
@@ -354,8 +356,13 @@ absl::StatusOr<nlohmann::json> RunMicro(bool quick) {
 
 absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_gemm_tflops,
                                         const std::string& scan_math) {
+  cuda::ResetTraffic();
   LACT_ASSIGN_OR_RETURN(ModelBenchResult r,
                         RunModelBench("base", tokens, cuda::Precision::kBf16, ranks, scan_math));
+  // Every rank runs its shard twice (a warm-up, then timed), in 65,536-token tiles.
+  int64_t launches = 0;
+  for (const auto& [family, f] : cuda::TrafficByFamily()) launches += f.launches;
+  const double tiles = ranks * std::ceil(static_cast<double>(tokens) / ranks / 65536);
   const double tflops = r.model_flops / r.seconds * 1e-12;
   nlohmann::json j{{"model", "preset:base"},
                    {"tokens", tokens},
@@ -365,7 +372,8 @@ absl::StatusOr<nlohmann::json> RunModel(int64_t tokens, int ranks, double bf16_g
                    {"seconds", r.seconds},
                    {"tokens_per_s", tokens / r.seconds},
                    {"model_tflops", tflops},
-                   {"of_bf16_gemm", tflops / bf16_gemm_tflops}};
+                   {"of_bf16_gemm", tflops / bf16_gemm_tflops},
+                   {"launches_per_tile", launches / (2 * tiles)}};
   if (ranks > 1) {
     j["allreduce_seconds"] = r.allreduce_seconds;
     j["allreduce_hidden"] = r.hidden_fraction();

@@ -1,6 +1,7 @@
 // Causal depthwise conv + silu over a segment, with W-1 history rows.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {
 namespace {
@@ -43,11 +44,15 @@ absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t token
   if (tokens > 0) {
     ConvKernel<<<Blocks(tokens * channels), kThreads, 0, s>>>(
         u, ldu, tokens, channels, width, weight, bias, history, out, ldo, out16);
+    // The rows, the width weights, the bias and the width - 1 history rows.
+    NoteLaunch("ConvSilu", 4 * (tokens + 2 * width) * channels,
+               (out16 != nullptr ? 2 : 4) * tokens * channels);
   }
   const int keep = width - 1;
   if (keep > 0) {
     HistoryKernel<<<Blocks(keep * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, keep,
                                                                history, scratch);
+    NoteLaunch("ConvSilu history", 4 * keep * channels, 4 * keep * channels);
     const cudaError_t copied = cudaMemcpyAsync(history, scratch, keep * channels * sizeof(float),
                                                cudaMemcpyDeviceToDevice, s);
     if (copied != cudaSuccess)

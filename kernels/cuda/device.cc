@@ -4,6 +4,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {
 
@@ -161,6 +162,21 @@ absl::StatusOr<const __nv_bfloat16*> ToBf16(const CudaContext& ctx, int slot, co
   return out;
 }
 
+// Bytes of an operand's values (a batch of one matrix, stride 0, counts once).
+int64_t ValueBytes(int64_t rows, int64_t cols, int64_t stride, int64_t batch, int64_t size) {
+  return rows * cols * (stride == 0 ? 1 : batch) * size;
+}
+
+// Notes a GEMM of `size`-byte operands with traffic.h.
+void NoteGemm(const char* family, int64_t m, int64_t n, int64_t k, int64_t stride_a,
+              int64_t stride_b, float beta, int64_t batch, int64_t size) {
+  const int64_t c = m * n * batch * 4;
+  NoteLaunch(family,
+             ValueBytes(m, k, stride_a, batch, size) + ValueBytes(k, n, stride_b, batch, size) +
+                 (beta != 0.0f ? c : 0),
+             c);
+}
+
 absl::Status CheckDims(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc,
                        int64_t batch) {
   constexpr int64_t kMax = 2147483647;
@@ -198,6 +214,7 @@ absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans
           ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b.f32, ildb, stride_b, a.f32, ilda,
           stride_a, &beta, c, ildc, stride_c, ibatch));
     }
+    NoteGemm("GEMM fp32", m, n, k, stride_a, stride_b, beta, batch, 4);
     return absl::OkStatus();
   }
   const Operand opa{a, trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch};
@@ -214,6 +231,7 @@ absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans
         CUDA_R_16BF, ilda, stride_a, &beta, c, CUDA_R_32F, ildc, stride_c, ibatch,
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
+  NoteGemm("GEMM bf16", m, n, k, stride_a, stride_b, beta, batch, 2);
   return absl::OkStatus();
 }
 

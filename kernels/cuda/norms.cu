@@ -1,6 +1,8 @@
-// Row normalisations: rmsnorm, gated rmsnorm, grouped L2 norm, weight norm.
+// Row normalisations: rmsnorm, gated rmsnorm, silu with grouped L2 norm,
+// weight norm.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {
 namespace {
@@ -65,16 +67,37 @@ __global__ void GatedRmsNormBf16Kernel(__nv_bfloat16* y, int64_t ldy, const floa
   }
 }
 
-// One block per (row, group).
-__global__ void L2NormKernel(float* x, int64_t ldx, int64_t groups, int64_t group) {
-  float* v = x + (blockIdx.x / groups) * ldx + (blockIdx.x % groups) * group;
+// Block (r, g) of a grid (rows, groups + 1): silu of group g of row r, L2
+// normed; block (r, groups) the silu of the columns after the groups.
+__global__ void SiluL2NormKernel(float* x, int64_t ldx, int64_t cols, int64_t groups, int64_t group,
+                                 __nv_bfloat16* x16) {
+  const int64_t first = blockIdx.y * group, row = blockIdx.x * ldx;
+  float* v = x + row + first;
+  __nv_bfloat16* v16 = x16 != nullptr ? x16 + row + first : nullptr;
+  if (blockIdx.y == groups) {
+    for (int64_t i = threadIdx.x; i < cols - first; i += blockDim.x) {
+      const float s = DeviceSilu(v[i]);
+      v[i] = s;
+      if (v16 != nullptr) v16[i] = __float2bfloat16_rn(s);
+    }
+    return;
+  }
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += v[i] * v[i];
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+    const float s = DeviceSilu(v[i]);
+    v[i] = s;
+    ss += s * s;
+  }
   const float inv = 1.0f / (sqrtf(BlockSum(ss)) + 1e-5f);
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) v[i] *= inv;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+    const float s = v[i] * inv;
+    v[i] = s;
+    if (v16 != nullptr) v16[i] = __float2bfloat16_rn(s);
+  }
 }
 
-__global__ void WeightNormKernel(float* w, const float* dw, const float* w_init, int64_t cols) {
+__global__ void WeightNormKernel(float* w, const float* dw, const float* w_init, int64_t cols,
+                                 __nv_bfloat16* w16) {
   float* wr = w + blockIdx.x * cols;
   const float* dr = dw + blockIdx.x * cols;
   const float* ir = w_init + blockIdx.x * cols;
@@ -87,7 +110,11 @@ __global__ void WeightNormKernel(float* w, const float* dw, const float* w_init,
   }
   const float n = sqrtf(BlockSum(ss)), n0 = sqrtf(BlockSum(ss0));
   const float scale = n0 / (n + 1e-5f);
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) wr[c] *= scale;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = wr[c] * scale;
+    wr[c] = v;
+    if (w16 != nullptr) w16[blockIdx.x * cols + c] = __float2bfloat16_rn(v);
+  }
 }
 
 __global__ void NormalizeMatrixKernel(float* x, int64_t size) {
@@ -103,6 +130,7 @@ __global__ void NormalizeMatrixKernel(float* x, int64_t size) {
 absl::Status NormalizeMatrices(cudaStream_t s, float* x, int64_t batch, int64_t size) {
   if (batch == 0) return absl::OkStatus();
   NormalizeMatrixKernel<<<static_cast<unsigned>(batch), kThreads, 0, s>>>(x, size);
+  NoteLaunch("NormalizeMatrices", 4 * batch * size, 4 * batch * size);
   return LaunchStatus("NormalizeMatrices");
 }
 
@@ -112,6 +140,7 @@ absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t ro
   // x is only read without `add`.
   RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(const_cast<float*>(x), ldx,
                                                                  nullptr, 0, cols, w, y, ldy, y16);
+  NoteLaunch("RmsNormRows", 4 * (rows * cols + cols), (y16 != nullptr ? 6 : 4) * rows * cols);
   return LaunchStatus("RmsNormRows");
 }
 
@@ -121,6 +150,8 @@ absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* 
   if (rows == 0) return absl::OkStatus();
   RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, ldx, add, ldadd, cols, w, y,
                                                                  ldy, y16);
+  NoteLaunch("AddRmsNormRows", 4 * (2 * rows * cols + cols),
+             (y16 != nullptr ? 10 : 8) * rows * cols);
   return LaunchStatus("AddRmsNormRows");
 }
 
@@ -128,6 +159,8 @@ absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float
                               int64_t rows, int64_t cols, const float* w, __nv_bfloat16* y16) {
   if (rows == 0) return absl::OkStatus();
   GatedRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w, y16);
+  NoteLaunch("GatedRmsNormRows", 4 * (2 * rows * cols + cols),
+             (y16 != nullptr ? 6 : 4) * rows * cols);
   return LaunchStatus("GatedRmsNormRows");
 }
 
@@ -135,20 +168,29 @@ absl::Status GatedRmsNormRowsBf16(cudaStream_t s, __nv_bfloat16* y, int64_t ldy,
                                   int64_t ldz, int64_t rows, int64_t cols, const float* w) {
   if (rows == 0) return absl::OkStatus();
   GatedRmsNormBf16Kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(y, ldy, z, ldz, cols, w);
+  NoteLaunch("GatedRmsNormRowsBf16", 6 * rows * cols + 4 * cols, 2 * rows * cols);
   return LaunchStatus("GatedRmsNormRowsBf16");
 }
 
-absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups,
-                          int64_t group) {
+absl::Status SiluL2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols,
+                              int64_t groups, int64_t group, __nv_bfloat16* x16) {
+  if (groups < 0 || group < 1 || groups * group > cols || groups >= 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SiluL2NormGroups: need 0 <= groups < 65535, group >= 1 and groups * group ",
+                     "<= cols; got ", groups, " groups of ", group, " in ", cols, " columns"));
+  }
   if (rows == 0) return absl::OkStatus();
-  L2NormKernel<<<static_cast<unsigned>(rows * groups), 128, 0, s>>>(x, ldx, groups, group);
-  return LaunchStatus("L2NormGroups");
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(groups + 1));
+  SiluL2NormKernel<<<grid, 128, 0, s>>>(x, ldx, cols, groups, group, x16);
+  NoteLaunch("SiluL2NormGroups", 4 * rows * cols, (x16 != nullptr ? 6 : 4) * rows * cols);
+  return LaunchStatus("SiluL2NormGroups");
 }
 
 absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init,
-                              int64_t rows, int64_t cols) {
+                              int64_t rows, int64_t cols, __nv_bfloat16* w16) {
   if (rows == 0) return absl::OkStatus();
-  WeightNormKernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(w, dw, w_init, cols);
+  WeightNormKernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(w, dw, w_init, cols, w16);
+  NoteLaunch("WeightNormUpdate", 12 * rows * cols, (w16 != nullptr ? 6 : 4) * rows * cols);
   return LaunchStatus("WeightNormUpdate");
 }
 

@@ -34,12 +34,17 @@ absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float
 // operand of out_proj).
 absl::Status GatedRmsNormRowsBf16(cudaStream_t s, __nv_bfloat16* y, int64_t ldy, const float* z,
                                   int64_t ldz, int64_t rows, int64_t cols, const float* w);
-// Each group of `group` values of a row divided by (its L2 norm + 1e-5).
-absl::Status L2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t groups,
-                          int64_t group);
-absl::Status SiluRows(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols);
-// a[i] = silu(a[i]) * b[i] for i < n (contiguous); and a16[i] = bf16(a[i])
-// when a16 is not null.
+// In place on `rows` rows of `cols` values: every value v <- silu(v), then
+// each of the first `groups` groups of `group` values of a row divided by
+// (its L2 norm + 1e-5) (kernels/cpu's SiluRows then L2NormGroups, in one
+// pass); and x16[r] = bf16(x[r]) when x16 is not null (row stride ldx too).
+// INVALID_ARGUMENT unless 0 <= groups < 65535, group >= 1 and
+// groups * group <= cols.
+absl::Status SiluL2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols,
+                              int64_t groups, int64_t group, __nv_bfloat16* x16 = nullptr);
+// a[i] = silu(a[i]) * b[i] for i < n (contiguous); when a16 is not null
+// the result goes only to a16, rounded to bf16 (for the GEMM that reads
+// it), and a is left as it was.
 absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n,
                      __nv_bfloat16* a16 = nullptr);
 // out[t, j] = softplus(in[t, j] + bias[j] + shift), in and out [rows, cols] with strides.
@@ -66,14 +71,16 @@ absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_
 // LaCT gradient factors in place for `heads` heads (kernels/cpu/lact_ops.cc):
 // g <- lr0 * dG, u <- lr1 * Hd, dh <- lr2 * dU, where g, u, dh are
 // [heads, tokens, hidden] and head h's three rates are columns 3h..3h+2 of
-// lr (row stride ldlr). When `rounded` is not null it gets the three
-// results' bf16 roundings, g | u | dh, for the GEMMs that read them.
+// lr (row stride ldlr). When `rounded` is not null the three results go
+// only there, rounded to bf16, g | u | dh, for the GEMMs that read them,
+// and g, u and dh are left as they were.
 absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads,
                              int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr,
                              __nv_bfloat16* rounded = nullptr);
-// w += dw, then each row rescaled to the norm of the same row of w_init.
+// w += dw, then each row rescaled to the norm of the same row of w_init;
+// and w16 = bf16(w) when w16 is not null ([rows, cols] like w).
 absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init,
-                              int64_t rows, int64_t cols);
+                              int64_t rows, int64_t cols, __nv_bfloat16* w16 = nullptr);
 
 // Each of `batch` contiguous [rows, cols] matrices divided by (its Frobenius
 // norm + 1e-7).

@@ -3,6 +3,7 @@
 // and simple; the chunked SSD kernel replaces it for speed.
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {
 namespace {
@@ -41,6 +42,9 @@ absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_
   if (lanes == 0) return absl::OkStatus();
   ScanKernel<<<Blocks(lanes), kThreads, 0, s>>>(tokens, heads, head_dim, d_state, x, ldx, b, ldb, c,
                                                 ldc, dt, lddt, a_log, d_skip, y, ldy, state);
+  const int64_t per_state = lanes * d_state;
+  NoteLaunch("ScanRecurrence", 4 * (tokens * (lanes + 2 * d_state + heads) + per_state),
+             4 * (tokens * lanes + per_state));
   return LaunchStatus("ScanRecurrence");
 }
 

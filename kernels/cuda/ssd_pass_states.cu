@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ssd_pass_states.h"
+#include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {
 namespace {
@@ -78,6 +79,9 @@ absl::Status PassSegmentStates(cudaStream_t s, int heads, int head_dim, int d_st
   const dim3 grid(Blocks(int64_t{head_dim} * d_state), heads);
   PassStatesKernel<<<grid, kThreads, 0, s>>>(heads, head_dim, d_state, g, write_carry, state,
                                              log_decay);
+  const int64_t per_state = int64_t{heads} * head_dim * d_state;
+  NoteLaunch("PassSegmentStates", 4 * (g.segments * (per_state + heads) + per_state),
+             4 * ((write_carry ? g.segments * per_state : 0) + per_state));
   return LaunchStatus("SsdScan pass states");
 }
 

@@ -36,6 +36,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ssd_pass_states.h"
 #include "kernels/cuda/ssd_scan.h"
+#include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {
 namespace {
@@ -521,6 +522,13 @@ absl::Status LaunchChunkStates(cudaStream_t s, const ScanArgs& args, const Windo
                                                    TilesOf(args.head_dim)));
   auto* const kernel = args.tensor_cores ? ChunkStateKernel<true> : ChunkStateKernel<false>;
   kernel<<<blocks, kGemmThreads, 0, s>>>(args, w);
+  // x, B and dt of the window's tokens (and C for the Gram matrices) in;
+  // the segment states and decays (and the Gram matrices) out.
+  const int64_t tokens = w.end - w.start, gram = w.gram != nullptr ? 1 : 0;
+  const int64_t per_state = int64_t{args.heads} * args.head_dim * args.d_state;
+  NoteLaunch("SsdScan chunk states",
+             4 * tokens * (int64_t{args.heads} * (args.head_dim + 1) + (1 + gram) * args.d_state),
+             4 * (w.segments * (per_state + args.heads) + gram * chunks * kChunk * kChunk));
   return LaunchStatus("SsdScan chunk states");
 }
 
@@ -581,6 +589,11 @@ absl::Status ScanWithOutputs(cudaStream_t s, SsdWorkspace& ws, const ScanArgs& a
     LACT_ASSIGN_OR_RETURN(const unsigned out_blocks, GridSize(count * args.heads * ptiles));
     auto* const kernel = args.tensor_cores ? ChunkOutputKernel<true> : ChunkOutputKernel<false>;
     kernel<<<out_blocks, kGemmThreads, 0, s>>>(args, w);
+    const int64_t n = w.end - w.start, width = int64_t{args.heads} * args.head_dim;
+    NoteLaunch("SsdScan chunk outputs",
+               4 * (n * (width + args.d_state + args.heads) +
+                    count * (per_state + args.heads + kChunk * kChunk)),
+               4 * n * width);
     LACT_RETURN_IF_ERROR(LaunchStatus("SsdScan chunk outputs"));
   }
   return absl::OkStatus();

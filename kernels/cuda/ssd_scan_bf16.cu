@@ -25,6 +25,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ssd_pass_states.h"
 #include "kernels/cuda/ssd_scan_bf16.h"
+#include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {
 namespace {
@@ -414,6 +415,15 @@ absl::Status LaunchSegments(cudaStream_t s, const ScanArgs& args, unsigned block
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  kTilesBytes));
   kernel<<<blocks, kBlockThreads, kTilesBytes, s>>>(args);
+  // bf16 x and B (and C, y) and fp32 dt of every token; fp32 segment states
+  // out, or carry-in states in.
+  const SsdScanBf16Params& p = args.p;
+  const int64_t width = int64_t{p.heads} * p.head_dim;
+  const int64_t states = int64_t{blocks} * (p.head_dim * p.d_state + 1);
+  NoteLaunch(outputs ? "SsdScanBf16 outputs" : "SsdScanBf16 segment states",
+             p.tokens * (2 * width + 2 * (outputs ? 2 : 1) * p.d_state + 4 * p.heads) +
+                 (outputs ? 4 * states : 0),
+             outputs ? 2 * p.tokens * width : 4 * states);
   return LaunchStatus(outputs ? "SsdScanBf16 outputs" : "SsdScanBf16 segment states");
 }
 

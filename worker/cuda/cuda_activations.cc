@@ -1,19 +1,11 @@
 #include "worker/cuda/cuda_activations.h"
 
 #include "common/status_macros.h"
-#include "kernels/cuda/ops.h"
 
 namespace lact {
 
 __nv_bfloat16* CudaActivations::NormedBf16(int64_t first) const {
   return h16.get() == nullptr ? nullptr : Bf16(h16) + first * width;
-}
-
-absl::StatusOr<const __nv_bfloat16*> RoundOnce(cudaStream_t s, const float* x, int64_t n,
-                                               const cuda::DeviceBuffer& into) {
-  if (into.get() == nullptr) return nullptr;
-  LACT_RETURN_IF_ERROR(cuda::RoundToBf16(s, x, n, Bf16(into)));
-  return Bf16(into);
 }
 
 absl::Status AllocateFloats(std::initializer_list<std::pair<cuda::DeviceBuffer*, int64_t>> plan) {

@@ -55,11 +55,6 @@ inline __nv_bfloat16* Bf16(const cuda::DeviceBuffer& b) {
   return reinterpret_cast<__nv_bfloat16*>(b.get());
 }
 
-// In bf16 precision (`into` allocated), `x`'s `n` values rounded into
-// `into` once, for the several GEMMs that read them; null in fp32.
-absl::StatusOr<const __nv_bfloat16*> RoundOnce(cudaStream_t s, const float* x, int64_t n,
-                                               const cuda::DeviceBuffer& into);
-
 // Allocates each buffer of `plan` with its count of floats.
 absl::Status AllocateFloats(std::initializer_list<std::pair<cuda::DeviceBuffer*, int64_t>> plan);
 // In bf16 precision, each buffer of `plan` with room for its count of bf16

@@ -40,7 +40,13 @@ absl::Status CudaLactOps::Allocate(int64_t tile) {
                                          {&q16_, T * D},
                                          {&g16_, ht * T * hidden},
                                          {&o16_, T * D},
-                                         {&factors16_, 3 * ht * T * hidden}});
+                                         {&factors16_, 3 * ht * T * hidden},
+                                         {&fast16_, 3 * fast}});
+}
+
+cuda::GemmInput CudaLactOps::FastWeight(int m) const {
+  const int64_t offset = m * ShapeOf(c_).size();
+  return {fast_.get() + offset, fast16_.get() != nullptr ? Bf16(fast16_) + offset : nullptr};
 }
 
 absl::Status CudaLactOps::Load(const LayerWeights& w, const LayerState* retained) {
@@ -56,6 +62,9 @@ absl::Status CudaLactOps::Load(const LayerWeights& w, const LayerState* retained
     const Tensor* from[3] = {&retained->w0, &retained->w1, &retained->w2};
     LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, from[m]->ptr(), size * sizeof(float),
                                               cudaMemcpyHostToDevice, stream()));
+  }
+  if (fast16_.get() != nullptr) {
+    LACT_RETURN_IF_ERROR(cuda::RoundToBf16(stream(), fast_.get(), 3 * size, Bf16(fast16_)));
   }
   return ctx_.Synchronize();
 }
@@ -77,7 +86,7 @@ absl::Status CudaLactOps::Accumulate(const LayerWeights& w, int64_t first, int64
   const FastShape f = ShapeOf(c_);
   const int64_t D = c_.d_model, ht = f.heads, dh = f.dh, hidden = f.hidden, mat = f.mat();
   const int64_t per_head = n * hidden;
-  const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
+  const cuda::GemmInput w0 = FastWeight(0), w1 = FastWeight(1), w2 = FastWeight(2);
   float *d0 = grads_.get(), *d1 = d0 + f.size(), *d2 = d1 + f.size();
   const float shift = static_cast<float>(c_.ttt.base_lr + std::log(-std::expm1(-c_.ttt.base_lr)));
   const cuda::GemmInput rows = rows_.NormedRows(first);
@@ -87,10 +96,10 @@ absl::Status CudaLactOps::Accumulate(const LayerWeights& w, int64_t first, int64
   const cuda::CudaContext& ctx = ctx_;
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.qkv).Offset(D * D), 2 * D, kv, 2 * D));
-  LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), kv, 2 * D, n, 2 * D));
-  LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), kv, 2 * D, n, ht, dh));
-  // K and V are read by six GEMMs: rounded once for all of them.
-  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* kv16, RoundOnce(stream(), kv, n * 2 * D, kv16_));
+  // K and V are read by six GEMMs: rounded once for all of them, in the
+  // pass that makes them.
+  __nv_bfloat16* const kv16 = Bf16(kv16_);
+  LACT_RETURN_IF_ERROR(cuda::SiluL2NormGroups(stream(), kv, 2 * D, n, 2 * D, ht, dh, kv16));
   const cuda::GemmInput k_in{k, kv16}, v_in{v, kv16 != nullptr ? kv16 + D : nullptr};
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.lr_w), 3 * ht, lr, 3 * ht));
@@ -146,9 +155,9 @@ absl::Status CudaLactOps::Update(const LayerWeights& w) {
       LACT_RETURN_IF_ERROR(
           cuda::NewtonSchulz(ctx_, dw, f.heads, f.rows(m), f.cols(m), c_.ttt.muon_steps, &muon_));
     }
-    LACT_RETURN_IF_ERROR(cuda::WeightNormUpdate(stream(), fast_.get() + m * f.size(), dw,
-                                                weights_(initial[m]), f.heads * f.rows(m),
-                                                f.cols(m)));
+    LACT_RETURN_IF_ERROR(cuda::WeightNormUpdate(
+        stream(), fast_.get() + m * f.size(), dw, weights_(initial[m]), f.heads * f.rows(m),
+        f.cols(m), fast16_.get() != nullptr ? Bf16(fast16_) + m * f.size() : nullptr));
   }
   return absl::OkStatus();
 }
@@ -157,14 +166,13 @@ absl::Status CudaLactOps::Apply(const LayerWeights& w, int64_t first, int64_t n)
   const FastShape f = ShapeOf(c_);
   const int64_t D = c_.d_model, ht = f.heads, dh = f.dh, hidden = f.hidden, mat = f.mat();
   const int64_t per_head = n * hidden;
-  const float *w0 = fast_.get(), *w1 = w0 + f.size(), *w2 = w1 + f.size();
+  const cuda::GemmInput w0 = FastWeight(0), w1 = FastWeight(1), w2 = FastWeight(2);
   float *q = q_.get(), *o = o_.get(), *g = g_.get(), *u = u_.get();
   const cuda::CudaContext& ctx = ctx_;
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows_.NormedRows(first), D, n, D, weights_.Matrix(w.qkv), D, q, D));
-  LACT_RETURN_IF_ERROR(cuda::SiluRows(stream(), q, D, n, D));
-  LACT_RETURN_IF_ERROR(cuda::L2NormGroups(stream(), q, D, n, ht, dh));
-  LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* q16, RoundOnce(stream(), q, n * D, q16_));
+  __nv_bfloat16* const q16 = Bf16(q16_);
+  LACT_RETURN_IF_ERROR(cuda::SiluL2NormGroups(stream(), q, D, n, D, ht, dh, q16));
   const cuda::GemmInput q_in{q, q16};
   // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.
   LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q_in, D, dh,

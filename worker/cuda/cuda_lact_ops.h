@@ -43,13 +43,20 @@ class CudaLactOps : private CudaPart {
   absl::Status Apply(const LayerWeights& w, int64_t first, int64_t n);
 
  private:
+  // Fast weight m (w0, w1, w2) as a GEMM input, with its bf16 rounding in
+  // bf16 precision.
+  cuda::GemmInput FastWeight(int m) const;
+
   DeviceAllReduce* grads_allreduce_;
   cuda::DeviceBuffer kv_, lr_, q_, o_, g_, u_, hidden_grad_;  // tiles
   // bf16 roundings of GEMM inputs (bf16 precision only): K|V, Q, the
   // gradient factors, the applied fast weights' gate and their normed output.
   cuda::DeviceBuffer kv16_, q16_, factors16_, g16_, o16_;
   cuda::DeviceBuffer fast_, grads_;  // w0 | w1 | w2 and their gradients
-  cuda::DeviceBuffer muon_;          // Newton-Schulz scratch
+  // The fast weights rounded to bf16 (bf16 precision only), remade by each
+  // load and update, for the GEMMs that read them.
+  cuda::DeviceBuffer fast16_;
+  cuda::DeviceBuffer muon_;  // Newton-Schulz scratch
 };
 
 }  // namespace lact

@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "emu_counts.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
@@ -376,7 +378,8 @@ void Launch(bool direct, const char* name, dim3 grid, dim3 block, size_t shared_
     const char* e = std::getenv("EMU_BLOCK_ORDER");
     return e != nullptr && std::atoi(e) == 1;
   }();
-  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  CountKernel();
+  const uint64_t blocks = DryRun() ? 0 : uint64_t{grid.x} * grid.y * grid.z;
   for (uint64_t k = 0; k < blocks; ++k) {
     const uint64_t i = reversed ? blocks - 1 - k : k;
     blockIdx = uint3{static_cast<unsigned>(i % grid.x), static_cast<unsigned>(i / grid.x % grid.y),

@@ -1,6 +1,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,8 @@
 #include <map>
 #include <mutex>
 #include <vector>
+
+#include "emu_counts.h"
 
 namespace {
 std::mutex mu;
@@ -24,11 +27,26 @@ std::map<const void*, size_t>& SharedLimits() {
   return m;
 }
 thread_local int current_device = -1;
+std::atomic<int64_t> kernels{0}, gemms{0}, device_copies{0}, memsets{0};
+std::atomic<bool> dry_run{false};
 void Die(const char* what) {
   std::fprintf(stderr, "FAKE CUDA VIOLATION: %s\n", what);
   std::abort();
 }
 }  // namespace
+
+namespace emu {
+WorkCounts Counts() { return {kernels.load(), gemms.load(), device_copies.load(), memsets.load()}; }
+void ResetCounts() {
+  kernels = 0;
+  gemms = 0;
+  device_copies = 0;
+  memsets = 0;
+}
+void SetDryRun(bool dry) { dry_run = dry; }
+bool DryRun() { return dry_run.load(); }
+void CountKernel() { ++kernels; }
+}  // namespace emu
 
 bool FakeIsDevice(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> l(mu);
@@ -100,6 +118,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
       break;
     case cudaMemcpyDeviceToDevice:
       if (!dd || !sd) Die("D2D with wrong pointers");
+      ++device_copies;
       break;
     default:
       Die("memcpy kind");
@@ -110,6 +129,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaMemsetAsync(void* dst, int v, size_t bytes, cudaStream_t) {
   CheckCurrent();
   CheckDev(dst, bytes, "memset");
+  ++memsets;
   std::memset(dst, v, bytes);
   return cudaSuccess;
 }
@@ -214,6 +234,7 @@ cublasStatus_t GemmImpl(cublasOperation_t ta, cublasOperation_t tb, int m, int n
                  ldb, ldc);
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  ++gemms;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   for (int b = 0; b < batch; ++b) {
     const TA* Ab = A + b * sa;
@@ -224,6 +245,7 @@ cublasStatus_t GemmImpl(cublasOperation_t ta, cublasOperation_t tb, int m, int n
       CheckDev(Bb, ((size_t)(bcols - 1) * ldb + brows) * sizeof(TB), "gemm B");
     }
     CheckDev(Cb, ((size_t)(n - 1) * ldc + m) * sizeof(float), "gemm C");
+    if (emu::DryRun()) continue;
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
         // FAKE_GEMM_ACC: unset/0 = float64 accumulation; 1 = fp32, ascending k; 2 = fp32,
