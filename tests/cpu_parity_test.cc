@@ -135,8 +135,8 @@ TEST(SharedBf16Weights, RoundsGemmWeightsOncePerModel) {
 // otherwise; ExpectBf16Parity checks whichever is on.
 void ExpectBf16Parity(const ParityCase& pc) {
   const ParityJob job = MakeParityJob(pc);
-  const ReferenceRuns references = RunReferences(job, pc.config);
-  const reference::JobOutputs &want = references.exact, &rounded = references.bf16_operands;
+  const ReferenceRuns references = RunReferences(job, pc.config, {.bf16_operands = true});
+  const reference::JobOutputs &want = references.exact, &rounded = references.bf16;
   absl::StatusOr<Outputs> got = RunOnCpu(job, pc, "bf16");
   ASSERT_TRUE(got.ok()) << got.status();
   const double baseline = JobError(rounded, want), error = JobError(*got, want);

@@ -5,9 +5,10 @@
 //    of this process, gradient all-reduce staged through the host), and the
 //    CPU parity suite's whole shape sweep against the float64 reference,
 //    every tensor within 1e-4;
-//  - bf16 (bf16 GEMM operands, fp32 accumulation and state): the error
-//    against the float64 reference within 2x the error of the reference
-//    itself evaluated with every GEMM input rounded to bf16.
+//  - bf16 (bf16 GEMM operands, fp32 accumulation and state, the
+//    intermediate products bf16): the error against the float64 reference
+//    within 2x the error of the reference itself evaluated with every GEMM
+//    input and those products rounded to bf16.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -198,15 +199,17 @@ double JobError(const Outputs& got, const reference::JobOutputs& want) {
   return worst;
 }
 
-// bf16 mode (bf16 GEMM inputs, fp32 accumulation and state): its error
-// against the exact float64 reference is at most twice that of the float64
-// reference itself evaluated with every GEMM input rounded to bf16.
+// bf16 mode (bf16 GEMM inputs, fp32 accumulation and state, bf16
+// intermediate products): its error against the exact float64 reference is
+// at most twice that of the float64 reference itself evaluated with every
+// GEMM input and those products rounded to bf16.
 TEST_P(CudaParityTest, Bf16WithinTwiceTheErrorOfBf16RoundedInputs) {
   LACT_SKIP_WITHOUT_GPU();
   const ParityCase& pc = GetParam();
   const ParityJob job = MakeParityJob(pc);
-  const ReferenceRuns references = RunReferences(job, pc.config);
-  const reference::JobOutputs &want = references.exact, &rounded = references.bf16_operands;
+  const ReferenceRuns references =
+      RunReferences(job, pc.config, {.bf16_operands = true, .bf16_activations = true});
+  const reference::JobOutputs &want = references.exact, &rounded = references.bf16;
   absl::StatusOr<Outputs> got =
       RunOnGpu(job.model, pc.config, job.context, job.queries, cuda::Precision::kBf16, pc.tile);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -229,8 +232,9 @@ TEST_P(CudaParityTest, Bf16ScanWithinTwiceTheErrorOfBf16RoundedScan) {
   const ParityJob job = MakeParityJob(pc);
   const reference::JobOutputs want =
       reference::RunJob(job.model, pc.config, job.context, job.queries);
-  const reference::JobOutputs rounded = reference::RunJob(
-      job.model, pc.config, job.context, job.queries, {.bf16_operands = true, .bf16_scan = true});
+  const reference::JobOutputs rounded =
+      reference::RunJob(job.model, pc.config, job.context, job.queries,
+                        {.bf16_operands = true, .bf16_activations = true, .bf16_scan = true});
   absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries,
                                          cuda::Precision::kBf16, pc.tile, "bf16");
   ASSERT_TRUE(got.ok()) << got.status();

@@ -143,9 +143,10 @@ ParityJob MakeParityJob(const ParityCase& pc) {
   return job;
 }
 
-ReferenceRuns RunReferences(const ParityJob& job, const ModelConfig& config) {
+ReferenceRuns RunReferences(const ParityJob& job, const ModelConfig& config,
+                            reference::ReferenceOptions bf16) {
   return {reference::RunJob(job.model, config, job.context, job.queries),
-          reference::RunJob(job.model, config, job.context, job.queries, {.bf16_operands = true})};
+          reference::RunJob(job.model, config, job.context, job.queries, bf16)};
 }
 
 }  // namespace lact::testing

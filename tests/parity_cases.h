@@ -43,13 +43,14 @@ struct ParityJob {
 };
 ParityJob MakeParityJob(const ParityCase& pc);
 
-// The float64 reference's outputs for a job: exact, and with every GEMM
-// operand rounded to bf16 (the bf16 modes' baseline).
+// The float64 reference's outputs for a job: exact, and rounded as a
+// backend's bf16 mode rounds (`bf16`: the bf16 mode's baseline).
 struct ReferenceRuns {
   reference::JobOutputs exact;
-  reference::JobOutputs bf16_operands;
+  reference::JobOutputs bf16;
 };
-ReferenceRuns RunReferences(const ParityJob& job, const ModelConfig& config);
+ReferenceRuns RunReferences(const ParityJob& job, const ModelConfig& config,
+                            reference::ReferenceOptions bf16);
 
 // The largest relative error over a job's tensors (output, query outputs,
 // state); `Got` has `output`, `queries` and a name -> tensor map `state`,

@@ -2,56 +2,99 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/traffic.h"
+#include "kernels/cuda/vector_access.h"
 
 namespace lact::cuda {
 namespace {
 
-__global__ void ConvKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels, int width,
-                           const float* weight, const float* bias, const float* history, float* out,
-                           int64_t ldo, __nv_bfloat16* out16) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= tokens * channels) return;
-  const int64_t t = i / channels, c = i % channels;
-  float acc = bias[c];
-  for (int j = 0; j < width; ++j) {
-    const int64_t src = t - (width - 1) + j;
-    const float v = src >= 0 ? u[src * ldu + c] : history[(width - 1 + src) * channels + c];
-    acc += weight[c * width + j] * v;
-  }
-  if (out16 != nullptr) {
-    out16[t * ldo + c] = __float2bfloat16_rn(DeviceSilu(acc));
-  } else {
-    out[t * ldo + c] = DeviceSilu(acc);
+// One block per token row t, eight channels a thread (vector_access.h).
+template <class TU, class TO>
+__global__ void ConvKernel(const TU* u, int64_t ldu, int64_t channels, int width,
+                           const float* weight, const float* bias, const float* history, TO* out,
+                           int64_t ldo) {
+  const int64_t t = blockIdx.x;
+  for (int64_t c = 8 * threadIdx.x; c < channels; c += 8 * blockDim.x) {
+    const int n = Count8(c, channels);
+    float acc[8], v[8];
+    Load8(bias + c, n, acc);
+    for (int j = 0; j < width; ++j) {
+      const int64_t src = t - (width - 1) + j;
+      if (src >= 0) {
+        Load8(u + src * ldu + c, n, v);
+      } else {
+        Load8(history + (width - 1 + src) * channels + c, n, v);
+      }
+      for (int k = 0; k < 8; ++k) {
+        if (k < n) acc[k] += weight[(c + k) * width + j] * v[k];
+      }
+    }
+    for (int k = 0; k < 8; ++k) acc[k] = DeviceSilu(acc[k]);
+    Store8(out + t * ldo + c, n, acc);
   }
 }
 
-// next = last W-1 rows of (history ++ u).
-__global__ void HistoryKernel(const float* u, int64_t ldu, int64_t tokens, int64_t channels,
-                              int keep, const float* history, float* next) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= keep * channels) return;
-  const int64_t r = i / channels, c = i % channels, src = tokens + r;
-  next[i] = src < keep ? history[src * channels + c] : u[(src - keep) * ldu + c];
+// next = last W-1 rows of (history ++ u), one block per row.
+template <class TU>
+__global__ void HistoryKernel(const TU* u, int64_t ldu, int64_t tokens, int64_t channels, int keep,
+                              const float* history, float* next) {
+  const int64_t r = blockIdx.x, src = tokens + r;
+  for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
+    next[r * channels + c] =
+        src < keep ? history[src * channels + c] : Load(u[(src - keep) * ldu + c]);
+  }
+}
+
+template <class TU, class TO>
+void LaunchConv(cudaStream_t s, const TU* u, int64_t ldu, int64_t tokens, int64_t channels,
+                int width, const float* weight, const float* bias, const float* history, TO* out,
+                int64_t ldo) {
+  auto* const kernel = ConvKernel<TU, TO>;
+  kernel<<<static_cast<unsigned>(tokens), RowThreads(channels), 0, s>>>(
+      u, ldu, channels, width, weight, bias, history, out, ldo);
+}
+
+template <class TU>
+void LaunchConv(cudaStream_t s, const TU* u, int64_t ldu, int64_t tokens, int64_t channels,
+                int width, const float* weight, const float* bias, const float* history, Values out,
+                int64_t ldo) {
+  if (out.is_bf16()) {
+    LaunchConv(s, u, ldu, tokens, channels, width, weight, bias, history, out.bf16, ldo);
+  } else {
+    LaunchConv(s, u, ldu, tokens, channels, width, weight, bias, history, out.f32, ldo);
+  }
+}
+
+template <class TU>
+void LaunchHistory(cudaStream_t s, const TU* u, int64_t ldu, int64_t tokens, int64_t channels,
+                   int keep, const float* history, float* next) {
+  auto* const kernel = HistoryKernel<TU>;
+  kernel<<<static_cast<unsigned>(keep), kThreads, 0, s>>>(u, ldu, tokens, channels, keep, history,
+                                                          next);
 }
 
 }  // namespace
 
-absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels,
+absl::Status ConvSilu(cudaStream_t s, ConstValues u, int64_t ldu, int64_t tokens, int64_t channels,
                       int width, const float* weight, const float* bias, float* history,
-                      float* scratch, float* out, int64_t ldo, __nv_bfloat16* out16) {
-  if ((out == nullptr) == (out16 == nullptr))
-    return absl::InvalidArgumentError("ConvSilu: give exactly one of out and out16");
+                      float* scratch, Values out, int64_t ldo) {
+  if (tokens > kMaxRowBlocks) return TooManyRows("ConvSilu", tokens);
   if (tokens > 0) {
-    ConvKernel<<<Blocks(tokens * channels), kThreads, 0, s>>>(
-        u, ldu, tokens, channels, width, weight, bias, history, out, ldo, out16);
+    if (u.is_bf16()) {
+      LaunchConv(s, u.bf16, ldu, tokens, channels, width, weight, bias, history, out, ldo);
+    } else {
+      LaunchConv(s, u.f32, ldu, tokens, channels, width, weight, bias, history, out, ldo);
+    }
     // The rows, the width weights, the bias and the width - 1 history rows.
-    NoteLaunch("ConvSilu", 4 * (tokens + 2 * width) * channels,
-               (out16 != nullptr ? 2 : 4) * tokens * channels);
+    NoteLaunch("ConvSilu", u.element_bytes() * tokens * channels + 4 * 2 * width * channels,
+               out.element_bytes() * tokens * channels);
   }
   const int keep = width - 1;
   if (keep > 0) {
-    HistoryKernel<<<Blocks(keep * channels), kThreads, 0, s>>>(u, ldu, tokens, channels, keep,
-                                                               history, scratch);
+    if (u.is_bf16()) {
+      LaunchHistory(s, u.bf16, ldu, tokens, channels, keep, history, scratch);
+    } else {
+      LaunchHistory(s, u.f32, ldu, tokens, channels, keep, history, scratch);
+    }
     NoteLaunch("ConvSilu history", 4 * keep * channels, 4 * keep * channels);
     const cudaError_t copied = cudaMemcpyAsync(history, scratch, keep * channels * sizeof(float),
                                                cudaMemcpyDeviceToDevice, s);

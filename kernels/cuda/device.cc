@@ -167,10 +167,11 @@ int64_t ValueBytes(int64_t rows, int64_t cols, int64_t stride, int64_t batch, in
   return rows * cols * (stride == 0 ? 1 : batch) * size;
 }
 
-// Notes a GEMM of `size`-byte operands with traffic.h.
+// Notes a GEMM of `size`-byte operands and a `c_size`-byte output with
+// traffic.h.
 void NoteGemm(const char* family, int64_t m, int64_t n, int64_t k, int64_t stride_a,
-              int64_t stride_b, float beta, int64_t batch, int64_t size) {
-  const int64_t c = m * n * batch * 4;
+              int64_t stride_b, float beta, int64_t batch, int64_t size, int64_t c_size) {
+  const int64_t c = m * n * batch * c_size;
   NoteLaunch(family,
              ValueBytes(m, k, stride_a, batch, size) + ValueBytes(k, n, stride_b, batch, size) +
                  (beta != 0.0f ? c : 0),
@@ -195,55 +196,62 @@ absl::Status CheckDims(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb
 absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m,
                                 int64_t n, int64_t k, float alpha, GemmInput a, int64_t lda,
                                 int64_t stride_a, GemmInput b, int64_t ldb, int64_t stride_b,
-                                float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                                float beta, Values c, int64_t ldc, int64_t stride_c, int64_t batch,
                                 bool fp32) {
   if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
   LACT_RETURN_IF_ERROR(CheckDims(m, n, k, lda, ldb, ldc, batch));
+  const bool true_fp32 = fp32 || ctx.precision() == Precision::kFp32 || k == 0;
+  if (true_fp32 && (c.f32 == nullptr || (k > 0 && (a.f32 == nullptr || b.f32 == nullptr)))) {
+    return absl::InvalidArgumentError(
+        "a float32 GEMM needs float32 inputs and output; bf16 ones are for bf16 precision");
+  }
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                           op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int im = static_cast<int>(m), in = static_cast<int>(n), ik = static_cast<int>(k);
   const int ilda = static_cast<int>(lda), ildb = static_cast<int>(ldb),
             ildc = static_cast<int>(ldc);
   const int ibatch = static_cast<int>(batch);
-  if (fp32 || ctx.precision() == Precision::kFp32 || k == 0) {
+  if (true_fp32) {
     if (batch == 1) {
       LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemm(ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b.f32,
-                                              ildb, a.f32, ilda, &beta, c, ildc));
+                                              ildb, a.f32, ilda, &beta, c.f32, ildc));
     } else {
       LACT_CUBLAS_RETURN_IF_ERROR(cublasSgemmStridedBatched(
           ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b.f32, ildb, stride_b, a.f32, ilda,
-          stride_a, &beta, c, ildc, stride_c, ibatch));
+          stride_a, &beta, c.f32, ildc, stride_c, ibatch));
     }
-    NoteGemm("GEMM fp32", m, n, k, stride_a, stride_b, beta, batch, 4);
+    NoteGemm("GEMM fp32", m, n, k, stride_a, stride_b, beta, batch, 4, 4);
     return absl::OkStatus();
   }
   const Operand opa{a, trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch};
   const Operand opb{b, trans_b ? n : k, trans_b ? k : n, ldb, stride_b, batch};
   LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* a16, ToBf16(ctx, 0, opa));
   LACT_ASSIGN_OR_RETURN(const __nv_bfloat16* b16, ToBf16(ctx, 1, opb));
+  void* const c_ptr = c.is_bf16() ? static_cast<void*>(c.bf16) : static_cast<void*>(c.f32);
+  const cudaDataType c_type = c.is_bf16() ? CUDA_R_16BF : CUDA_R_32F;
   if (batch == 1) {
     LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
         ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb, a16, CUDA_R_16BF,
-        ilda, &beta, c, CUDA_R_32F, ildc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        ilda, &beta, c_ptr, c_type, ildc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
     LACT_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
         ctx.cublas(), op_b, op_a, in, im, ik, &alpha, b16, CUDA_R_16BF, ildb, stride_b, a16,
-        CUDA_R_16BF, ilda, stride_a, &beta, c, CUDA_R_32F, ildc, stride_c, ibatch,
+        CUDA_R_16BF, ilda, stride_a, &beta, c_ptr, c_type, ildc, stride_c, ibatch,
         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
-  NoteGemm("GEMM bf16", m, n, k, stride_a, stride_b, beta, batch, 2);
+  NoteGemm("GEMM bf16", m, n, k, stride_a, stride_b, beta, batch, 2, c.element_bytes());
   return absl::OkStatus();
 }
 
 absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, float alpha, GemmInput a, int64_t lda, GemmInput b, int64_t ldb,
-                  float beta, float* c, int64_t ldc, bool fp32) {
+                  float beta, Values c, int64_t ldc, bool fp32) {
   return GemmStridedBatched(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c,
                             ldc, 0, 1, fp32);
 }
 
 absl::Status Linear(const CudaContext& ctx, GemmInput x, int64_t ldx, int64_t rows, int64_t in,
-                    GemmInput w, int64_t out, float* y, int64_t ldy, float beta) {
+                    GemmInput w, int64_t out, Values y, int64_t ldy, float beta) {
   return Gemm(ctx, false, true, rows, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);
 }
 

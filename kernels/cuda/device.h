@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/values.h"
 
 namespace lact::cuda {
 
@@ -105,6 +106,8 @@ class CudaContext {
 struct GemmInput {
   GemmInput(const float* values) : f32(values) {}  // NOLINT(runtime/explicit)
   GemmInput(const float* values, const __nv_bfloat16* rounded) : f32(values), bf16(rounded) {}
+  // A tile's intermediate, float32 or bf16 (values.h).
+  GemmInput(const Values& values) : f32(values.f32), bf16(values.bf16) {}  // NOLINT
   // The same input from `floats` values further on.
   GemmInput Offset(int64_t floats) const {
     return {f32 + floats, bf16 != nullptr ? bf16 + floats : nullptr};
@@ -115,22 +118,25 @@ struct GemmInput {
 
 // Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C on the context's
 // stream, in the context's precision unless `fp32` forces true fp32 (the
-// Newton-Schulz iteration, which bf16 operands would destabilise).
+// Newton-Schulz iteration, which bf16 operands would destabilise). C is
+// float32, or bf16 (accumulated in float32, rounded once as it is written)
+// for a bf16 GEMM; a true-fp32 GEMM needs float32 inputs and output
+// (INVALID_ARGUMENT otherwise).
 absl::Status Gemm(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, float alpha, GemmInput a, int64_t lda, GemmInput b, int64_t ldb,
-                  float beta, float* c, int64_t ldc, bool fp32 = false);
+                  float beta, Values c, int64_t ldc, bool fp32 = false);
 
 // The same for `batch` independent problems whose matrices are `stride_*`
 // floats apart.
 absl::Status GemmStridedBatched(const CudaContext& ctx, bool trans_a, bool trans_b, int64_t m,
                                 int64_t n, int64_t k, float alpha, GemmInput a, int64_t lda,
                                 int64_t stride_a, GemmInput b, int64_t ldb, int64_t stride_b,
-                                float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                                float beta, Values c, int64_t ldc, int64_t stride_c, int64_t batch,
                                 bool fp32 = false);
 
 // y[rows, out] = x[rows, in] @ w[out, in]^T + beta * y.
 absl::Status Linear(const CudaContext& ctx, GemmInput x, int64_t ldx, int64_t rows, int64_t in,
-                    GemmInput w, int64_t out, float* y, int64_t ldy, float beta = 0.0f);
+                    GemmInput w, int64_t out, Values y, int64_t ldy, float beta = 0.0f);
 
 }  // namespace lact::cuda
 

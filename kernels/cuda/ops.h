@@ -11,54 +11,54 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/values.h"
 
 namespace lact::cuda {
 
+// Arrays typed Values or ConstValues (values.h) are float32 or bf16: a
+// tile's intermediates, bf16 in bf16 precision. The kernels compute in
+// float32 whichever they read and write; where a function takes several,
+// they must share their element type (INVALID_ARGUMENT otherwise).
+
 // y[r] = x[r] / sqrt(mean(x[r]^2) + 1e-5) * w (y may alias x), and, when
-// y16 is not null, y16[r] = bf16(y[r]) (row stride ldy too): the rounding
-// a bf16 GEMM reading y needs, made in the same pass.
-absl::Status RmsNormRows(cudaStream_t s, const float* x, int64_t ldx, int64_t rows, int64_t cols,
-                         const float* w, float* y, int64_t ldy, __nv_bfloat16* y16 = nullptr);
+// y16 is not null (float32 rows only), y16[r] = bf16(y[r]) (row stride ldy
+// too): the rounding a bf16 GEMM reading y needs, made in the same pass.
+// y may be empty where y16 is given (only the rounding wanted).
+absl::Status RmsNormRows(cudaStream_t s, ConstValues x, int64_t ldx, int64_t rows, int64_t cols,
+                         const float* w, Values y, int64_t ldy, __nv_bfloat16* y16 = nullptr);
 // The residual add fused into the next norm: x[r] += add[r], then
-// RmsNormRows of the new x (y must not alias x or add).
+// RmsNormRows of the new x (y must not alias x or add; y may be null where
+// y16 is given).
 absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* add, int64_t ldadd,
                             int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy,
                             __nv_bfloat16* y16 = nullptr);
-// y[r] = rmsnorm(y[r] * silu(z[r]), w), in place; and y16[r] = bf16(y[r])
-// when y16 is not null (row stride ldy too).
-absl::Status GatedRmsNormRows(cudaStream_t s, float* y, int64_t ldy, const float* z, int64_t ldz,
+// y[r] = rmsnorm(y[r] * silu(z[r]), w), in place; or, when y16 is given
+// (float32 y only), into y16 alone, rounded to bf16 (row stride ldy too),
+// y left as it was. y and z may differ in element type.
+absl::Status GatedRmsNormRows(cudaStream_t s, Values y, int64_t ldy, ConstValues z, int64_t ldz,
                               int64_t rows, int64_t cols, const float* w,
                               __nv_bfloat16* y16 = nullptr);
-// GatedRmsNormRows on bf16 rows, in place: y[r] = bf16(rmsnorm(y[r] *
-// silu(z[r]), w)), computed in fp32 (SsdScanBf16's outputs into the bf16
-// operand of out_proj).
-absl::Status GatedRmsNormRowsBf16(cudaStream_t s, __nv_bfloat16* y, int64_t ldy, const float* z,
-                                  int64_t ldz, int64_t rows, int64_t cols, const float* w);
 // In place on `rows` rows of `cols` values: every value v <- silu(v), then
 // each of the first `groups` groups of `group` values of a row divided by
 // (its L2 norm + 1e-5) (kernels/cpu's SiluRows then L2NormGroups, in one
-// pass); and x16[r] = bf16(x[r]) when x16 is not null (row stride ldx too).
-// INVALID_ARGUMENT unless 0 <= groups < 65535, group >= 1 and
+// pass). INVALID_ARGUMENT unless 0 <= groups < 65535, group >= 1 and
 // groups * group <= cols.
-absl::Status SiluL2NormGroups(cudaStream_t s, float* x, int64_t ldx, int64_t rows, int64_t cols,
-                              int64_t groups, int64_t group, __nv_bfloat16* x16 = nullptr);
-// a[i] = silu(a[i]) * b[i] for i < n (contiguous); when a16 is not null
-// the result goes only to a16, rounded to bf16 (for the GEMM that reads
-// it), and a is left as it was.
-absl::Status SiluMul(cudaStream_t s, float* a, const float* b, int64_t n,
-                     __nv_bfloat16* a16 = nullptr);
-// out[t, j] = softplus(in[t, j] + bias[j] + shift), in and out [rows, cols] with strides.
-absl::Status SoftplusBias(cudaStream_t s, const float* in, int64_t ldi, int64_t rows, int64_t cols,
+absl::Status SiluL2NormGroups(cudaStream_t s, Values x, int64_t ldx, int64_t rows, int64_t cols,
+                              int64_t groups, int64_t group);
+// a[i] = silu(a[i]) * b[i] for i < n (contiguous).
+absl::Status SiluMul(cudaStream_t s, Values a, ConstValues b, int64_t n);
+// out[t, j] = softplus(in[t, j] + bias[j] + shift), in and out [rows, cols]
+// with strides (out float32).
+absl::Status SoftplusBias(cudaStream_t s, ConstValues in, int64_t ldi, int64_t rows, int64_t cols,
                           const float* bias, float shift, float* out, int64_t ldo);
 
 // Causal depthwise conv + silu with W-1 history rows (kernels/cpu/conv.h);
 // `history` [W-1, C] is advanced in place (`scratch` holds (W-1)*C floats).
 // ldu and ldo may be negative (rows walked from the last, as SsdScan's).
-// The outputs go to `out` (fp32) or, when `out16` is given instead, to
-// out16 as bf16 (for SsdScanBf16); exactly one of the two is non-null.
-absl::Status ConvSilu(cudaStream_t s, const float* u, int64_t ldu, int64_t tokens, int64_t channels,
+// u and out may differ in element type (bf16 out for SsdScanBf16).
+absl::Status ConvSilu(cudaStream_t s, ConstValues u, int64_t ldu, int64_t tokens, int64_t channels,
                       int width, const float* weight, const float* bias, float* history,
-                      float* scratch, float* out, int64_t ldo, __nv_bfloat16* out16 = nullptr);
+                      float* scratch, Values out, int64_t ldo);
 
 // The selective scan of docs/model.md, BiMamba as its per-token recurrence, one
 // thread per (head, channel); state [H, P, N] in and out.
@@ -71,12 +71,9 @@ absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_
 // LaCT gradient factors in place for `heads` heads (kernels/cpu/lact_ops.cc):
 // g <- lr0 * dG, u <- lr1 * Hd, dh <- lr2 * dU, where g, u, dh are
 // [heads, tokens, hidden] and head h's three rates are columns 3h..3h+2 of
-// lr (row stride ldlr). When `rounded` is not null the three results go
-// only there, rounded to bf16, g | u | dh, for the GEMMs that read them,
-// and g, u and dh are left as they were.
-absl::Status LactGradFactors(cudaStream_t s, float* g, float* u, float* dh, int64_t heads,
-                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr,
-                             __nv_bfloat16* rounded = nullptr);
+// lr (float32, row stride ldlr).
+absl::Status LactGradFactors(cudaStream_t s, Values g, Values u, Values dh, int64_t heads,
+                             int64_t tokens, int64_t hidden, const float* lr, int64_t ldlr);
 // w += dw, then each row rescaled to the norm of the same row of w_init;
 // and w16 = bf16(w) when w16 is not null ([rows, cols] like w).
 absl::Status WeightNormUpdate(cudaStream_t s, float* w, const float* dw, const float* w_init,

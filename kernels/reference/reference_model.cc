@@ -48,6 +48,15 @@ double Bf16(double v) { return RoundToBFloat16(static_cast<float>(v)); }
 // bf16 (ties to even), as the bf16 GPU mode feeds its GEMMs.
 double Operand(double v) { return bf16_operands ? Bf16(v) : v; }
 
+// Set by RunJob for ReferenceOptions::bf16_activations: the products the
+// GPU's bf16 mode keeps as bf16 rounded as they are made.
+thread_local bool bf16_activations = false;
+Mat Activation(Mat m) {
+  if (bf16_activations)
+    for (double& v : m.v) v = Bf16(v);
+  return m;
+}
+
 // Set by RunJob for ReferenceOptions::bf16_scan: the scan's inputs and
 // outputs rounded to bf16.
 thread_local bool bf16_scan = false;
@@ -121,7 +130,7 @@ Mat Mixer(const Mat& h, const MambaDirWeights& w, const ModelConfig& c, MixerSta
   const int64_t L = h.rows, di = c.d_inner(), N = c.ssm.d_state, hs = c.ssm_heads(),
                 P = c.ssm.head_dim;
   const int64_t W = c.ssm.conv_width, C = c.conv_channels();
-  Mat proj = Linear(h, w.in_proj, c.in_proj_rows());
+  Mat proj = Activation(Linear(h, w.in_proj, c.in_proj_rows()));
   Mat z = Columns(proj, 0, di), xbc_in = Columns(proj, di, C), dt = Columns(proj, di + C, hs);
   // Conv over [history; inputs].
   Mat u(W - 1 + L, C);
@@ -217,16 +226,17 @@ void UpdateWeight(Mat* w, Mat dw, const Mat& w_init, const TttConfig& t) {
 
 // f_w(q) for rows of q: w1 @ (silu(w0 q) * (w2 q)).
 Mat ApplyFast(const FastWeights& f, const Mat& q) {
-  Mat g = MatMul(q, Transpose(f.w0)), u = MatMul(q, Transpose(f.w2));
+  Mat g = Activation(MatMul(q, Transpose(f.w0))), u = Activation(MatMul(q, Transpose(f.w2)));
   for (int64_t i = 0; i < (int64_t)g.v.size(); ++i) g.v[i] = Silu(g.v[i]) * u.v[i];
-  return MatMul(g, Transpose(f.w1));
+  return Activation(MatMul(g, Transpose(f.w1)));
 }
 
 // One chunk's update of one head's fast weights (docs/model.md, LaCT).
 void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat& v, const Mat& lr,
                 const TttConfig& t) {
   const int64_t n = k.rows;
-  Mat g = MatMul(k, Transpose(f->w0)), u = MatMul(k, Transpose(f->w2)), dh = MatMul(v, f->w1);
+  Mat g = Activation(MatMul(k, Transpose(f->w0))), u = Activation(MatMul(k, Transpose(f->w2))),
+      dh = Activation(MatMul(v, f->w1));
   Mat hd(n, g.cols), du(n, g.cols), dg(n, g.cols);
   for (int64_t i = 0; i < (int64_t)g.v.size(); ++i) {
     const double sg = Sigmoid(g.v[i]);
@@ -255,7 +265,7 @@ void UpdateFast(FastWeights* f, const FastWeights& init, const Mat& k, const Mat
 Mat Lact(const Mat& h, const LayerWeights& w, const ModelConfig& c, bool is_context,
          std::vector<FastWeights>* fast, const std::vector<FastWeights>& init) {
   const int64_t L = h.rows, D = c.d_model, ht = c.ttt_heads(), dh = c.ttt.head_dim;
-  Mat qkv = Linear(h, w.qkv, 3 * D);
+  Mat qkv = Activation(Linear(h, w.qkv, 3 * D));
   for (double& x : qkv.v) x = Silu(x);
   Mat lr = Linear(h, w.lr_w, 3 * ht);
   const double lr_shift = InvSoftplus(c.ttt.base_lr);
@@ -347,7 +357,8 @@ Mat Block(const Mat& x_in, const LayerWeights& w, const ModelConfig& c, bool is_
   Mat x = x_in;
   for (int64_t i = 0; i < (int64_t)x.v.size(); ++i) x.v[i] += a.v[i] + t.v[i];
   Mat g = RmsNorm(x, w.norm2);
-  Mat gate = Linear(g, w.mlp_gate, c.mlp_hidden), up = Linear(g, w.mlp_up, c.mlp_hidden);
+  Mat gate = Activation(Linear(g, w.mlp_gate, c.mlp_hidden)),
+      up = Activation(Linear(g, w.mlp_up, c.mlp_hidden));
   for (int64_t i = 0; i < (int64_t)gate.v.size(); ++i) gate.v[i] = Silu(gate.v[i]) * up.v[i];
   Mat m = Linear(gate, w.mlp_down, c.d_model);
   for (int64_t i = 0; i < (int64_t)x.v.size(); ++i) x.v[i] += m.v[i];
@@ -369,12 +380,13 @@ Mat RunSequence(const Model& model, const ModelConfig& c, const Tensor& tokens, 
 JobOutputs RunJob(const Model& model, const ModelConfig& c, const Tensor& context,
                   const std::vector<Tensor>& queries, ReferenceOptions options) {
   struct OperandPrecision {
-    OperandPrecision(bool operands, bool scan) {
-      bf16_operands = operands;
-      bf16_scan = scan;
+    explicit OperandPrecision(const ReferenceOptions& o) {
+      bf16_operands = o.bf16_operands;
+      bf16_activations = o.bf16_activations;
+      bf16_scan = o.bf16_scan;
     }
-    ~OperandPrecision() { bf16_operands = bf16_scan = false; }
-  } precision(options.bf16_operands, options.bf16_scan);
+    ~OperandPrecision() { bf16_operands = bf16_activations = bf16_scan = false; }
+  } precision(options);
   std::vector<LayerRefState> states;
   for (int i = 0; i < c.n_layers; ++i) states.push_back(InitialLayerState(model.layer(i), c));
   JobOutputs out;

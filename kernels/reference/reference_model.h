@@ -25,6 +25,13 @@ struct ReferenceOptions {
   // LaCT products; not Newton-Schulz) to bf16, as the GPU's bf16 mode does:
   // the baseline that mode's error is measured against.
   bool bf16_operands = false;
+  // Also round to bf16 the matrix products the GPU's bf16 mode writes as
+  // bf16 for their next reader: in_proj's rows (z, x|B|C, dt), q/k/v, the
+  // fast weights' products G, U, Hd (in the update and in the application)
+  // and the applied output before its norm, the MLP's gate and up. The
+  // residual stream, the learning rates, the gradient sums and the state
+  // stay unrounded.
+  bool bf16_activations = false;
   // Also round the scan's inputs x, B, C (the conv's outputs) and its
   // outputs y (before the gate) to bf16, as the GPU's bf16 scan
   // (--scan-math bf16) reads and writes them.

@@ -27,21 +27,15 @@ FastShape ShapeOf(const ModelConfig& c) { return {c.ttt_heads(), c.ttt.head_dim,
 absl::Status CudaLactOps::Allocate(int64_t tile) {
   const int64_t T = tile, D = c_.d_model, ht = c_.ttt_heads(), hidden = c_.fast_hidden();
   const int64_t fast = ShapeOf(c_).size();
-  LACT_RETURN_IF_ERROR(AllocateFloats({{&kv_, T * 2 * D},
-                                       {&lr_, T * 3 * ht},
-                                       {&q_, T * D},
-                                       {&o_, T * D},
-                                       {&g_, ht * T * hidden},
-                                       {&u_, ht * T * hidden},
-                                       {&hidden_grad_, ht * T * hidden},
-                                       {&fast_, 3 * fast},
-                                       {&grads_, 3 * fast}}));
-  return AllocateBf16(ctx_.precision(), {{&kv16_, T * 2 * D},
-                                         {&q16_, T * D},
-                                         {&g16_, ht * T * hidden},
-                                         {&o16_, T * D},
-                                         {&factors16_, 3 * ht * T * hidden},
-                                         {&fast16_, 3 * fast}});
+  LACT_RETURN_IF_ERROR(AllocateTiles(ctx_.precision(), {{&kv_, T * 2 * D},
+                                                        {&q_, T * D},
+                                                        {&o_, T * D},
+                                                        {&g_, ht * T * hidden},
+                                                        {&u_, ht * T * hidden},
+                                                        {&hidden_grad_, ht * T * hidden}}));
+  LACT_RETURN_IF_ERROR(
+      AllocateFloats({{&lr_, T * 3 * ht}, {&fast_, 3 * fast}, {&grads_, 3 * fast}}));
+  return AllocateBf16(ctx_.precision(), {{&fast16_, 3 * fast}});
 }
 
 cuda::GemmInput CudaLactOps::FastWeight(int m) const {
@@ -90,46 +84,35 @@ absl::Status CudaLactOps::Accumulate(const LayerWeights& w, int64_t first, int64
   float *d0 = grads_.get(), *d1 = d0 + f.size(), *d2 = d1 + f.size();
   const float shift = static_cast<float>(c_.ttt.base_lr + std::log(-std::expm1(-c_.ttt.base_lr)));
   const cuda::GemmInput rows = rows_.NormedRows(first);
-  float *kv = kv_.get(), *lr = lr_.get(), *g = g_.get(), *u = u_.get();
-  float* hidden_grad = hidden_grad_.get();
-  const float *k = kv, *v = kv + D;
+  const cuda::Values kv = kv_.at(), k = kv, v = kv.Offset(D);
+  const cuda::Values g = g_.at(), u = u_.at(), hidden_grad = hidden_grad_.at();
+  float* lr = lr_.get();
   const cuda::CudaContext& ctx = ctx_;
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.qkv).Offset(D * D), 2 * D, kv, 2 * D));
-  // K and V are read by six GEMMs: rounded once for all of them, in the
-  // pass that makes them.
-  __nv_bfloat16* const kv16 = Bf16(kv16_);
-  LACT_RETURN_IF_ERROR(cuda::SiluL2NormGroups(stream(), kv, 2 * D, n, 2 * D, ht, dh, kv16));
-  const cuda::GemmInput k_in{k, kv16}, v_in{v, kv16 != nullptr ? kv16 + D : nullptr};
+  LACT_RETURN_IF_ERROR(cuda::SiluL2NormGroups(stream(), kv, 2 * D, n, 2 * D, ht, dh));
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows, D, n, D, weights_.Matrix(w.lr_w), 3 * ht, lr, 3 * ht));
   LACT_RETURN_IF_ERROR(
       cuda::SoftplusBias(stream(), lr, 3 * ht, n, 3 * ht, weights_(w.lr_b), shift, lr, 3 * ht));
   // Per head: G = K w0^T, U = K w2^T, Hd = V w1 (heads `dh` columns apart).
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k_in, 2 * D,
-                                                dh, w0, dh, mat, 0.0f, g, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k_in, 2 * D,
-                                                dh, w2, dh, mat, 0.0f, u, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, false, n, hidden, dh, 1.0f, v_in, 2 * D,
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D, dh,
+                                                w0, dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, k, 2 * D, dh,
+                                                w2, dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, false, n, hidden, dh, 1.0f, v, 2 * D,
                                                 dh, w1, hidden, mat, 0.0f, hidden_grad, hidden,
                                                 per_head, ht));
-  // The factors' bf16 roundings come with them, one [H_t, n, d_h] after another.
-  __nv_bfloat16* const factors16 = Bf16(factors16_);
-  const int64_t factor = ht * per_head;
+  // In place: g <- LR0 dG, u <- LR1 Hd, hidden_grad <- LR2 dU.
   LACT_RETURN_IF_ERROR(
-      cuda::LactGradFactors(stream(), g, u, hidden_grad, ht, n, hidden, lr, 3 * ht, factors16));
-  const auto rounded = [&](const float* values, int k) -> cuda::GemmInput {
-    return {values, factors16 != nullptr ? factors16 + k * factor : nullptr};
-  };
+      cuda::LactGradFactors(stream(), g, u, hidden_grad, ht, n, hidden, lr, 3 * ht));
   // dw1 += V^T (LR1 Hd), dw0 += (LR0 dG)^T K, dw2 += (LR2 dU)^T K.
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v_in, 2 * D,
-                                                dh, rounded(u, 1), hidden, per_head, 1.0f, d1,
-                                                hidden, mat, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f,
-                                                rounded(g, 0), hidden, per_head, k_in, 2 * D, dh,
-                                                1.0f, d0, dh, mat, ht));
-  return cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, rounded(hidden_grad, 2),
-                                  hidden, per_head, k_in, 2 * D, dh, 1.0f, d2, dh, mat, ht);
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, dh, hidden, n, 1.0f, v, 2 * D, dh,
+                                                u, hidden, per_head, 1.0f, d1, hidden, mat, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, g, hidden,
+                                                per_head, k, 2 * D, dh, 1.0f, d0, dh, mat, ht));
+  return cuda::GemmStridedBatched(ctx, true, false, hidden, dh, n, 1.0f, hidden_grad, hidden,
+                                  per_head, k, 2 * D, dh, 1.0f, d2, dh, mat, ht);
 }
 
 absl::Status CudaLactOps::StartAllReduce() {
@@ -167,28 +150,23 @@ absl::Status CudaLactOps::Apply(const LayerWeights& w, int64_t first, int64_t n)
   const int64_t D = c_.d_model, ht = f.heads, dh = f.dh, hidden = f.hidden, mat = f.mat();
   const int64_t per_head = n * hidden;
   const cuda::GemmInput w0 = FastWeight(0), w1 = FastWeight(1), w2 = FastWeight(2);
-  float *q = q_.get(), *o = o_.get(), *g = g_.get(), *u = u_.get();
+  const cuda::Values q = q_.at(), o = o_.at(), g = g_.at(), u = u_.at();
   const cuda::CudaContext& ctx = ctx_;
   LACT_RETURN_IF_ERROR(
       cuda::Linear(ctx, rows_.NormedRows(first), D, n, D, weights_.Matrix(w.qkv), D, q, D));
-  __nv_bfloat16* const q16 = Bf16(q16_);
-  LACT_RETURN_IF_ERROR(cuda::SiluL2NormGroups(stream(), q, D, n, D, ht, dh, q16));
-  const cuda::GemmInput q_in{q, q16};
+  LACT_RETURN_IF_ERROR(cuda::SiluL2NormGroups(stream(), q, D, n, D, ht, dh));
   // Per head: o = (silu(Q w0^T) * (Q w2^T)) w1^T.
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q_in, D, dh,
-                                                w0, dh, mat, 0.0f, g, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q_in, D, dh,
-                                                w2, dh, mat, 0.0f, u, hidden, per_head, ht));
-  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), g, u, ht * per_head, Bf16(g16_)));
-  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, dh, hidden, 1.0f,
-                                                {g, Bf16(g16_)}, hidden, per_head, w1, hidden, mat,
-                                                0.0f, o, D, dh, ht));
-  // Each head's dh columns normed: o as [n * ht, dh] rows, in one launch
-  // that also makes o_proj's bf16 input.
-  LACT_RETURN_IF_ERROR(
-      cuda::RmsNormRows(stream(), o, dh, n * ht, dh, weights_(w.o_norm), o, dh, Bf16(o16_)));
-  return cuda::Linear(ctx, {o, Bf16(o16_)}, D, n, D, weights_.Matrix(w.o_proj), D,
-                      rows_.acc.get() + first * D, D, 1.0f);
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh, w0,
+                                                dh, mat, 0.0f, g, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, hidden, dh, 1.0f, q, D, dh, w2,
+                                                dh, mat, 0.0f, u, hidden, per_head, ht));
+  LACT_RETURN_IF_ERROR(cuda::SiluMul(stream(), g, u, ht * per_head));
+  LACT_RETURN_IF_ERROR(cuda::GemmStridedBatched(ctx, false, true, n, dh, hidden, 1.0f, g, hidden,
+                                                per_head, w1, hidden, mat, 0.0f, o, D, dh, ht));
+  // Each head's dh columns normed in place: o as [n * ht, dh] rows.
+  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), o, dh, n * ht, dh, weights_(w.o_norm), o, dh));
+  return cuda::Linear(ctx, o, D, n, D, weights_.Matrix(w.o_proj), D, rows_.acc.get() + first * D, D,
+                      1.0f);
 }
 
 }  // namespace lact

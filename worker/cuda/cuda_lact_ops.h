@@ -48,10 +48,11 @@ class CudaLactOps : private CudaPart {
   cuda::GemmInput FastWeight(int m) const;
 
   DeviceAllReduce* grads_allreduce_;
-  cuda::DeviceBuffer kv_, lr_, q_, o_, g_, u_, hidden_grad_;  // tiles
-  // bf16 roundings of GEMM inputs (bf16 precision only): K|V, Q, the
-  // gradient factors, the applied fast weights' gate and their normed output.
-  cuda::DeviceBuffer kv16_, q16_, factors16_, g16_, o16_;
+  // Tiles in the context's precision: K|V, Q, the fast weights' products
+  // (G, U, Hd; in the update they become the gradient factors in place)
+  // and their applied output.
+  TileValues kv_, q_, o_, g_, u_, hidden_grad_;
+  cuda::DeviceBuffer lr_;            // the tile's learning rates, float32
   cuda::DeviceBuffer fast_, grads_;  // w0 | w1 | w2 and their gradients
   // The fast weights rounded to bf16 (bf16 precision only), remade by each
   // load and update, for the GEMMs that read them.

@@ -44,8 +44,8 @@ absl::Status CudaMixerOps::Allocate(int64_t tile, cuda::SsdMath scan_math) {
   const int64_t T = tile, di = c_.d_inner(), C = c_.conv_channels(), hs = c_.ssm_heads();
   const int64_t history = int64_t{c_.ssm.conv_width - 1} * C;
   const int64_t fp32_tile = bf16_scan_ ? 0 : T;
-  LACT_RETURN_IF_ERROR(AllocateFloats({{&proj_, T * c_.in_proj_rows()},
-                                       {&xbc_, fp32_tile * C},
+  LACT_RETURN_IF_ERROR(proj_.Allocate(ctx_.precision(), T * c_.in_proj_rows()));
+  LACT_RETURN_IF_ERROR(AllocateFloats({{&xbc_, fp32_tile * C},
                                        {&dt_, T * hs},
                                        {&y_, fp32_tile * di},
                                        {&ssm_, hs * c_.ssm.head_dim * c_.ssm.d_state},
@@ -84,9 +84,9 @@ absl::Status CudaMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t fi
   const int64_t skip = outputs ? 0 : di;
   LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows_.NormedRows(first), D, n, D,
                                     weights_.Matrix(m.in_proj).Offset(skip * D), R - skip,
-                                    proj_.get() + skip, R));
-  LACT_RETURN_IF_ERROR(cuda::SoftplusBias(stream(), proj_.get() + di + C, R, n, hs,
-                                          weights_(m.dt_bias), 0.0f, dt_.get(), hs));
+                                    proj_.at(skip), R));
+  LACT_RETURN_IF_ERROR(cuda::SoftplusBias(stream(), proj_.at(di + C), R, n, hs, weights_(m.dt_bias),
+                                          0.0f, dt_.get(), hs));
   return bf16_scan_ ? ScanBf16(w, dir, first, n, outputs, summarize)
                     : ScanFp32(w, dir, first, n, outputs, summarize);
 }
@@ -99,7 +99,7 @@ absl::Status CudaMixerOps::ScanFp32(const LayerWeights& w, Direction dir, int64_
   // Row i of the scan order: row i (forward) or n - 1 - i (backward).
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
   LACT_RETURN_IF_ERROR(cuda::ConvSilu(
-      stream(), proj_.get() + last * R + di, step * R, n, C, c_.ssm.conv_width, weights_(m.conv_w),
+      stream(), proj_.at(last * R + di), step * R, n, C, c_.ssm.conv_width, weights_(m.conv_w),
       weights_(m.conv_b), conv_.get(), conv_scratch_.get(), xbc_.get() + last * C, step * C));
   const float* xbc = xbc_.get() + last * C;
   const auto scan =
@@ -108,7 +108,7 @@ absl::Status CudaMixerOps::ScanFp32(const LayerWeights& w, Direction dir, int64_
   LACT_RETURN_IF_ERROR(
       cuda::SsdScan(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
-  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.get(), R, n, di,
+  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.at(), R, n, di,
                                               weights_(m.norm), Bf16(y16_)));
   return cuda::Linear(ctx_, {y_.get(), Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
                       rows_.acc.get() + first * D, D, 1.0f);
@@ -121,17 +121,17 @@ absl::Status CudaMixerOps::ScanBf16(const LayerWeights& w, Direction dir, int64_
   const int hs = c_.ssm_heads();
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
   __nv_bfloat16* const xbc = Bf16(xbc16_) + last * C;
-  LACT_RETURN_IF_ERROR(cuda::ConvSilu(stream(), proj_.get() + last * R + di, step * R, n, C,
+  LACT_RETURN_IF_ERROR(cuda::ConvSilu(stream(), proj_.at(last * R + di), step * R, n, C,
                                       c_.ssm.conv_width, weights_(m.conv_w), weights_(m.conv_b),
-                                      conv_.get(), conv_scratch_.get(), nullptr, step * C, xbc));
+                                      conv_.get(), conv_scratch_.get(), xbc, step * C));
   const auto scan =
       ScanOf<cuda::SsdScanBf16Params>(c_, m, weights_, n, step, xbc, dt_.get() + last * hs,
                                       outputs ? Bf16(y16_) + last * di : nullptr);
   LACT_RETURN_IF_ERROR(
       cuda::SsdScanBf16(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
-  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRowsBf16(stream(), Bf16(y16_), di, proj_.get(), R, n, di,
-                                                  weights_(m.norm)));
+  LACT_RETURN_IF_ERROR(
+      cuda::GatedRmsNormRows(stream(), Bf16(y16_), di, proj_.at(), R, n, di, weights_(m.norm)));
   return cuda::Linear(ctx_, {nullptr, Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
                       rows_.acc.get() + first * D, D, 1.0f);
 }

@@ -6,7 +6,8 @@
 // scan walk them from the last (negated row strides), writing their
 // outputs back in sequence order, so no reversed copy is made and out_proj
 // adds straight into acc. Its scratch holds tile() tokens. With
-// SsdMath::kBf16 (bf16 precision) the conv writes x, B and C as bf16,
+// In bf16 precision in_proj writes its rows (z, x|B|C, dt) as bf16. With
+// SsdMath::kBf16 (bf16 precision only) the conv writes x, B and C as bf16,
 // SsdScanBf16 writes y as bf16 and the gated norm rounds it in place for
 // out_proj: no fp32 copy of either is made.
 #ifndef LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
@@ -44,9 +45,10 @@ class CudaMixerOps : private CudaPart {
                         bool outputs, bool summarize);
 
   bool bf16_scan_ = false;
-  cuda::DeviceBuffer proj_, xbc_, dt_, y_;  // tiles (xbc_ and y_ fp32 scan only)
-  cuda::DeviceBuffer xbc16_;                // the bf16 scan's x, B and C
-  cuda::DeviceBuffer y16_;                  // the gated norm's bf16 output (and the bf16 scan's y)
+  TileValues proj_;                  // in_proj's rows: z | x, B, C | dt
+  cuda::DeviceBuffer xbc_, dt_, y_;  // tiles (xbc_ and y_ fp32 scan only)
+  cuda::DeviceBuffer xbc16_;         // the bf16 scan's x, B and C
+  cuda::DeviceBuffer y16_;           // the gated norm's bf16 output (and the bf16 scan's y)
   cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;  // the scan state
   cuda::SsdWorkspace ssd_;
 };

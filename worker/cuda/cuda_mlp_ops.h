@@ -24,8 +24,7 @@ class CudaMlpOps : private CudaPart {
   absl::Status Residual(const LayerWeights& w, int64_t first, int64_t n);
 
  private:
-  cuda::DeviceBuffer gate_, up_;
-  cuda::DeviceBuffer gate16_;  // the hidden rows rounded to bf16 (bf16 precision only)
+  TileValues gate_, up_;  // the hidden rows, in the context's precision
 };
 
 }  // namespace lact

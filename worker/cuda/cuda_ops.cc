@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
@@ -46,14 +47,17 @@ absl::Status CudaOps::LoadTokens(Tensor tokens) {
 // the next is made and sent.
 absl::Status CudaOps::OutputRows(int64_t first, int64_t n, float* out) {
   const int64_t D = c_.d_model, out_width = c_.output_width();
-  float* normed = rows_.h.get() + first * D;  // h is free once the block's mixers have run
-  LACT_RETURN_IF_ERROR(
-      cuda::RmsNormRows(stream(), rows_.x.get() + first * D, D, n, D, weights_(model_.final_norm()),
-                        normed, D, model_.head() != nullptr ? rows_.NormedBf16(first) : nullptr));
+  // h is free once the block's mixers have run. Without a head the normed
+  // rows are the output (float32); with one they are its GEMM's input.
+  const bool head = model_.head() != nullptr;
+  float* const output_rows = rows_.h.get() + first * D;
+  LACT_RETURN_IF_ERROR(cuda::RmsNormRows(
+      stream(), rows_.x.get() + first * D, D, n, D, weights_(model_.final_norm()),
+      head ? rows_.NormedF32(first) : output_rows, D, head ? rows_.NormedBf16(first) : nullptr));
   return io_->Download(
       out, n, out_width,
       [&](float* scratch, int64_t piece, int64_t rows) -> absl::StatusOr<const float*> {
-        if (model_.head() == nullptr) return normed + piece * D;
+        if (!head) return output_rows + piece * D;
         LACT_RETURN_IF_ERROR(cuda::Linear(ctx_, rows_.NormedRows(first + piece), D, rows, D,
                                           weights_.Matrix(model_.head()), out_width, scratch,
                                           out_width));
@@ -62,16 +66,27 @@ absl::Status CudaOps::OutputRows(int64_t first, int64_t n, float* out) {
 }
 
 absl::Status CudaOps::ReadRows(Activation a, int64_t first, int64_t n, float* out) {
+  const int64_t D = c_.d_model;
+  if (a == Activation::kNormed && rows_.NormedBf16(0) != nullptr) {
+    // h as its GEMMs take it: bf16, widened here.
+    std::vector<__nv_bfloat16> rounded(n * D);
+    LACT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rounded.data(), rows_.NormedBf16(first),
+                                              n * D * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost,
+                                              stream()));
+    LACT_RETURN_IF_ERROR(ctx_.Synchronize());
+    for (int64_t i = 0; i < n * D; ++i) out[i] = __bfloat162float(rounded[i]);
+    return absl::OkStatus();
+  }
   const DeviceBuffer& rows = a == Activation::kResidual ? rows_.x
                              : a == Activation::kNormed ? rows_.h
                                                         : rows_.acc;
-  return ctx_.Download(rows.get() + first * c_.d_model, n * c_.d_model, out);
+  return ctx_.Download(rows.get() + first * D, n * D, out);
 }
 
 absl::Status CudaOps::BeginBlock(const LayerWeights& w) {
   const int64_t L = tokens(), D = c_.d_model;
   LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), rows_.x.get(), D, L, D, weights_(w.norm1),
-                                         rows_.h.get(), D, rows_.NormedBf16(0)));
+                                         rows_.NormedF32(0), D, rows_.NormedBf16(0)));
   LACT_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(rows_.acc.get(), 0, rows_.acc.size() * sizeof(float), stream()));
   return absl::OkStatus();

@@ -55,6 +55,16 @@ struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 // Globals: one launch at a time in the process (g_emu_launch_mu).
 inline uint3 threadIdx;

@@ -220,10 +220,16 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_S
 const char* cublasGetStatusString(cublasStatus_t) { return "fake cublas error"; }
 
 namespace {
-template <typename TA, typename TB>
+// C's element as float and back (bf16 rounded to nearest even, once).
+float Load(float c) { return c; }
+float Load(__nv_bfloat16 c) { return __bfloat162float(c); }
+void Store(float* c, float v) { *c = v; }
+void Store(__nv_bfloat16* c, float v) { *c = __float2bfloat16_rn(v); }
+
+template <typename TA, typename TB, typename TC>
 cublasStatus_t GemmImpl(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                         float alpha, const TA* A, int lda, long long sa, const TB* B, int ldb,
-                        long long sb, float beta, float* C, int ldc, long long sc, int batch,
+                        long long sb, float beta, TC* C, int ldc, long long sc, int batch,
                         float (*ca)(TA), float (*cb)(TB)) {
   CheckCurrent();
   if (m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
@@ -239,12 +245,12 @@ cublasStatus_t GemmImpl(cublasOperation_t ta, cublasOperation_t tb, int m, int n
   for (int b = 0; b < batch; ++b) {
     const TA* Ab = A + b * sa;
     const TB* Bb = B + b * sb;
-    float* Cb = C + b * sc;
+    TC* Cb = C + b * sc;
     if (k > 0) {
       CheckDev(Ab, ((size_t)(acols - 1) * lda + arows) * sizeof(TA), "gemm A");
       CheckDev(Bb, ((size_t)(bcols - 1) * ldb + brows) * sizeof(TB), "gemm B");
     }
-    CheckDev(Cb, ((size_t)(n - 1) * ldc + m) * sizeof(float), "gemm C");
+    CheckDev(Cb, ((size_t)(n - 1) * ldc + m) * sizeof(TC), "gemm C");
     if (emu::DryRun()) continue;
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
@@ -267,8 +273,8 @@ cublasStatus_t GemmImpl(cublasOperation_t ta, cublasOperation_t tb, int m, int n
             sf = std::fmaf(a, bb, sf);
         }
         if (acc_mode != 0) s = sf;
-        float& c = Cb[i + (size_t)j * ldc];
-        c = beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * c);
+        TC* c = &Cb[i + (size_t)j * ldc];
+        Store(c, beta == 0.0f ? (float)(alpha * s) : (float)(alpha * s + (double)beta * Load(*c)));
       }
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -280,16 +286,16 @@ float BF(__nv_bfloat16 x) { return __bfloat162float(x); }
 cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                            int k, const float* alpha, const float* A, int lda, const float* B,
                            int ldb, const float* beta, float* C, int ldc) {
-  return GemmImpl<float, float>(ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc, 0, 1,
-                                F32, F32);
+  return GemmImpl<float, float, float>(ta, tb, m, n, k, *alpha, A, lda, 0, B, ldb, 0, *beta, C, ldc,
+                                       0, 1, F32, F32);
 }
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
                                          int m, int n, int k, const float* alpha, const float* A,
                                          int lda, long long sa, const float* B, int ldb,
                                          long long sb, const float* beta, float* C, int ldc,
                                          long long sc, int batch) {
-  return GemmImpl<float, float>(ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C, ldc, sc,
-                                batch, F32, F32);
+  return GemmImpl<float, float, float>(ta, tb, m, n, k, *alpha, A, lda, sa, B, ldb, sb, *beta, C,
+                                       ldc, sc, batch, F32, F32);
 }
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
                                           cublasOperation_t tb, int m, int n, int k,
@@ -298,12 +304,17 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
                                           int ldb, long long sb, const void* beta, void* C,
                                           cudaDataType ct, int ldc, long long sc, int batch,
                                           cublasComputeType_t, cublasGemmAlgo_t) {
-  if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F)
+  if (at != CUDA_R_16BF || bt != CUDA_R_16BF || (ct != CUDA_R_32F && ct != CUDA_R_16BF))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  return GemmImpl<__nv_bfloat16, __nv_bfloat16>(
-      ta, tb, m, n, k, *static_cast<const float*>(alpha), static_cast<const __nv_bfloat16*>(A), lda,
-      sa, static_cast<const __nv_bfloat16*>(B), ldb, sb, *static_cast<const float*>(beta),
-      static_cast<float*>(C), ldc, sc, batch, BF, BF);
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  const auto* A16 = static_cast<const __nv_bfloat16*>(A);
+  const auto* B16 = static_cast<const __nv_bfloat16*>(B);
+  if (ct == CUDA_R_16BF) {
+    return GemmImpl(ta, tb, m, n, k, a, A16, lda, sa, B16, ldb, sb, b,
+                    static_cast<__nv_bfloat16*>(C), ldc, sc, batch, BF, BF);
+  }
+  return GemmImpl(ta, tb, m, n, k, a, A16, lda, sa, B16, ldb, sb, b, static_cast<float*>(C), ldc,
+                  sc, batch, BF, BF);
 }
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                             int n, int k, const void* alpha, const void* A, cudaDataType at,
