@@ -43,7 +43,8 @@ constexpr char kUsage[] =
     "   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]\n"
     "               [--model-dir DIR] [--threads N] [--tile-tokens N]\n"
     "               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]\n"
-    "               [--scan-math fp32|tf32x3|bf16 (the SSD scan's products on the tensor cores)]\n"
+    "               [--scan-math fp32|tf32x3|bf16 (the SSD scan's math; default bf16 in bf16\n"
+    "               precision where the model allows, else fp32)]\n"
     "               [--collective gloo|nccl] [--data-root DIR]\n"
     "               [--retain-bytes N (results and fused states kept for FetchResult and Query, "
     "default\n"
@@ -171,7 +172,7 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
                flags.Get("precision").value_or("fp32"),
                flags.Get("collective").value_or("gloo"),
                f.host,
-               flags.Get("scan-math").value_or("fp32")};
+               flags.Get("scan-math").value_or("")};
   if (absl::Status s = ValidateBackend(f.backend); !s.ok())
     return absl::Status(s.code(), absl::StrCat("--backend ", f.backend.backend, ": ", s.message()));
   return f;

@@ -49,7 +49,7 @@ absl::StatusOr<BackendOptions> BackendFromFlags(const Flags& flags) {
                                .tile_tokens = tile,
                                .device = static_cast<int>(device),
                                .precision = precision,
-                               .scan_math = flags.Get("scan-math").value_or("fp32")};
+                               .scan_math = flags.Get("scan-math").value_or("")};
   LACT_RETURN_IF_ERROR(ValidateBackend(options));
   return options;
 }

@@ -29,7 +29,8 @@ inline constexpr char kRunUsage[] =
     "        lact run --model PATH|preset:NAME[:SEED] --context FILE.npy|random:L[:SEED]\n"
     "                 [--query FILE.npy]... [--muon-steps N] [--chunk-tokens N]\n"
     "                 [--threads N] [--tile-tokens N] [--backend cpu|cuda] [--device N]\n"
-    "                 [--precision fp32|bf16] [--scan-math fp32|tf32x3|bf16]\n"
+    "                 [--precision fp32|bf16] [--scan-math fp32|tf32x3|bf16 (default bf16 in\n"
+    "                 bf16 precision where the model allows, else fp32)]\n"
     "                 --out FILE.safetensors\n";
 
 }  // namespace lact::cli

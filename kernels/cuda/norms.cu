@@ -44,12 +44,13 @@ __global__ void RmsNormKernel(T* x, int64_t ldx, const float* add, int64_t ldadd
   }
 }
 
-// y[r] = rmsnorm(y[r] * silu(z[r]), w) in place, or into y16 alone when
-// it is given: the gated values are formed twice (for the sum of squares,
-// then for the output) rather than stored.
+// y[r] = rmsnorm(y[r] * silu(z[r]), w) in place, or into o.out alone when
+// it is given (plus o.held's row, both rounded to bf16 first, when that is
+// given): the gated values are formed twice (for the sum of squares, then
+// for the output) rather than stored.
 template <class TY, class TZ>
 __global__ void GatedRmsNormKernel(TY* y, int64_t ldy, const TZ* z, int64_t ldz, int64_t cols,
-                                   const float* w, __nv_bfloat16* y16) {
+                                   const float* w, GatedNormOutput o) {
   TY* yr = y + blockIdx.x * ldy;
   const TZ* zr = z + blockIdx.x * ldz;
   float ss = 0.0f;
@@ -71,11 +72,16 @@ __global__ void GatedRmsNormKernel(TY* y, int64_t ldy, const TZ* z, int64_t ldz,
     Load8(zr + c, n, g);
     Load8(w + c, n, wv);
     for (int i = 0; i < 8; ++i) v[i] *= DeviceSilu(g[i]) * (inv * wv[i]);
-    if (y16 != nullptr) {
-      Store8(y16 + blockIdx.x * ldy + c, n, v);
-    } else {
+    if (o.out == nullptr) {
       Store8(yr + c, n, v);
+      continue;
     }
+    if (o.held != nullptr) {
+      float h[8];
+      Load8(o.held + blockIdx.x * o.ldheld + c, n, h);
+      for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(__float2bfloat16_rn(v[i])) + h[i];
+    }
+    Store8(o.out + blockIdx.x * o.ldo + c, n, v);
   }
 }
 
@@ -119,18 +125,18 @@ void LaunchRmsNorm(cudaStream_t s, T* x, int64_t ldx, const float* add, int64_t 
 
 template <class TY, class TZ>
 void LaunchGatedRmsNorm(cudaStream_t s, TY* y, int64_t ldy, const TZ* z, int64_t ldz, int64_t rows,
-                        int64_t cols, const float* w, __nv_bfloat16* y16) {
+                        int64_t cols, const float* w, const GatedNormOutput& o) {
   auto* const kernel = GatedRmsNormKernel<TY, TZ>;
-  kernel<<<static_cast<unsigned>(rows), RowThreads(cols), 0, s>>>(y, ldy, z, ldz, cols, w, y16);
+  kernel<<<static_cast<unsigned>(rows), RowThreads(cols), 0, s>>>(y, ldy, z, ldz, cols, w, o);
 }
 
 template <class TY>
 void LaunchGatedRmsNorm(cudaStream_t s, TY* y, int64_t ldy, ConstValues z, int64_t ldz,
-                        int64_t rows, int64_t cols, const float* w, __nv_bfloat16* y16) {
+                        int64_t rows, int64_t cols, const float* w, const GatedNormOutput& o) {
   if (z.is_bf16()) {
-    LaunchGatedRmsNorm(s, y, ldy, z.bf16, ldz, rows, cols, w, y16);
+    LaunchGatedRmsNorm(s, y, ldy, z.bf16, ldz, rows, cols, w, o);
   } else {
-    LaunchGatedRmsNorm(s, y, ldy, z.f32, ldz, rows, cols, w, y16);
+    LaunchGatedRmsNorm(s, y, ldy, z.f32, ldz, rows, cols, w, o);
   }
 }
 
@@ -221,20 +227,21 @@ absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* 
 }
 
 absl::Status GatedRmsNormRows(cudaStream_t s, Values y, int64_t ldy, ConstValues z, int64_t ldz,
-                              int64_t rows, int64_t cols, const float* w, __nv_bfloat16* y16) {
-  if (y.is_bf16() && y16 != nullptr) {
-    return absl::InvalidArgumentError(
-        "GatedRmsNormRows: y16 is for float32 rows; bf16 y is rounded in place");
+                              int64_t rows, int64_t cols, const float* w, GatedNormOutput out) {
+  if (out.held != nullptr && out.out == nullptr) {
+    return absl::InvalidArgumentError("GatedRmsNormRows: held rows need an out to sum into");
   }
   if (rows == 0) return absl::OkStatus();
   if (rows > kMaxRowBlocks) return TooManyRows("GatedRmsNormRows", rows);
   if (y.is_bf16()) {
-    LaunchGatedRmsNorm(s, y.bf16, ldy, z, ldz, rows, cols, w, nullptr);
+    LaunchGatedRmsNorm(s, y.bf16, ldy, z, ldz, rows, cols, w, out);
   } else {
-    LaunchGatedRmsNorm(s, y.f32, ldy, z, ldz, rows, cols, w, y16);
+    LaunchGatedRmsNorm(s, y.f32, ldy, z, ldz, rows, cols, w, out);
   }
-  NoteLaunch("GatedRmsNormRows", (y.element_bytes() + z.element_bytes()) * rows * cols + 4 * cols,
-             (y16 != nullptr ? 2 : y.element_bytes()) * rows * cols);
+  const int64_t held = out.held != nullptr ? 2 : 0;
+  NoteLaunch("GatedRmsNormRows",
+             (y.element_bytes() + z.element_bytes() + held) * rows * cols + 4 * cols,
+             (out.out != nullptr ? 2 : y.element_bytes()) * rows * cols);
   return LaunchStatus("GatedRmsNormRows");
 }
 

@@ -32,12 +32,21 @@ absl::Status RmsNormRows(cudaStream_t s, ConstValues x, int64_t ldx, int64_t row
 absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* add, int64_t ldadd,
                             int64_t rows, int64_t cols, const float* w, float* y, int64_t ldy,
                             __nv_bfloat16* y16 = nullptr);
-// y[r] = rmsnorm(y[r] * silu(z[r]), w), in place; or, when y16 is given
-// (float32 y only), into y16 alone, rounded to bf16 (row stride ldy too),
-// y left as it was. y and z may differ in element type.
+// Where GatedRmsNormRows writes bf16 rows instead of in place: `out` (row
+// stride ldo), and, when `held` is given too (row stride ldheld), the sum
+// out[r] = bf16(bf16(normed[r]) + held[r]): the two BiMamba directions'
+// rows, added for the one out_proj of their sum. out may alias held.
+struct GatedNormOutput {
+  __nv_bfloat16* out = nullptr;
+  int64_t ldo = 0;
+  const __nv_bfloat16* held = nullptr;
+  int64_t ldheld = 0;
+};
+// y[r] = rmsnorm(y[r] * silu(z[r]), w), in place; or, when out.out is
+// given, into it alone, y left as it was. y and z may differ in element
+// type.
 absl::Status GatedRmsNormRows(cudaStream_t s, Values y, int64_t ldy, ConstValues z, int64_t ldz,
-                              int64_t rows, int64_t cols, const float* w,
-                              __nv_bfloat16* y16 = nullptr);
+                              int64_t rows, int64_t cols, const float* w, GatedNormOutput out = {});
 // In place on `rows` rows of `cols` values: every value v <- silu(v), then
 // each of the first `groups` groups of `group` values of a row divided by
 // (its L2 norm + 1e-5) (kernels/cpu's SiluRows then L2NormGroups, in one

@@ -310,6 +310,23 @@ Mat Lact(const Mat& h, const LayerWeights& w, const ModelConfig& c, bool is_cont
   return Linear(o, w.o_proj, D);
 }
 
+// (yf + yb) @ out_proj^T. With bf16_activations, as the GPU's bf16 mode
+// takes it: each direction's rows rounded to bf16, their sum rounded as
+// the one product's operand. Otherwise as the sum of the two products:
+// equal, and the form in which the CPU backend rounds its bf16 operands.
+Mat OutProj(const Mat& yf, const Mat& yb, const LayerWeights& w, const ModelConfig& c) {
+  if (bf16_activations) {
+    Mat sum = Activation(yf);
+    const Mat b = Activation(yb);
+    for (int64_t i = 0; i < (int64_t)sum.v.size(); ++i) sum.v[i] += b.v[i];
+    return Linear(sum, w.out_proj, c.d_model);
+  }
+  Mat a = Linear(yf, w.out_proj, c.d_model);
+  const Mat b = Linear(yb, w.out_proj, c.d_model);
+  for (int64_t i = 0; i < (int64_t)a.v.size(); ++i) a.v[i] += b.v[i];
+  return a;
+}
+
 struct LayerRefState {
   std::vector<FastWeights> fast, init;
   MixerState mamba[2];
@@ -343,10 +360,7 @@ Mat Block(const Mat& x_in, const LayerWeights& w, const ModelConfig& c, bool is_
   bwd.conv = Mat(fwd.conv.rows, fwd.conv.cols);
   Mat yf = Mixer(h, w.mamba[kForward], c, &fwd);
   Mat yb = Reverse(Mixer(Reverse(h), w.mamba[kBackward], c, &bwd));
-  // (yf + yb) @ out_proj^T, taken as the sum of the two products: equal, and
-  // the form in which the backends round their bf16 operands.
-  Mat a = Linear(yf, w.out_proj, c.d_model), ab = Linear(yb, w.out_proj, c.d_model);
-  for (int64_t i = 0; i < (int64_t)a.v.size(); ++i) a.v[i] += ab.v[i];
+  const Mat a = OutProj(yf, yb, w, c);
   std::vector<FastWeights> fast = state->fast;
   Mat t = Lact(h, w, c, is_context, &fast, state->init);
   if (is_context) {

@@ -46,7 +46,7 @@ absl::Status ValidateCpuBackend(const BackendOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown precision '", options.precision, "' (allowed: fp32, bf16)"));
   }
-  if (options.scan_math != "fp32") {
+  if (!options.scan_math.empty() && options.scan_math != "fp32") {
     return absl::InvalidArgumentError(
         absl::StrCat("--scan-math '", options.scan_math,
                      "': the CPU backend's SSD scan is fp32 (allowed: fp32; ",

@@ -71,7 +71,9 @@ class CudaShardRunner final : public ShardRunner {
 
 absl::Status ValidateCudaBackend(const BackendOptions& options) {
   LACT_RETURN_IF_ERROR(cuda::ParsePrecision(options.precision).status());
-  LACT_RETURN_IF_ERROR(cuda::ParseSsdMath(options.scan_math).status());
+  if (!options.scan_math.empty()) {
+    LACT_RETURN_IF_ERROR(cuda::ParseSsdMath(options.scan_math).status());
+  }
   if (options.collective != "gloo" && options.collective != "nccl") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown collective '", options.collective, "' (allowed: gloo, nccl)"));

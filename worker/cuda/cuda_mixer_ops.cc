@@ -94,7 +94,7 @@ absl::Status CudaMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t fi
 absl::Status CudaMixerOps::ScanFp32(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                                     bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
-  const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
+  const int64_t di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
   const int hs = c_.ssm_heads();
   // Row i of the scan order: row i (forward) or n - 1 - i (backward).
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
@@ -108,16 +108,13 @@ absl::Status CudaMixerOps::ScanFp32(const LayerWeights& w, Direction dir, int64_
   LACT_RETURN_IF_ERROR(
       cuda::SsdScan(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
-  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y_.get(), di, proj_.at(), R, n, di,
-                                              weights_(m.norm), Bf16(y16_)));
-  return cuda::Linear(ctx_, {y_.get(), Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
-                      rows_.acc.get() + first * D, D, 1.0f);
+  return NormAndProject(w, dir, first, n, y_.get());
 }
 
 absl::Status CudaMixerOps::ScanBf16(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                                     bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
-  const int64_t D = c_.d_model, di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
+  const int64_t di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
   const int hs = c_.ssm_heads();
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
   __nv_bfloat16* const xbc = Bf16(xbc16_) + last * C;
@@ -130,10 +127,35 @@ absl::Status CudaMixerOps::ScanBf16(const LayerWeights& w, Direction dir, int64_
   LACT_RETURN_IF_ERROR(
       cuda::SsdScanBf16(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
   if (!outputs) return absl::OkStatus();
-  LACT_RETURN_IF_ERROR(
-      cuda::GatedRmsNormRows(stream(), Bf16(y16_), di, proj_.at(), R, n, di, weights_(m.norm)));
-  return cuda::Linear(ctx_, {nullptr, Bf16(y16_)}, di, n, di, weights_.Matrix(w.out_proj), D,
-                      rows_.acc.get() + first * D, D, 1.0f);
+  return NormAndProject(w, dir, first, n, Bf16(y16_));
+}
+
+bool CudaMixerOps::HoldsFirstDirection() const {
+  return ctx_.precision() == cuda::Precision::kBf16 && c_.d_inner() <= 2 * c_.d_model;
+}
+
+absl::Status CudaMixerOps::NormAndProject(const LayerWeights& w, Direction dir, int64_t first,
+                                          int64_t n, cuda::Values y) {
+  const int64_t D = c_.d_model, di = c_.d_inner(), R = c_.in_proj_rows();
+  const float* norm = weights_(w.mamba[dir].norm);
+  float* const acc = rows_.acc.get() + first * D;
+  const cuda::GemmInput normed =
+      y16_.get() != nullptr ? cuda::GemmInput(nullptr, Bf16(y16_)) : cuda::GemmInput(y.f32);
+  if (!HoldsFirstDirection()) {  // each direction's out_proj added into acc
+    LACT_RETURN_IF_ERROR(
+        cuda::GatedRmsNormRows(stream(), y, di, proj_.at(), R, n, di, norm, {Bf16(y16_), di}));
+    return cuda::Linear(ctx_, normed, di, n, di, weights_.Matrix(w.out_proj), D, acc, D, 1.0f);
+  }
+  // The first direction's rows wait, bf16, in acc's memory (a row's 2 D
+  // bf16 slots); the second's are added to them and projected once.
+  __nv_bfloat16* const held = reinterpret_cast<__nv_bfloat16*>(acc);
+  if (!holding_.has_value() || *holding_ == dir) {
+    holding_ = dir;
+    return cuda::GatedRmsNormRows(stream(), y, di, proj_.at(), R, n, di, norm, {held, 2 * D});
+  }
+  LACT_RETURN_IF_ERROR(cuda::GatedRmsNormRows(stream(), y, di, proj_.at(), R, n, di, norm,
+                                              {Bf16(y16_), di, held, 2 * D}));
+  return cuda::Linear(ctx_, normed, di, n, di, weights_.Matrix(w.out_proj), D, acc, D, 0.0f);
 }
 
 }  // namespace lact

@@ -9,11 +9,13 @@
 // In bf16 precision in_proj writes its rows (z, x|B|C, dt) as bf16. With
 // SsdMath::kBf16 (bf16 precision only) the conv writes x, B and C as bf16,
 // SsdScanBf16 writes y as bf16 and the gated norm rounds it in place for
-// out_proj: no fp32 copy of either is made.
+// out_proj: no fp32 copy of either is made. In bf16 precision out_proj
+// runs once per block on the sum of the two directions (NormAndProject).
 #ifndef LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
 #define LACT_WORKER_CUDA_CUDA_MIXER_OPS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/device.h"
@@ -30,6 +32,8 @@ class CudaMixerOps : private CudaPart {
 
   // The state and scratch for tiles of up to `tile` tokens.
   absl::Status Allocate(int64_t tile, cuda::SsdMath scan_math);
+  // A block starts: no direction's outputs are held.
+  void BeginBlock() { holding_.reset(); }
   // BackendOps' LoadScanState, StoreScanState and MixerTile.
   absl::Status LoadScanState(const MambaState& state);
   absl::Status StoreScanState(MambaState* state, float* log_decay);
@@ -44,11 +48,22 @@ class CudaMixerOps : private CudaPart {
   absl::Status ScanBf16(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
                         bool outputs, bool summarize);
 
+  // The gated norm of a tile's scan outputs y (di-wide rows in sequence
+  // order), then out_proj into acc: each direction's added, or, where the
+  // first direction's rows can be held (HoldsFirstDirection), the sum of
+  // both projected once (BackendOps::MixerTile allows it).
+  absl::Status NormAndProject(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                              cuda::Values y);
+  // bf16 precision with d_inner <= 2 d_model: a row of the first
+  // direction's bf16 outputs fits in acc's row until the second's.
+  bool HoldsFirstDirection() const;
+
   bool bf16_scan_ = false;
-  TileValues proj_;                  // in_proj's rows: z | x, B, C | dt
-  cuda::DeviceBuffer xbc_, dt_, y_;  // tiles (xbc_ and y_ fp32 scan only)
-  cuda::DeviceBuffer xbc16_;         // the bf16 scan's x, B and C
-  cuda::DeviceBuffer y16_;           // the gated norm's bf16 output (and the bf16 scan's y)
+  std::optional<Direction> holding_;  // the direction whose outputs acc holds
+  TileValues proj_;                   // in_proj's rows: z | x, B, C | dt
+  cuda::DeviceBuffer xbc_, dt_, y_;   // tiles (xbc_ and y_ fp32 scan only)
+  cuda::DeviceBuffer xbc16_;          // the bf16 scan's x, B and C
+  cuda::DeviceBuffer y16_;            // the gated norm's bf16 output (and the bf16 scan's y)
   cuda::DeviceBuffer ssm_, conv_, conv_scratch_, log_decay_;  // the scan state
   cuda::SsdWorkspace ssd_;
 };

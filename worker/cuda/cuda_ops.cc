@@ -85,6 +85,7 @@ absl::Status CudaOps::ReadRows(Activation a, int64_t first, int64_t n, float* ou
 
 absl::Status CudaOps::BeginBlock(const LayerWeights& w) {
   const int64_t L = tokens(), D = c_.d_model;
+  mixer_.BeginBlock();
   LACT_RETURN_IF_ERROR(cuda::RmsNormRows(stream(), rows_.x.get(), D, L, D, weights_(w.norm1),
                                          rows_.NormedF32(0), D, rows_.NormedBf16(0)));
   LACT_CUDA_RETURN_IF_ERROR(

@@ -8,6 +8,35 @@
 #include "worker/cuda/cuda_ops.h"
 
 namespace lact {
+namespace {
+
+bool Bf16ScanTakes(const ModelConfig& config) {
+  return config.ssm.head_dim <= cuda::kSsdBf16MaxHeadDim &&
+         config.ssm.d_state <= cuda::kSsdBf16MaxState;
+}
+
+}  // namespace
+
+absl::StatusOr<cuda::SsdMath> ScanMathFor(const std::string& asked, cuda::Precision precision,
+                                          const ModelConfig& config) {
+  if (asked.empty()) {
+    return precision == cuda::Precision::kBf16 && Bf16ScanTakes(config) ? cuda::SsdMath::kBf16
+                                                                        : cuda::SsdMath::kFp32;
+  }
+  LACT_ASSIGN_OR_RETURN(const cuda::SsdMath scan_math, cuda::ParseSsdMath(asked));
+  if (scan_math != cuda::SsdMath::kBf16) return scan_math;
+  if (precision != cuda::Precision::kBf16) {
+    return absl::InvalidArgumentError(
+        "--scan-math bf16 needs --precision bf16 (the scan reads and writes bf16)");
+  }
+  if (!Bf16ScanTakes(config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--scan-math bf16 takes ssm.head_dim <= ", cuda::kSsdBf16MaxHeadDim,
+        " and ssm.d_state <= ", cuda::kSsdBf16MaxState, "; the model has ", config.ssm.head_dim,
+        " and ", config.ssm.d_state, " (--scan-math fp32 or tf32x3 take any)"));
+  }
+  return scan_math;
+}
 
 absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(const Model& model,
                                                                const ModelConfig& config,
@@ -43,18 +72,8 @@ absl::StatusOr<std::unique_ptr<CudaRunner>> CudaRunner::Create(
         "(allowed here: \"float32\"; the cpu backend runs both)");
   }
   LACT_ASSIGN_OR_RETURN(cuda::Precision precision, cuda::ParsePrecision(options.precision));
-  LACT_ASSIGN_OR_RETURN(const cuda::SsdMath scan_math, cuda::ParseSsdMath(options.scan_math));
-  if (scan_math == cuda::SsdMath::kBf16 && precision != cuda::Precision::kBf16) {
-    return absl::InvalidArgumentError(
-        "--scan-math bf16 needs --precision bf16 (the scan reads and writes bf16)");
-  }
-  if (scan_math == cuda::SsdMath::kBf16 && (config.ssm.head_dim > cuda::kSsdBf16MaxHeadDim ||
-                                            config.ssm.d_state > cuda::kSsdBf16MaxState)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--scan-math bf16 takes ssm.head_dim <= ", cuda::kSsdBf16MaxHeadDim,
-        " and ssm.d_state <= ", cuda::kSsdBf16MaxState, "; the model has ", config.ssm.head_dim,
-        " and ", config.ssm.d_state, " (--scan-math fp32 or tf32x3 take any)"));
-  }
+  LACT_ASSIGN_OR_RETURN(const cuda::SsdMath scan_math,
+                        ScanMathFor(options.scan_math, precision, config));
   const int64_t tile = options.tile_tokens > 0 ? options.tile_tokens : 65536;
   auto runner = std::unique_ptr<CudaRunner>(new CudaRunner(model, config, tile, std::move(hooks)));
   runner->scan_math_ = scan_math;

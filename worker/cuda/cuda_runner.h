@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/fused_state.h"
@@ -33,11 +34,20 @@
 
 namespace lact {
 
+// The SSD scan's math for `asked` (BackendOptions::scan_math): the one
+// asked for, INVALID_ARGUMENT where it cannot run (an unknown name; bf16
+// without bf16 precision or beyond the bf16 scan's shapes); or, when
+// `asked` is empty, the precision's: the bf16 tensor-core scan in bf16
+// precision where the model's shapes allow it, else fp32.
+absl::StatusOr<cuda::SsdMath> ScanMathFor(const std::string& asked, cuda::Precision precision,
+                                          const ModelConfig& config);
+
 class CudaRunner {
  public:
-  // Of `options`, device, precision, scan_math and tile_tokens are used.
-  // FAILED_PRECONDITION when there is no such device; INVALID_ARGUMENT for
-  // an unknown precision or scan math.
+  // Of `options`, device, precision, scan_math (ScanMathFor) and
+  // tile_tokens are used. FAILED_PRECONDITION when there is no such
+  // device; INVALID_ARGUMENT for an unknown precision or a scan math that
+  // cannot run.
   // `config` is the model's config with the job's overrides applied.
   static absl::StatusOr<std::unique_ptr<CudaRunner>> Create(const Model& model,
                                                             const ModelConfig& config,

@@ -28,7 +28,9 @@ struct BackendOptions {
   std::string precision = "fp32";             // CUDA GEMM precision: fp32 | bf16
   std::string collective = "gloo";            // CUDA workers' transport: gloo | nccl
   std::string collective_host = "127.0.0.1";  // address Gloo listens on
-  std::string scan_math = "fp32";             // CUDA SSD scan: fp32 | tf32x3 | bf16
+  // CUDA SSD scan: fp32 | tf32x3 | bf16; empty: bf16 in bf16 precision
+  // where the model's shapes allow it, else fp32.
+  std::string scan_math;
 };
 
 // Takes a context's output rows as the last block finishes them: local
