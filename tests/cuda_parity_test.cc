@@ -302,6 +302,33 @@ TEST_P(CudaParityTest, Bf16ScanWithinTwiceTheErrorOfBf16RoundedScan) {
   EXPECT_LE(error, 2 * baseline);
 }
 
+// d_inner > 2 d_model: a row of one direction's bf16 outputs does not fit
+// acc's row, so bf16 precision projects each direction into acc, and the
+// reference takes out_proj as the sum of the two products there too.
+TEST(CudaBf16, ProjectsEachDirectionWhereTheRowsCannotBeHeld) {
+  LACT_SKIP_WITHOUT_GPU();
+  ParityCase pc = FixedParityCases()[3];
+  pc.config.ssm.expand = 3;
+  ASSERT_GT(pc.config.d_inner(), 2 * pc.config.d_model);
+  const ParityJob job = MakeParityJob(pc);
+  for (const char* scan : {"fp32", "bf16"}) {
+    const reference::JobOutputs want =
+        reference::RunJob(job.model, pc.config, job.context, job.queries);
+    const reference::JobOutputs rounded =
+        reference::RunJob(job.model, pc.config, job.context, job.queries,
+                          {.bf16_operands = true,
+                           .bf16_activations = true,
+                           .bf16_scan = std::string(scan) == "bf16"});
+    absl::StatusOr<Outputs> got = RunOnGpu(job.model, pc.config, job.context, job.queries,
+                                           cuda::Precision::kBf16, pc.tile, scan);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const double baseline = JobError(rounded, want), error = JobError(*got, want);
+    std::printf("bf16, %s scan, expand 3: error %.3g, reference %.3g, ratio %.2f\n", scan, error,
+                baseline, error / baseline);
+    EXPECT_LE(error, 2 * baseline) << scan << " scan";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaParityTest, ::testing::ValuesIn(FixedParityCases()),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(UpdateRules, CudaParityTest,

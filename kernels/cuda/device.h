@@ -110,7 +110,7 @@ struct GemmInput {
   GemmInput(const Values& values) : f32(values.f32), bf16(values.bf16) {}  // NOLINT
   // The same input from `floats` values further on.
   GemmInput Offset(int64_t floats) const {
-    return {f32 + floats, bf16 != nullptr ? bf16 + floats : nullptr};
+    return {f32 != nullptr ? f32 + floats : nullptr, bf16 != nullptr ? bf16 + floats : nullptr};
   }
   const float* f32;
   const __nv_bfloat16* bf16 = nullptr;

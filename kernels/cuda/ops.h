@@ -35,7 +35,8 @@ absl::Status AddRmsNormRows(cudaStream_t s, float* x, int64_t ldx, const float* 
 // Where GatedRmsNormRows writes bf16 rows instead of in place: `out` (row
 // stride ldo), and, when `held` is given too (row stride ldheld), the sum
 // out[r] = bf16(bf16(normed[r]) + held[r]): the two BiMamba directions'
-// rows, added for the one out_proj of their sum. out may alias held.
+// rows, added for the one out_proj of their sum. out may alias y or held
+// where their row strides are equal.
 struct GatedNormOutput {
   __nv_bfloat16* out = nullptr;
   int64_t ldo = 0;

@@ -311,14 +311,16 @@ Mat Lact(const Mat& h, const LayerWeights& w, const ModelConfig& c, bool is_cont
 }
 
 // (yf + yb) @ out_proj^T. With bf16_activations, as the GPU's bf16 mode
-// takes it: each direction's rows rounded to bf16, their sum rounded as
-// the one product's operand. Otherwise as the sum of the two products:
-// equal, and the form in which the CPU backend rounds its bf16 operands.
+// takes it where d_inner <= 2 d_model (a row of one direction's bf16
+// outputs fits acc's row): each direction's rows rounded to bf16, their sum
+// rounded again as the one product's operand. Otherwise as the sum of the
+// two products: equal, and the form in which the other modes round their
+// bf16 operands.
 Mat OutProj(const Mat& yf, const Mat& yb, const LayerWeights& w, const ModelConfig& c) {
-  if (bf16_activations) {
+  if (bf16_activations && c.d_inner() <= 2 * c.d_model) {
     Mat sum = Activation(yf);
     const Mat b = Activation(yb);
-    for (int64_t i = 0; i < (int64_t)sum.v.size(); ++i) sum.v[i] += b.v[i];
+    for (int64_t i = 0; i < (int64_t)sum.v.size(); ++i) sum.v[i] = Bf16(sum.v[i] + b.v[i]);
     return Linear(sum, w.out_proj, c.d_model);
   }
   Mat a = Linear(yf, w.out_proj, c.d_model);

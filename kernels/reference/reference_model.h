@@ -28,9 +28,9 @@ struct ReferenceOptions {
   // Also round to bf16 the matrix products the GPU's bf16 mode writes as
   // bf16 for their next reader: in_proj's rows (z, x|B|C, dt), q/k/v, the
   // fast weights' products G, U, Hd (in the update and in the application)
-  // and the applied output before its norm, the MLP's gate and up; and
-  // project the two BiMamba directions' bf16 rows summed, once (rounded
-  // again as the product's operand). The residual stream, the learning
+  // and the applied output before its norm, the MLP's gate and up; and,
+  // where d_inner <= 2 d_model, project the two BiMamba directions' bf16
+  // rows summed (the sum rounded to bf16 again), once. The residual stream, the learning
   // rates, the gradient sums and the state stay unrounded.
   bool bf16_activations = false;
   // Also round the scan's inputs x, B, C (the conv's outputs) and its

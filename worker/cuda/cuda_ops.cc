@@ -19,7 +19,11 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
   const int64_t L = tokens, D = c.d_model;
   CudaActivations& rows = ops->rows_;
   rows.width = D;
-  LACT_RETURN_IF_ERROR(AllocateFloats({{&rows.x, L * D}, {&rows.h, L * D}, {&rows.acc, L * D}}));
+  // In bf16 precision the norms write h16 alone; h then holds only the
+  // final norm's rows of a model without a head (its output).
+  const bool float_h = ctx.precision() == cuda::Precision::kFp32 || model.head() == nullptr;
+  LACT_RETURN_IF_ERROR(
+      AllocateFloats({{&rows.x, L * D}, {&rows.h, float_h ? L * D : 0}, {&rows.acc, L * D}}));
   LACT_RETURN_IF_ERROR(AllocateBf16(ctx.precision(), {{&rows.h16, L * D}}));
   LACT_RETURN_IF_ERROR(ops->mixer_.Allocate(ops->tile(), scan_math));
   LACT_RETURN_IF_ERROR(ops->lact_.Allocate(ops->tile()));
@@ -50,7 +54,7 @@ absl::Status CudaOps::OutputRows(int64_t first, int64_t n, float* out) {
   // h is free once the block's mixers have run. Without a head the normed
   // rows are the output (float32); with one they are its GEMM's input.
   const bool head = model_.head() != nullptr;
-  float* const output_rows = rows_.h.get() + first * D;
+  float* const output_rows = head ? nullptr : rows_.h.get() + first * D;
   LACT_RETURN_IF_ERROR(cuda::RmsNormRows(
       stream(), rows_.x.get() + first * D, D, n, D, weights_(model_.final_norm()),
       head ? rows_.NormedF32(first) : output_rows, D, head ? rows_.NormedBf16(first) : nullptr));
