@@ -87,47 +87,38 @@ absl::Status CudaMixerOps::Tile(const LayerWeights& w, Direction dir, int64_t fi
                                     proj_.at(skip), R));
   LACT_RETURN_IF_ERROR(cuda::SoftplusBias(stream(), proj_.at(di + C), R, n, hs, weights_(m.dt_bias),
                                           0.0f, dt_.get(), hs));
-  return bf16_scan_ ? ScanBf16(w, dir, first, n, outputs, summarize)
-                    : ScanFp32(w, dir, first, n, outputs, summarize);
+  return Scan(w, dir, first, n, outputs, summarize);
 }
 
-absl::Status CudaMixerOps::ScanFp32(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
-                                    bool outputs, bool summarize) {
+absl::Status CudaMixerOps::Scan(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
+                                bool outputs, bool summarize) {
   const MambaDirWeights& m = w.mamba[dir];
   const int64_t di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
   const int hs = c_.ssm_heads();
   // Row i of the scan order: row i (forward) or n - 1 - i (backward).
   const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
+  const cuda::Values xbc = bf16_scan_ ? cuda::Values(Bf16(xbc16_)) : cuda::Values(xbc_.get());
+  const cuda::Values y = bf16_scan_ ? cuda::Values(Bf16(y16_)) : cuda::Values(y_.get());
   LACT_RETURN_IF_ERROR(cuda::ConvSilu(
       stream(), proj_.at(last * R + di), step * R, n, C, c_.ssm.conv_width, weights_(m.conv_w),
-      weights_(m.conv_b), conv_.get(), conv_scratch_.get(), xbc_.get() + last * C, step * C));
-  const float* xbc = xbc_.get() + last * C;
-  const auto scan =
-      ScanOf<cuda::SsdScanParams>(c_, m, weights_, n, step, xbc, dt_.get() + last * hs,
-                                  outputs ? y_.get() + last * di : nullptr);
-  LACT_RETURN_IF_ERROR(
-      cuda::SsdScan(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
+      weights_(m.conv_b), conv_.get(), conv_scratch_.get(), xbc.Offset(last * C), step * C));
+  const float* const dt = dt_.get() + last * hs;
+  float* const log_decay = summarize ? log_decay_.get() : nullptr;
+  if (bf16_scan_) {
+    LACT_RETURN_IF_ERROR(cuda::SsdScanBf16(
+        stream(), ssd_,
+        ScanOf<cuda::SsdScanBf16Params>(c_, m, weights_, n, step, xbc.bf16 + last * C, dt,
+                                        outputs ? y.bf16 + last * di : nullptr),
+        ssm_.get(), log_decay));
+  } else {
+    LACT_RETURN_IF_ERROR(
+        cuda::SsdScan(stream(), ssd_,
+                      ScanOf<cuda::SsdScanParams>(c_, m, weights_, n, step, xbc.f32 + last * C, dt,
+                                                  outputs ? y.f32 + last * di : nullptr),
+                      ssm_.get(), log_decay));
+  }
   if (!outputs) return absl::OkStatus();
-  return NormAndProject(w, dir, first, n, y_.get());
-}
-
-absl::Status CudaMixerOps::ScanBf16(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
-                                    bool outputs, bool summarize) {
-  const MambaDirWeights& m = w.mamba[dir];
-  const int64_t di = c_.d_inner(), C = c_.conv_channels(), R = c_.in_proj_rows();
-  const int hs = c_.ssm_heads();
-  const int64_t last = dir == kForward ? 0 : n - 1, step = dir == kForward ? 1 : -1;
-  __nv_bfloat16* const xbc = Bf16(xbc16_) + last * C;
-  LACT_RETURN_IF_ERROR(cuda::ConvSilu(stream(), proj_.at(last * R + di), step * R, n, C,
-                                      c_.ssm.conv_width, weights_(m.conv_w), weights_(m.conv_b),
-                                      conv_.get(), conv_scratch_.get(), xbc, step * C));
-  const auto scan =
-      ScanOf<cuda::SsdScanBf16Params>(c_, m, weights_, n, step, xbc, dt_.get() + last * hs,
-                                      outputs ? Bf16(y16_) + last * di : nullptr);
-  LACT_RETURN_IF_ERROR(
-      cuda::SsdScanBf16(stream(), ssd_, scan, ssm_.get(), summarize ? log_decay_.get() : nullptr));
-  if (!outputs) return absl::OkStatus();
-  return NormAndProject(w, dir, first, n, Bf16(y16_));
+  return NormAndProject(w, dir, first, n, y);
 }
 
 bool CudaMixerOps::HoldsFirstDirection() const {

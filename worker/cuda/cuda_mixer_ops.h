@@ -41,13 +41,11 @@ class CudaMixerOps : private CudaPart {
                     bool summarize);
 
  private:
-  // The conv, the scan, the gated norm and out_proj of a tile whose
-  // projections are in proj_ and dt_, through the fp32 scan or the bf16 one.
-  absl::Status ScanFp32(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
-                        bool outputs, bool summarize);
-  absl::Status ScanBf16(const LayerWeights& w, Direction dir, int64_t first, int64_t n,
-                        bool outputs, bool summarize);
-
+  // The conv, the scan (fp32, or with bf16_scan_ the bf16 one, reading
+  // and writing bf16), the gated norm and out_proj of a tile whose
+  // projections are in proj_ and dt_.
+  absl::Status Scan(const LayerWeights& w, Direction dir, int64_t first, int64_t n, bool outputs,
+                    bool summarize);
   // The gated norm of a tile's scan outputs y (di-wide rows in sequence
   // order), then out_proj into acc: each direction's added, or, where the
   // first direction's rows can be held (HoldsFirstDirection), the sum of
