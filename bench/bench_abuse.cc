@@ -1,7 +1,7 @@
 // The memory a client can make the service hold (the abuse cases),
 // measured: a local cluster (a coordinator and two workers), and against
-// it, one case at a time, what an attacker with a token does: Submit calls
-// that never send their spec, Query calls that declare 4 GiB of query
+// it, one case at a time, what an attacker with a token does: Transfer
+// calls that never send their ticket, Query calls that declare 4 GiB of query
 // tokens each and send none, and a job that declares a 4 GiB context and
 // sends one chunk per shard. For each case: the resident memory (VmRSS)
 // of the coordinator and of the workers (summed) before and at the
@@ -80,27 +80,28 @@ std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
-// `n` Submit calls that never send a message, held for a few seconds;
-// then `extra` more, up to and beyond --max-pending-calls (1,024): how
-// many were refused (the rest end at their 6 s deadline).
-Case IdleSubmits(const LocalCluster& cluster, int n, int extra) {
-  Case c{absl::StrCat(n, " Submit calls sending nothing"), "", 0, Sample(cluster), {}};
+// `n` Transfer calls to a worker that never send their ticket, held for a
+// few seconds; then `extra` more, up to and beyond the worker's
+// --max-pending-calls (1,024): how many were refused (the rest end at
+// their 6 s deadline).
+Case IdleTransfers(const LocalCluster& cluster, const std::string& worker, int n, int extra) {
+  Case c{absl::StrCat(n, " Transfer calls sending nothing"), "", 0, Sample(cluster), {}};
   // 100 calls per connection (HTTP/2 peers commonly allow no more streams at once).
-  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
+  std::vector<std::unique_ptr<v1::ShardDataService::Stub>> stubs;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>>>
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>>>
       calls;
   for (int i = 0; i < n + extra; ++i) {
-    if (i % 100 == 0) stubs.push_back(v1::Coordinator::NewStub(Channel(cluster.address())));
+    if (i % 100 == 0) stubs.push_back(v1::ShardDataService::NewStub(Channel(worker)));
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     contexts.back()->set_deadline(std::chrono::system_clock::now() +
                                   std::chrono::seconds(i < n ? 20 : 6));
-    calls.push_back(stubs.back()->Submit(contexts.back().get()));
+    calls.push_back(stubs.back()->Transfer(contexts.back().get()));
   }
   c.peak = PeakOver(cluster, 3);
   int refused = 0;
   for (int i = n; i < n + extra; ++i) {
-    v1::SubmitResponse response;
+    v1::TransferResponse response;
     while (calls[i]->Read(&response)) {
     }
     const grpc::Status st = calls[i]->Finish();
@@ -120,30 +121,33 @@ Case UnsentQueries(const LocalCluster& cluster, const std::string& job_id, int n
          n * kTokens * kWidth * 4.0 / (1 << 30),
          Sample(cluster),
          {}};
-  auto stub = v1::Coordinator::NewStub(Channel(cluster.address()));
+  auto stub = v1::CoordinatorService::NewStub(Channel(cluster.address()));
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::QueryRequest, v1::QueryResponse>>> calls;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::QueryResponse>>> calls;
+  v1::QueryRequest request;
+  request.mutable_spec()->set_job_id(job_id);
+  request.mutable_spec()->add_query_tokens(kTokens);
+  request.mutable_spec()->set_token_width(kWidth);
+  request.mutable_spec()->set_dtype(v1::F32);
   for (int i = 0; i < n; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    calls.push_back(stub->Query(contexts.back().get()));
-    v1::QueryRequest spec;
-    spec.mutable_spec()->set_job_id(job_id);
-    spec.mutable_spec()->add_query_tokens(kTokens);
-    spec.mutable_spec()->set_token_width(kWidth);
-    spec.mutable_spec()->set_dtype(v1::F32);
-    calls.back()->Write(spec);
+    calls.push_back(stub->Query(contexts.back().get(), request));
   }
   c.peak = PeakOver(cluster, 3);
   for (auto& ctx : contexts) ctx->TryCancel();
-  for (auto& call : calls) call->Finish().IgnoreError();
-  c.outcome = "held until the client went away";
+  int refused = 0;
+  for (auto& call : calls) {
+    refused += call->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  c.outcome = absl::StrCat(n - refused, " held until the client went away, ", refused,
+                           " refused (--max-queries-per-tenant)");
   return c;
 }
 
 // One shard's Transfer: its ticket and one 4 MiB chunk sent, then nothing.
 struct StalledTransfer {
-  std::unique_ptr<v1::ShardData::Stub> stub;
+  std::unique_ptr<v1::ShardDataService::Stub> stub;
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>> stream;
 };
@@ -152,7 +156,7 @@ std::unique_ptr<StalledTransfer> StartStalledTransfer(const v1::JobAccepted& acc
   static const std::string chunk = EncodeFloats(std::vector<float>(kMaxChunkBytes / 4, 0.5f).data(),
                                                 kMaxChunkBytes / 4, WireType::kF32);
   auto t = std::make_unique<StalledTransfer>();
-  t->stub = v1::ShardData::NewStub(Channel(accepted.shards(rank).worker()));
+  t->stub = v1::ShardDataService::NewStub(Channel(accepted.shards(rank).worker()));
   t->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   t->stream = t->stub->Transfer(&t->ctx);
   v1::TransferRequest first;
@@ -176,10 +180,9 @@ Case StalledUpload(const LocalCluster& cluster) {
          kTokens * kWidth * 4.0 / (1 << 30),
          Sample(cluster),
          {}};
-  auto stub = v1::Coordinator::NewStub(Channel(cluster.address()));
+  auto stub = v1::CoordinatorService::NewStub(Channel(cluster.address()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto submit = stub->Submit(&ctx);
   v1::SubmitRequest request;
   v1::JobSpec* spec = request.mutable_spec();
   spec->set_model("preset:small");
@@ -187,7 +190,7 @@ Case StalledUpload(const LocalCluster& cluster) {
   spec->set_token_width(kWidth);
   spec->set_dtype(v1::F32);
   spec->set_workers(2);
-  submit->Write(request);
+  auto submit = stub->Submit(&ctx, request);
   v1::SubmitResponse response;
   v1::JobAccepted accepted;
   while (submit->Read(&response)) {
@@ -243,7 +246,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   std::vector<Case> cases;
-  cases.push_back(IdleSubmits(**cluster, idle, 1100 - idle));
+  cases.push_back(IdleTransfers(**cluster, done->shards[0].worker(), idle, 1100 - idle));
   cases.push_back(UnsentQueries(**cluster, done->job_id, queries));
   cases.push_back(StalledUpload(**cluster));
   std::printf("%-58s %9s %11s %11s %11s %11s  %s\n", "case", "declared", "coord MiB", "peak",

@@ -1,5 +1,5 @@
 // The data path alone: how fast a job's bytes move in and out of a local
-// 2-worker cluster, in band (client <-> workers over ShardData.Transfer)
+// 2-worker cluster, in band (client <-> workers over ShardDataService.Transfer)
 // and by reference (workers read the context file, write the output file),
 // for a 1 GiB float32 context of width 256 and a 3 GiB one of width 768.
 // The model is a deliberately cheap one of the same widths (d_model 16, one

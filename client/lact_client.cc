@@ -161,7 +161,7 @@ LactClient::LactClient(const std::string& address, const ClientSecurity& securit
     : address_(address),
       credentials_(ChannelCredentialsFromPem(security.tls_roots)),
       channel_(MakeChannel(address, credentials_, grpc::ChannelArguments(), security.token)),
-      stub_(v1::Coordinator::NewStub(channel_)) {}
+      stub_(v1::CoordinatorService::NewStub(channel_)) {}
 
 absl::Status LactClient::WaitUntilReachable(std::chrono::milliseconds timeout) {
   if (channel_->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
@@ -182,14 +182,12 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
   const bool by_ref = !options.context_ref.empty();
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout, kDefaultJobTimeout);
-  auto stream = stub_->Submit(&ctx);
-  v1::SubmitRequest first;
+  v1::SubmitRequest request;
   const bool from_source = options.context_source.read != nullptr;
   const int64_t tokens = by_ref ? 0 : from_source ? options.context_source.tokens : context.dim(0);
   const int64_t width = by_ref ? 0 : from_source ? options.context_source.width : context.dim(1);
-  *first.mutable_spec() = MakeJobSpec(options, tokens, width, queries);
-  stream->Write(first);
-  stream->WritesDone();
+  *request.mutable_spec() = MakeJobSpec(options, tokens, width, queries);
+  auto stream = stub_->Submit(&ctx, request);
   JobResult result;
   std::unique_ptr<ShardTransfers> transfers;
   ProgressRelay relay(progress);
@@ -268,15 +266,13 @@ absl::StatusOr<JobResult> LactClient::Query(const std::string& job_id,
   }
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout, kDefaultQueryTimeout);
-  auto stream = stub_->Query(&ctx);
-  v1::QueryRequest first;
-  v1::QuerySpec* spec = first.mutable_spec();
+  v1::QueryRequest request;
+  v1::QuerySpec* spec = request.mutable_spec();
   spec->set_job_id(job_id);
   spec->set_dtype(ToProto(dtype));
   spec->set_token_width(static_cast<int32_t>(queries[0].dim(1)));
   for (const Tensor& q : queries) spec->add_query_tokens(q.dim(0));
-  stream->Write(first);
-  stream->WritesDone();
+  auto stream = stub_->Query(&ctx, request);
   JobResult result;
   result.job_id = job_id;
   std::unique_ptr<ShardTransfers> transfer;
@@ -338,7 +334,7 @@ absl::StatusOr<v1::JobInfo> LactClient::WatchJob(
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout, kDefaultWatchTimeout);
   ctx.set_wait_for_ready(true);
-  v1::GetJobRequest request;
+  v1::WatchJobRequest request;
   request.set_job_id(job_id);
   std::unique_ptr<grpc::ClientReader<v1::JobInfo>> reader = stub_->WatchJob(&ctx, request);
   v1::JobInfo info, last;

@@ -152,7 +152,7 @@ class LactClient {
   std::string address_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // to the coordinator and the workers
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<v1::CoordinatorService::Stub> stub_;
 };
 
 // The JobSpec Submit sends for `options` and a context of `tokens` x `width`

@@ -177,7 +177,7 @@ absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
 absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
   std::shared_ptr<grpc::Channel> channel =
       MakeChannel(accepted_.shards(rank).worker(), credentials_, BulkChannelArguments(), "");
-  v1::FetchRequest request;
+  v1::FetchResultRequest request;
   request.set_job_id(accepted_.job_id());
   request.set_rank(rank);
   request.set_ticket(accepted_.fetch_ticket());

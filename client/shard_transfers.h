@@ -1,4 +1,4 @@
-// The client's side of a job's data plane: one ShardData.Transfer stream
+// The client's side of a job's data plane: one ShardDataService.Transfer stream
 // (data.proto) per shard that has bytes in band, each on its own thread,
 // in the zero-copy message forms of proto/bulk_messages.h (float32 rows
 // are sent from the context tensor itself).
@@ -11,7 +11,7 @@
 // uploading (while the workers compute). Cancel() ends
 // every stream; Join() returns the first failure.
 // Fetch() instead reads a finished job's retained results back, the same
-// way, with ShardData.FetchResult (nothing is uploaded).
+// way, with ShardDataService.FetchResult (nothing is uploaded).
 #ifndef LACT_CLIENT_SHARD_TRANSFERS_H_
 #define LACT_CLIENT_SHARD_TRANSFERS_H_
 

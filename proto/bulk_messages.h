@@ -1,4 +1,4 @@
-// Zero-copy forms of ShardData.Transfer's messages (data.proto) for the
+// Zero-copy forms of ShardDataService.Transfer's messages (data.proto) for the
 // bulk path. On the wire they are exactly TransferRequest and
 // TransferResponse, so a peer using the generated classes interoperates
 // (the tests send with generated stubs). What differs is the memory:
@@ -27,8 +27,8 @@
 
 namespace lact {
 
-inline constexpr char kShardDataTransfer[] = "/lact.v1.ShardData/Transfer";
-inline constexpr char kShardDataFetchResult[] = "/lact.v1.ShardData/FetchResult";
+inline constexpr char kShardDataTransfer[] = "/lact.v1.ShardDataService/Transfer";
+inline constexpr char kShardDataFetchResult[] = "/lact.v1.ShardDataService/FetchResult";
 
 // A message to send. Either `whole` (any small message, serialized), or
 // the oneof field `outer_field` of the outer message holding an inner

@@ -1,4 +1,4 @@
-// gRPC transport settings for the bulk path (ShardData.Transfer): HTTP/2
+// gRPC transport settings for the bulk path (ShardDataService.Transfer): HTTP/2
 // frames of up to 4 MiB instead of 16 KiB, and a stream window that lets a
 // few messages be in flight before the first WINDOW_UPDATE, so a loopback
 // or LAN stream moves at memory speed rather than waiting on flow control.

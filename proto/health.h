@@ -21,7 +21,7 @@ namespace lact {
 
 void EnableHealthAndReflection();
 
-// Marks `services` (full names, e.g. "lact.v1.Coordinator") and "" SERVING
+// Marks `services` (full names, e.g. "lact.v1.CoordinatorService") and "" SERVING
 // or NOT_SERVING on `server` (a draining process says NOT_SERVING).
 void SetServing(grpc::Server& server, const std::vector<std::string>& services, bool serving);
 

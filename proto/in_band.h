@@ -1,4 +1,4 @@
-// Which shards of a job move bytes in band (ShardData.Transfer): the one
+// Which shards of a job move bytes in band (ShardDataService.Transfer): the one
 // rule the coordinator states in JobAccepted/ShardSpec and the worker checks.
 #ifndef LACT_PROTO_IN_BAND_H_
 #define LACT_PROTO_IN_BAND_H_

@@ -1,5 +1,5 @@
-// A bidirectional server call (the coordinator's Submit and Query, the
-// workers' RunShard, RunQuery and Transfer) on gRPC's callback API. The
+// A bidirectional server call (the workers' ShardDataService.Transfer,
+// the one call whose client streams) on gRPC's callback API. The
 // reactor reads the call's first message itself, so a peer that opens a
 // call and sends nothing holds no thread. Then the call's flow runs on a
 // thread of its own over a blocking view of the stream (Read, Write), and

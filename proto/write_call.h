@@ -1,8 +1,10 @@
-// A server-streaming call (the coordinator's WatchJob, the workers'
-// FetchResult) on gRPC's callback API: its flow runs on a thread of its
+// A server-streaming call (one request, a stream of responses: the
+// coordinator's Submit, Query and WatchJob, the workers' RunShard, RunQuery
+// and FetchResult) on gRPC's callback API: its flow runs on a thread of its
 // own over a blocking Write, and the call ends with the status the flow
-// returns. The end of the call reaches the flow through an EndWatch, when
-// it happens (call_state.h).
+// returns. The end of the call (the peer cancelled or went away, or its
+// deadline passed) reaches the flow through an EndWatch, when it happens
+// (call_state.h).
 //
 // Contract for a flow: Write is called from the flow's thread only; it
 // blocks until gRPC has taken the message and returns false once the call
@@ -12,9 +14,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <functional>
 #include <utility>
 
+#include "absl/time/time.h"
 #include "proto/call_state.h"
 
 namespace lact {
@@ -24,7 +29,10 @@ class WriteCall final : public grpc::ServerWriteReactor<Response> {
  public:
   using Flow = std::function<grpc::Status(WriteCall& call)>;
 
-  static WriteCall* Start(Flow flow) { return new WriteCall(std::move(flow)); }
+  // `context` is the call's (for its deadline), `flow` its body.
+  static WriteCall* Start(grpc::CallbackServerContext* context, Flow flow) {
+    return new WriteCall(context, std::move(flow));
+  }
 
   class EndWatch : public CallState::EndWatch {
    public:
@@ -38,9 +46,17 @@ class WriteCall final : public grpc::ServerWriteReactor<Response> {
     return state_.AwaitWrite();
   }
   bool ended() const { return state_.ended(); }
+  bool EndsWithin(absl::Duration wait) const { return state_.EndsWithin(wait); }
+  std::chrono::system_clock::time_point deadline() const { return context_->deadline(); }
+  // The deadline, at most a week from now: what the calls made on this
+  // call's behalf inherit (a call without a deadline has an infinite one).
+  std::chrono::system_clock::time_point capped_deadline() const {
+    return std::min(deadline(), std::chrono::system_clock::now() + std::chrono::hours(24 * 7));
+  }
 
  private:
-  explicit WriteCall(Flow flow) : flow_(std::move(flow)) {
+  WriteCall(grpc::CallbackServerContext* context, Flow flow)
+      : context_(context), flow_(std::move(flow)) {
     state_.StartFlow([this] { this->Finish(flow_(*this)); });
   }
 
@@ -51,6 +67,7 @@ class WriteCall final : public grpc::ServerWriteReactor<Response> {
     delete this;
   }
 
+  grpc::CallbackServerContext* const context_;
   const Flow flow_;
   CallState state_;
 };

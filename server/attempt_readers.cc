@@ -16,13 +16,13 @@ std::vector<v1::ShardDone> AttemptReaders::ReadAll() {
 
 v1::ShardDone AttemptReaders::ReadRank(int rank) {
   v1::ShardDone done;
-  v1::ShardResponse response;
+  v1::RunShardResponse response;
   while (streams_->Read(rank, &response)) {
     if (response.has_layers_done()) {
       if (events_.layers_done) events_.layers_done(response.layers_done());
     } else if (response.has_done()) {
       done = response.done();
-    } else if (response.kind_case() == v1::ShardResponse::kSpooled) {
+    } else if (response.kind_case() == v1::RunShardResponse::kSpooled) {
       bool all_spooled;
       {
         absl::MutexLock lock(&mu_);

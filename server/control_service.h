@@ -15,7 +15,7 @@
 
 namespace lact::server {
 
-class ControlService final : public v1::Control::Service {
+class ControlService final : public v1::ControlService::Service {
  public:
   // Every call must present `cluster_secret` (none when empty); KvSet
   // writes only keys of a job's running attempt ("JOB_ID/ATTEMPT/...").

@@ -44,38 +44,33 @@ grpc::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::J
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* CoordinatorService::Submit(
-    grpc::CallbackServerContext* context) {
-  return SubmitCall::Start(
-      context, kNoJobSpec,
-      [c = c_, context](const v1::SubmitRequest& first, SubmitCall& call) {
-        absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
-        if (!caller.ok()) return ToGrpcStatus(caller.status());
-        return RunSubmit(c, *caller, first, call);
-      },
-      &first_message_);
+grpc::ServerWriteReactor<v1::SubmitResponse>* CoordinatorService::Submit(
+    grpc::CallbackServerContext* context, const v1::SubmitRequest* request) {
+  return SubmitCall::Start(context, [c = c_, context, request](SubmitCall& call) {
+    absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
+    if (!caller.ok()) return ToGrpcStatus(caller.status());
+    return RunSubmit(c, *caller, *request, call);
+  });
 }
 
-grpc::ServerBidiReactor<v1::QueryRequest, v1::QueryResponse>* CoordinatorService::Query(
-    grpc::CallbackServerContext* context) {
-  return QueryCall::Start(
-      context, kNoQuerySpec,
-      [c = c_, context](const v1::QueryRequest& first, QueryCall& call) {
-        absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
-        if (!caller.ok()) return ToGrpcStatus(caller.status());
-        return RunQuery(c, *caller, first, call);
-      },
-      &first_message_);
+grpc::ServerWriteReactor<v1::QueryResponse>* CoordinatorService::Query(
+    grpc::CallbackServerContext* context, const v1::QueryRequest* request) {
+  return QueryCall::Start(context, [c = c_, context, request](QueryCall& call) {
+    absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
+    if (!caller.ok()) return ToGrpcStatus(caller.status());
+    return RunQuery(c, *caller, *request, call);
+  });
 }
 
 grpc::ServerWriteReactor<v1::JobInfo>* CoordinatorService::WatchJob(
-    grpc::CallbackServerContext* context, const v1::GetJobRequest* request) {
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
-  return WriteCall<v1::JobInfo>::Start([jobs = c_.jobs, id = request->job_id(),
+  return WriteCall<v1::JobInfo>::Start(context,
+                                       [jobs = c_.jobs, id = request->job_id(),
                                         caller = std::move(caller)](WriteCall<v1::JobInfo>& call) {
-    if (!caller.ok()) return ToGrpcStatus(caller.status());
-    return WatchJobFlow(*jobs, id, call);
-  });
+                                         if (!caller.ok()) return ToGrpcStatus(caller.status());
+                                         return WatchJobFlow(*jobs, id, call);
+                                       });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext* context,

@@ -2,8 +2,8 @@
 // adapter over the job flows, the job store and the worker registry. Every
 // call is authenticated first (tenant_tokens.h); a job another tenant
 // owns is NOT_FOUND.
-// Submit and Query run their flows on a thread per call once the call's
-// first message has come (stream_call.h); WatchJob waits for changes of the
+// Submit and Query run their flows on a thread per call (write_call.h);
+// WatchJob waits for changes of the
 // job on a thread per watcher (woken when the watcher goes); the unary
 // methods answer on gRPC's callback thread, but for DeleteJob's calls to the
 // workers, which run on a thread of their own. The end of a call reaches
@@ -16,19 +16,16 @@
 
 namespace lact::server {
 
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+class CoordinatorService final : public v1::CoordinatorService::CallbackService {
  public:
-  explicit CoordinatorService(Coordinator coordinator) : c_(coordinator) {
-    first_message_.max_waiting = c_.options.max_pending_calls;
-    first_message_.timeout = c_.options.first_message_timeout;
-  }
+  explicit CoordinatorService(Coordinator coordinator) : c_(coordinator) {}
 
-  grpc::ServerBidiReactor<v1::SubmitRequest, v1::SubmitResponse>* Submit(
-      grpc::CallbackServerContext* context) override;
-  grpc::ServerBidiReactor<v1::QueryRequest, v1::QueryResponse>* Query(
-      grpc::CallbackServerContext* context) override;
+  grpc::ServerWriteReactor<v1::SubmitResponse>* Submit(grpc::CallbackServerContext* context,
+                                                       const v1::SubmitRequest* request) override;
+  grpc::ServerWriteReactor<v1::QueryResponse>* Query(grpc::CallbackServerContext* context,
+                                                     const v1::QueryRequest* request) override;
   grpc::ServerWriteReactor<v1::JobInfo>* WatchJob(grpc::CallbackServerContext* context,
-                                                  const v1::GetJobRequest* request) override;
+                                                  const v1::WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request,
                                    v1::JobInfo* response) override;
@@ -60,7 +57,6 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::Status ListWorkers(v1::ListWorkersResponse* response);
 
   Coordinator c_;
-  FirstMessageLimits first_message_;  // Submit and Query calls waiting for their first message
 };
 
 }  // namespace lact::server

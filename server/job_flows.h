@@ -1,5 +1,5 @@
 // The two streaming flows of the coordinator, as plain functions over a
-// call (proto/stream_call.h): Submit (submit_flow.cc: admit, resolve files
+// call (proto/write_call.h): Submit (submit_flow.cc: admit, resolve files
 // by reference, then the job's run, job_run.h: queue for workers, start
 // the shards, relay progress, run again, record where results are kept;
 // the job's stages and failure causes are its JobMachine's) and
@@ -19,11 +19,12 @@
 #include <atomic>
 #include <chrono>
 
+#include "common/call_caps.h"
 #include "common/log.h"
 #include "common/timing.h"
 #include "lact/v1/coordinator.grpc.pb.h"
 #include "proto/status_conversion.h"
-#include "proto/stream_call.h"
+#include "proto/write_call.h"
 #include "server/coordinator_metrics.h"
 #include "server/job_admission.h"
 #include "server/job_spool.h"
@@ -43,10 +44,11 @@ struct CoordinatorOptions {
   int collective_timeout_ms = static_cast<int>(kDefaultCollectiveTimeout.count());
   // Longest wait for a client's stream, and between its chunks.
   std::chrono::milliseconds upload_idle_timeout = kDefaultUploadIdleTimeout;
-  std::string data_root;         // where files by reference may be; empty = none allowed
-  bool tenant_folders = true;    // with tokens: each tenant's files in DATA_ROOT/TENANT
-  int max_pending_calls = 1024;  // Submit and Query calls waiting for their first message
-  std::chrono::milliseconds first_message_timeout{30000};
+  std::string data_root;       // where files by reference may be; empty = none allowed
+  bool tenant_folders = true;  // with tokens: each tenant's files in DATA_ROOT/TENANT
+  // Query calls one tenant may have running at once (each holds a thread
+  // here and on its worker while it waits for the client's Transfer).
+  int max_queries_per_tenant = 16;
   int64_t max_job_records = 100000;         // records kept (ended jobs' dropped oldest first)
   int64_t max_workers = 10000;              // registry entries
   int max_reruns = 3;                       // attempts after the first, when a worker is gone
@@ -67,14 +69,17 @@ struct Coordinator {
   const std::atomic<bool>* draining;
   JobSpool* spool;              // in-band contexts, for re-runs (job_spool.h)
   CoordinatorMetrics* metrics;  // what Prometheus scrapes (coordinator_metrics.h)
+  CallCaps* queries = nullptr;  // running Query calls per tenant; none: uncapped
 };
 
-using SubmitCall = StreamCall<v1::SubmitRequest, v1::SubmitResponse>;
-using QueryCall = StreamCall<v1::QueryRequest, v1::QueryResponse>;
+using SubmitCall = WriteCall<v1::SubmitResponse>;
+using QueryCall = WriteCall<v1::QueryResponse>;
 
-// What a call that ends before its first message is told.
-inline constexpr char kNoJobSpec[] = "the first Submit message must be a JobSpec";
-inline constexpr char kNoQuerySpec[] = "the first Query message must be a QuerySpec";
+// What a request without its spec is told.
+inline constexpr char kNoJobSpec[] =
+    "SubmitRequest.spec is missing: a Submit call carries its JobSpec";
+inline constexpr char kNoQuerySpec[] =
+    "QueryRequest.spec is missing: a Query call carries its QuerySpec";
 
 // A Submit or Query call ended with `status`: counted in the metrics, and
 // logged (call_failed) when it is an error.
@@ -90,13 +95,13 @@ inline void ReportCallEnd(const Coordinator& c, const char* method, const Caller
        {"message", status.error_message()}});
 }
 
-// The flows, run on their call's thread (proto/stream_call.h) from its
-// first message, for an authenticated `caller`: a job Submit starts is
+// The flows, run on their call's thread (proto/write_call.h) with its
+// request, for an authenticated `caller`: a job Submit starts is
 // the caller's tenant's; Query serves only the caller's jobs.
 grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
-                       const v1::SubmitRequest& first, SubmitCall& call);
+                       const v1::SubmitRequest& request, SubmitCall& call);
 grpc::Status RunQuery(const Coordinator& coordinator, const Caller& caller,
-                      const v1::QueryRequest& first, QueryCall& call);
+                      const v1::QueryRequest& request, QueryCall& call);
 
 }  // namespace lact::server
 

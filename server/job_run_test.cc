@@ -26,15 +26,15 @@ using ::testing::Not;
 // its stream ends. A silent rank sends nothing more and ends only when the
 // attempt is cancelled, as a stopped worker's stream does.
 struct ScriptedRank {
-  std::vector<v1::ShardResponse> messages;
+  std::vector<v1::RunShardResponse> messages;
   RankEnd end{absl::OkStatus(), true};
   absl::Duration after = absl::ZeroDuration();  // before the end comes
   bool silent = false;
   std::function<void()> before_end;  // e.g. the client goes away
 };
 
-v1::ShardResponse Done(double compute, double allreduce, double waited) {
-  v1::ShardResponse r;
+v1::RunShardResponse Done(double compute, double allreduce, double waited) {
+  v1::RunShardResponse r;
   v1::ShardDone* d = r.mutable_done();
   d->set_compute_seconds(compute);
   d->set_allreduce_seconds(allreduce);
@@ -69,7 +69,7 @@ class FakeStreams final : public AttemptStreams {
     specs_ = specs;
     return absl::OkStatus();
   }
-  bool Read(int rank, v1::ShardResponse* response) override {
+  bool Read(int rank, v1::RunShardResponse* response) override {
     ScriptedRank& r = ranks_[rank];
     if (read_[rank] < r.messages.size()) {
       *response = r.messages[read_[rank]++];

@@ -31,7 +31,7 @@ class AttemptStreams {
   virtual absl::Status Open(const std::vector<v1::ShardSpec>& specs,
                             std::chrono::system_clock::time_point deadline) = 0;
   // The rank's next message; false once its stream has ended.
-  virtual bool Read(int rank, v1::ShardResponse* response) = 0;
+  virtual bool Read(int rank, v1::RunShardResponse* response) = 0;
   // How the rank's stream ended, once Read returned false.
   virtual RankEnd Finish(int rank) = 0;
   virtual void Cancel() = 0;

@@ -52,7 +52,7 @@ constexpr char kUsage[] =
     "                    files in DIR/TENANT, or all tenants in DIR; default per-tenant)]\n"
     "                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]\n"
     "                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
-    "                    [--max-pending-calls 1024] [--first-message-timeout-ms 30000]\n"
+    "                    [--max-queries-per-tenant 16 (Query calls of one tenant at once)]\n"
     "                    [--max-job-records 100000] [--max-workers 10000]\n"
     "                    [--state-dir DIR (job records kept on disk across restarts)]\n"
     "                    [--max-reruns 3 (a job whose worker is gone runs again)]\n"
@@ -92,10 +92,8 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
         absl::StrCat("--data-root-layout ", layout, ": allowed per-tenant or shared"));
   }
   o->tenant_folders = layout == "per-tenant";
-  LACT_ASSIGN_OR_RETURN(int64_t pending, flags.Int("max-pending-calls", 1024, 1, 1 << 20));
-  o->max_pending_calls = static_cast<int>(pending);
-  LACT_ASSIGN_OR_RETURN(int64_t first, flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
-  o->first_message_timeout = std::chrono::milliseconds(first);
+  LACT_ASSIGN_OR_RETURN(int64_t queries, flags.Int("max-queries-per-tenant", 16, 1, 1 << 16));
+  o->max_queries_per_tenant = static_cast<int>(queries);
   LACT_ASSIGN_OR_RETURN(o->max_job_records, flags.Int("max-job-records", 100000, 1, 1 << 30));
   LACT_ASSIGN_OR_RETURN(o->max_workers, flags.Int("max-workers", 10000, 1, 1 << 20));
   LACT_ASSIGN_OR_RETURN(int64_t reruns, flags.Int("max-reruns", 3, 0, 100));
@@ -224,8 +222,7 @@ absl::StatusOr<CoordinatorFlags> ParseFlags(int argc, char** argv) {
                                                "tls-cert",
                                                "tls-key",
                                                "tls-ca",
-                                               "max-pending-calls",
-                                               "first-message-timeout-ms",
+                                               "max-queries-per-tenant",
                                                "max-job-records",
                                                "max-workers",
                                                "state-dir",
@@ -286,10 +283,12 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
                       CoordinatorMetrics* metrics, std::atomic<bool>* serving) {
   const bool shared = f.control_port < 0;
   std::atomic<bool> draining{false};
+  CallCaps queries(f.options.max_queries_per_tenant, "Query calls", "tenant",
+                   "--max-queries-per-tenant");
   CoordinatorService coordinator(
       Coordinator{&records.registry, &records.kv, &records.jobs, f.options, &guards.tenants,
                   ClusterLink{credentials.to_workers, guards.cluster_secret}, &draining,
-                  &records.spool, metrics});
+                  &records.spool, metrics, &queries});
   ControlService control(&records.registry, &records.kv, &records.jobs, guards.cluster_secret);
   std::unique_ptr<grpc::Server> server =
       shared
@@ -303,9 +302,9 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
     if (!control_server) return 1;
   }
   // Control serves the running jobs' workers to the end of a drain.
-  SetServing(*server, {"lact.v1.Coordinator"}, true);
+  SetServing(*server, {"lact.v1.CoordinatorService"}, true);
   *serving = true;
-  SetServing(shared ? *server : *control_server, {"lact.v1.Control"}, true);
+  SetServing(shared ? *server : *control_server, {"lact.v1.ControlService"}, true);
   Log(LogLevel::kInfo, "started",
       {{"version", LactVersion()},
        {"tls", guards.tls.serves_tls()},
@@ -315,7 +314,7 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
   WaitForStopSignal();
   Log(LogLevel::kInfo, "draining", {{"drain_seconds", f.options.drain_seconds}});
   draining = true;
-  SetServing(*server, {"lact.v1.Coordinator"}, false);
+  SetServing(*server, {"lact.v1.CoordinatorService"}, false);
   *serving = false;
   if (!records.jobs.AwaitNoLiveJobs(absl::Now() + absl::Seconds(f.options.drain_seconds))) {
     Log(LogLevel::kWarn, "drain_timed_out",
@@ -342,7 +341,7 @@ int Main(int argc, char** argv) {
   Records records(*f);
   if (absl::Status opened = records.Open(*f); !opened.ok()) return Fail(opened);
   CoordinatorMetrics metrics(&records.jobs, &records.registry);
-  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Coordinator's health
+  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.CoordinatorService's health
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint = MetricsEndpoint::StartIfAsked(
       f->flags, f->host, metrics.registry(), [&metrics] { metrics.Refresh(); },
       [&serving] { return serving.load(); }, "lact-coordinator");

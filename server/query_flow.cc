@@ -2,7 +2,7 @@
 // keeps the job's fused state expect it under a new ticket, tells the
 // client where (a JobAccepted of one shard), and relays the worker's end.
 // The query sets and their outputs go between the client and that worker
-// over ShardData.Transfer, as a Submit's do: none pass through here.
+// over ShardDataService.Transfer, as a Submit's do: none pass through here.
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/timing.h"
@@ -19,19 +19,17 @@ namespace {
 // once the worker has its header; returns the worker's ShardDone.
 absl::StatusOr<v1::ShardDone> RunOnWorker(const ClusterLink& link, const QueryFacts& facts,
                                           QueryCall& call) {
-  auto stub = v1::Worker::NewStub(WorkerChannel(link, facts.worker));
+  auto stub = v1::WorkerService::NewStub(WorkerChannel(link, facts.worker));
   grpc::ClientContext ctx;
   ctx.set_deadline(call.capped_deadline());
-  auto worker = stub->RunQuery(&ctx);
+  v1::RunQueryRequest request;
+  *request.mutable_header() = QueryHeader(facts);
+  auto worker = stub->RunQuery(&ctx, request);
   QueryCall::EndWatch watch(&call, [&ctx] { ctx.TryCancel(); });
-  v1::WorkerQueryRequest header;
-  *header.mutable_header() = QueryHeader(facts);
-  if (worker->Write(header)) {
-    v1::QueryResponse accepted;
-    *accepted.mutable_accepted() = QueryAccepted(facts);
-    if (!call.Write(accepted)) ctx.TryCancel();
-  }
-  v1::ShardResponse response;
+  v1::QueryResponse accepted;
+  *accepted.mutable_accepted() = QueryAccepted(facts);
+  if (!call.Write(accepted)) ctx.TryCancel();
+  v1::RunQueryResponse response;
   std::optional<v1::ShardDone> done;
   while (worker->Read(&response)) {
     if (response.has_done()) done = response.done();
@@ -67,11 +65,11 @@ absl::StatusOr<QueryFacts> CheckQuery(const Coordinator& c, const Caller& caller
                     c.options.upload_idle_timeout};
 }
 
-grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::QueryRequest& first,
+grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
                        QueryCall& call) {
   const auto start = std::chrono::steady_clock::now();
-  if (!first.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQuerySpec);
-  const v1::QuerySpec spec = first.spec();
+  if (!request.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQuerySpec);
+  const v1::QuerySpec& spec = request.spec();
   absl::StatusOr<QueryFacts> facts = CheckQuery(c, caller, spec);
   if (!facts.ok()) return ToGrpcStatus(facts.status());
   absl::StatusOr<v1::ShardDone> worker_done = RunOnWorker(c.cluster, *facts, call);
@@ -92,10 +90,16 @@ grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::Que
 
 }  // namespace
 
-grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& first,
+grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
                       QueryCall& call) {
-  const grpc::Status status = QueryFlow(c, caller, first, call);
-  ReportCallEnd(c, "Query", caller, first.has_spec() ? first.spec().job_id() : "", status);
+  const grpc::Status status = [&] {
+    if (c.queries == nullptr) return QueryFlow(c, caller, request, call);
+    if (absl::Status s = c.queries->Enter(caller.tenant); !s.ok()) return ToGrpcStatus(s);
+    grpc::Status ended = QueryFlow(c, caller, request, call);
+    c.queries->Leave(caller.tenant);
+    return ended;
+  }();
+  ReportCallEnd(c, "Query", caller, request.spec().job_id(), status);
   return status;
 }
 

@@ -73,15 +73,17 @@ grpc::Status RunSubmitFlow(const Coordinator& c, const v1::SubmitRequest& reques
 }  // namespace
 
 grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
-                       const v1::SubmitRequest& first, SubmitCall& call) {
+                       const v1::SubmitRequest& request, SubmitCall& call) {
   const grpc::Status status = [&] {
     if (coordinator.draining != nullptr && *coordinator.draining) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the coordinator is shutting down (it got SIGTERM) and takes no new "
                           "jobs; submit to its replacement");
     }
-    if (caller.any_tenant || !first.has_spec()) return RunSubmitFlow(coordinator, first, "", call);
-    v1::SubmitRequest owned = first;  // the job belongs to the tenant whose token submitted it
+    if (caller.any_tenant || !request.has_spec()) {
+      return RunSubmitFlow(coordinator, request, "", call);
+    }
+    v1::SubmitRequest owned = request;  // the job belongs to the tenant whose token submitted it
     owned.mutable_spec()->set_tenant(caller.tenant);
     const std::string folder = coordinator.options.tenant_folders ? caller.tenant : "";
     return RunSubmitFlow(coordinator, owned, folder, call);

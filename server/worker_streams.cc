@@ -23,7 +23,7 @@ void ForgetOnWorkers(const ClusterLink& link, const std::string& job_id,
     request.set_job_id(job_id);
     request.set_fetch_ticket(fetch_ticket);
     v1::ForgetResponse response;
-    v1::Worker::NewStub(WorkerChannel(link, address))
+    v1::WorkerService::NewStub(WorkerChannel(link, address))
         ->Forget(&ctx, request, &response)
         .IgnoreError();
   }
@@ -32,7 +32,7 @@ void ForgetOnWorkers(const ClusterLink& link, const std::string& job_id,
 absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
                                  std::chrono::system_clock::time_point deadline) {
   for (int r = 0; r < size(); ++r) {
-    stubs_.push_back(v1::Worker::NewStub(WorkerChannel(link_, addresses_[r])));
+    stubs_.push_back(v1::WorkerService::NewStub(WorkerChannel(link_, addresses_[r])));
     auto context = std::make_unique<grpc::ClientContext>();
     context->set_deadline(deadline);
     grpc::ClientContext* raw = context.get();
@@ -41,14 +41,11 @@ absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
       contexts_.push_back(std::move(context));
       if (cancelled_) raw->TryCancel();
     }
-    streams_.push_back(stubs_.back()->RunShard(raw));
-    v1::ShardRequest request;
+    v1::RunShardRequest request;
     *request.mutable_spec() = specs[r];
-    if (!streams_.back()->Write(request)) {
-      broken_rank_ = r;
-      return absl::UnavailableError(
-          absl::StrCat("worker ", addresses_[r], " (rank ", r, ") did not take the shard"));
-    }
+    // A worker that cannot take the call shows in its stream's end
+    // (Finish: not from the worker).
+    streams_.push_back(stubs_.back()->RunShard(raw, request));
   }
   return absl::OkStatus();
 }

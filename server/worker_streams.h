@@ -38,14 +38,14 @@ void ForgetOnWorkers(const ClusterLink& link, const std::string& job_id,
 // The network's AttemptStreams: RunShard calls to the workers.
 class WorkerStreams final : public AttemptStreams {
  public:
-  using Stream = grpc::ClientReaderWriter<v1::ShardRequest, v1::ShardResponse>;
+  using Stream = grpc::ClientReader<v1::RunShardResponse>;
 
   WorkerStreams(ClusterLink link, std::vector<std::string> addresses)
       : link_(std::move(link)), addresses_(std::move(addresses)) {}
 
   absl::Status Open(const std::vector<v1::ShardSpec>& specs,
                     std::chrono::system_clock::time_point deadline) override;
-  bool Read(int rank, v1::ShardResponse* response) override {
+  bool Read(int rank, v1::RunShardResponse* response) override {
     return streams_[rank]->Read(response);
   }
   // from_worker says whether the status came from the worker's handler
@@ -54,17 +54,16 @@ class WorkerStreams final : public AttemptStreams {
   void Cancel() override;
   int size() const override { return static_cast<int>(addresses_.size()); }
   const std::string& address(int rank) const override { return addresses_[rank]; }
-  int broken_rank() const override { return broken_rank_; }
+  int broken_rank() const override { return -1; }
 
  private:
   const ClusterLink link_;
   std::vector<std::string> addresses_;
-  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+  std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs_;
   absl::Mutex mu_;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Stream>> streams_;
-  int broken_rank_ = -1;
 };
 
 // The network's JobTransport.

@@ -4,7 +4,7 @@
 // same bytes as the same job in band, for every golden case over 1-3
 // workers, a model 768 features wide and bf16 files; bad references fail before
 // any worker computes and write nothing outside the root; a raw client's
-// bad chunks, wrong ticket, stall and disconnect on a ShardData.Transfer
+// bad chunks, wrong ticket, stall and disconnect on a ShardDataService.Transfer
 // stream each end the job with a status that names the problem, and a
 // CancelJob reaches a shard waiting for its upload; a client
 // with gRPC's default 4 MiB limit runs a preset:base job with queries and
@@ -234,17 +234,16 @@ TEST_F(DataPlaneTest, AQueryWhoseTransferNeverComesEndsAtTheIdleLimit) {
   o.timeout = std::chrono::seconds(30);
   absl::StatusOr<JobResult> job = Client().Submit(o, RandomTokens(16, 32, 3), {});
   ASSERT_TRUE(job.ok()) << job.status();
-  auto stub = v1::Coordinator::NewStub(
+  auto stub = v1::CoordinatorService::NewStub(
       grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto call = stub->Query(&context);
   v1::QueryRequest spec;
   spec.mutable_spec()->set_job_id(job->job_id);
   spec.mutable_spec()->add_query_tokens(8);
   spec.mutable_spec()->set_token_width(32);
   spec.mutable_spec()->set_dtype(v1::F32);
-  ASSERT_TRUE(call->Write(spec));
+  auto call = stub->Query(&context, spec);
   const auto start = std::chrono::steady_clock::now();
   v1::QueryResponse response;
   ASSERT_TRUE(call->Read(&response));
@@ -376,19 +375,17 @@ TEST_F(DataPlaneTest, AQueryMovesItsSetsOverTheWorkersTransferStream) {
   ASSERT_TRUE(job.Upload(0, RandomTokens(8, 32, 21), {}).Close().ok());
   ASSERT_TRUE(job.Finish().ok());
   const Tensor set = RandomTokens(4, 32, 22);
-  auto stub = v1::Coordinator::NewStub(
+  auto stub = v1::CoordinatorService::NewStub(
       grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials()));
   for (const bool context_chunk : {true, false}) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto call = stub->Query(&context);
     v1::QueryRequest spec;
     spec.mutable_spec()->set_job_id(job.accepted().job_id());
     spec.mutable_spec()->add_query_tokens(4);
     spec.mutable_spec()->set_token_width(32);
     spec.mutable_spec()->set_dtype(v1::F32);
-    ASSERT_TRUE(call->Write(spec));
-    call->WritesDone();
+    auto call = stub->Query(&context, spec);
     v1::QueryResponse response;
     ASSERT_TRUE(call->Read(&response));
     ASSERT_TRUE(response.has_accepted());

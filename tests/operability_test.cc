@@ -119,27 +119,27 @@ TEST_F(OperabilityTest, EveryPortAnswersHealthPerService) {
   const std::string coordinator = cluster_->address(), control = cluster_->control_address();
   ASSERT_NE(coordinator, control) << "lact local puts Control on a port of its own";
   EXPECT_EQ(HealthOf(coordinator, ""), HealthCheckResponse::SERVING);
-  EXPECT_EQ(HealthOf(coordinator, "lact.v1.Coordinator"), HealthCheckResponse::SERVING);
-  EXPECT_EQ(HealthOf(control, "lact.v1.Control"), HealthCheckResponse::SERVING);
+  EXPECT_EQ(HealthOf(coordinator, "lact.v1.CoordinatorService"), HealthCheckResponse::SERVING);
+  EXPECT_EQ(HealthOf(control, "lact.v1.ControlService"), HealthCheckResponse::SERVING);
   EXPECT_EQ(HealthOf(coordinator, "lact.v1.NoSuchService"), -grpc::StatusCode::NOT_FOUND);
   const std::vector<std::string> workers = WorkerAddresses(*cluster_);
   ASSERT_EQ(workers.size(), 2u);
   for (const std::string& w : workers) {
     EXPECT_EQ(HealthOf(w, ""), HealthCheckResponse::SERVING) << w;
-    EXPECT_EQ(HealthOf(w, "lact.v1.Worker"), HealthCheckResponse::SERVING) << w;
-    EXPECT_EQ(HealthOf(w, "lact.v1.ShardData"), HealthCheckResponse::SERVING) << w;
+    EXPECT_EQ(HealthOf(w, "lact.v1.WorkerService"), HealthCheckResponse::SERVING) << w;
+    EXPECT_EQ(HealthOf(w, "lact.v1.ShardDataService"), HealthCheckResponse::SERVING) << w;
   }
 }
 
 TEST_F(OperabilityTest, ReflectionListsTheServicesOfEachPort) {
   EXPECT_THAT(ReflectedServices(cluster_->address()),
-              AllOf(::testing::Contains("lact.v1.Coordinator"),
+              AllOf(::testing::Contains("lact.v1.CoordinatorService"),
                     ::testing::Contains("grpc.health.v1.Health")));
   EXPECT_THAT(ReflectedServices(cluster_->control_address()),
-              ::testing::Contains("lact.v1.Control"));
+              ::testing::Contains("lact.v1.ControlService"));
   for (const std::string& w : WorkerAddresses(*cluster_)) {
-    EXPECT_THAT(ReflectedServices(w), AllOf(::testing::Contains("lact.v1.Worker"),
-                                            ::testing::Contains("lact.v1.ShardData")))
+    EXPECT_THAT(ReflectedServices(w), AllOf(::testing::Contains("lact.v1.WorkerService"),
+                                            ::testing::Contains("lact.v1.ShardDataService")))
         << w;
   }
 }
@@ -378,7 +378,8 @@ TEST(DrainHealth, ADrainingWorkerIsNotServing) {
         WaitFor([&] {
           health.clear();
           ready.clear();
-          for (const std::string& a : addresses) health.push_back(HealthOf(a, "lact.v1.Worker"));
+          for (const std::string& a : addresses)
+            health.push_back(HealthOf(a, "lact.v1.WorkerService"));
           for (const v1::WorkerInfo& w : *before)
             ready.push_back(HttpStatus(w.metrics_address(), "/readyz"));
           absl::StatusOr<std::vector<v1::WorkerInfo>> workers =
@@ -418,9 +419,9 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
       SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(65536, 256, 98), [&] {
         cluster->SignalCoordinator(SIGTERM);
         WaitFor([&] {  // until it says it drains (its job keeps it alive)
-          coordinator = HealthOf(cluster->address(), "lact.v1.Coordinator");
+          coordinator = HealthOf(cluster->address(), "lact.v1.CoordinatorService");
           whole = HealthOf(cluster->address(), "");
-          control = HealthOf(cluster->control_address(), "lact.v1.Control");
+          control = HealthOf(cluster->control_address(), "lact.v1.ControlService");
           ready = HttpStatus(cluster->metrics_address(), "/readyz");
           return coordinator == HealthCheckResponse::NOT_SERVING &&
                  whole == HealthCheckResponse::NOT_SERVING && ready == 503;

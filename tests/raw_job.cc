@@ -25,13 +25,12 @@ bool SendSet(grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>
 }  // namespace
 
 RawJob::RawJob(const std::string& address, v1::JobSpec spec)
-    : stub_(v1::Coordinator::NewStub(
+    : stub_(v1::CoordinatorService::NewStub(
           grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
   ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  stream_ = stub_->Submit(&ctx_);
   v1::SubmitRequest request;
   *request.mutable_spec() = std::move(spec);
-  stream_->Write(request);
+  stream_ = stub_->Submit(&ctx_, request);
   v1::SubmitResponse response;
   while (stream_->Read(&response)) {
     if (response.has_accepted()) {
@@ -67,7 +66,7 @@ grpc::Status RawJob::Transfer::Close() {
 
 RawJob::Transfer RawJob::Open(int rank, const std::string& ticket) {
   Transfer t;
-  t.stub = v1::ShardData::NewStub(
+  t.stub = v1::ShardDataService::NewStub(
       grpc::CreateChannel(accepted_.shards(rank).worker(), grpc::InsecureChannelCredentials()));
   t.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   t.stream = t.stub->Transfer(t.ctx.get());
@@ -95,11 +94,11 @@ RawJob::Transfer RawJob::Upload(int rank, const Tensor& context, const std::vect
 }
 
 grpc::Status RawFetch(const v1::JobAccepted& accepted, int rank) {
-  auto stub = v1::ShardData::NewStub(
+  auto stub = v1::ShardDataService::NewStub(
       grpc::CreateChannel(accepted.shards(rank).worker(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::FetchRequest request;
+  v1::FetchResultRequest request;
   request.set_job_id(accepted.job_id());
   request.set_rank(rank);
   request.set_ticket(accepted.fetch_ticket());

@@ -30,7 +30,7 @@ class RawJob {
 
   // A Transfer stream to rank `rank`'s worker, its ticket sent.
   struct Transfer {
-    std::unique_ptr<v1::ShardData::Stub> stub;
+    std::unique_ptr<v1::ShardDataService::Stub> stub;
     std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
     std::unique_ptr<grpc::ClientReaderWriter<v1::TransferRequest, v1::TransferResponse>> stream;
     bool writes_done = false;  // the client's side is closed
@@ -47,13 +47,13 @@ class RawJob {
                   int64_t tokens = -1);
 
  private:
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<v1::CoordinatorService::Stub> stub_;
   grpc::ClientContext ctx_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SubmitRequest, v1::SubmitResponse>> stream_;
+  std::unique_ptr<grpc::ClientReader<v1::SubmitResponse>> stream_;
   v1::JobAccepted accepted_;
 };
 
-// The status of a raw ShardData.FetchResult of `accepted`'s job from rank
+// The status of a raw ShardDataService.FetchResult of `accepted`'s job from rank
 // `rank`'s worker, with its fetch_ticket (30 s deadline; the rows read are
 // dropped): what that worker itself answers.
 grpc::Status RawFetch(const v1::JobAccepted& accepted, int rank);

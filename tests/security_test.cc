@@ -177,7 +177,7 @@ TEST_F(SecurityTest, EachTenantsFilesStayInItsFolder) {
 
 TEST_F(SecurityTest, ControlServesOnlyTheClusterSecret) {
   const auto control = [](const std::string& address, const std::string& secret) {
-    return v1::Control::NewStub(
+    return v1::ControlService::NewStub(
         MakeChannel(address, grpc::InsecureChannelCredentials(), grpc::ChannelArguments(), secret));
   };
   v1::RegisterRequest rogue;
@@ -214,14 +214,13 @@ TEST_F(SecurityTest, WorkersRunShardsOnlyForTheCoordinator) {
   absl::StatusOr<JobResult> job = SubmitAsA();
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string worker = job->shards.at(0).worker();
-  auto stub = v1::Worker::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::WorkerService::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  auto stream = stub->RunShard(&ctx);
-  v1::ShardRequest request;
+  v1::RunShardRequest request;
   request.mutable_spec()->set_job_id("job-rogue");
-  stream->Write(request);
-  stream->WritesDone();
-  v1::ShardResponse response;
+  auto stream = stub->RunShard(&ctx, request);
+  v1::RunShardResponse response;
   while (stream->Read(&response)) {
   }
   const grpc::Status s = stream->Finish();
@@ -281,7 +280,7 @@ TEST_F(TlsTest, AGoldenJobOverTlsMatches) {
 // gRPC keeps retrying the connection.
 grpc::StatusCode ListModelsOver(const std::string& address,
                                 std::shared_ptr<grpc::ChannelCredentials> credentials) {
-  auto stub = v1::Coordinator::NewStub(
+  auto stub = v1::CoordinatorService::NewStub(
       MakeChannel(address, std::move(credentials), grpc::ChannelArguments(), kTokenA));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
@@ -312,7 +311,7 @@ TEST_F(TlsTest, ControlTakesOnlyClientCertificatesOfTheClusterCa) {
   // Trusting the cluster's CA but showing no certificate of its own, a
   // caller never reaches the service (UNAVAILABLE at the handshake, not
   // UNAUTHENTICATED from the secret check).
-  auto stub = v1::Control::NewStub(MakeChannel(
+  auto stub = v1::ControlService::NewStub(MakeChannel(
       cluster_->control_address(), ChannelCredentialsFromPem(cluster_->security().tls_roots),
       grpc::ChannelArguments(), ""));
   grpc::ClientContext ctx;
@@ -324,8 +323,9 @@ TEST_F(TlsTest, ControlTakesOnlyClientCertificatesOfTheClusterCa) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
 }
 
-// Calls that open and send nothing: at most --max-pending-calls wait for
-// their first message at once, each at most --first-message-timeout-ms.
+// Transfer streams that open and send nothing: at most a worker's
+// --max-pending-calls wait for their ticket at once, each at most its
+// --first-message-timeout-ms.
 // Opens 4 calls with `open` and sends nothing on them, against a server
 // whose limits are 3 waiting calls and 1000 ms: one is refused
 // (RESOURCE_EXHAUSTED) and three time out (DEADLINE_EXCEEDED), each
@@ -362,21 +362,81 @@ void ExpectIdleCallsBounded(const char* method, const Open& open) {
       << method << ": ended by the server's limit, not by the calls' 30 s deadlines";
 }
 
-TEST(CallLimits, IdleCallsAreBoundedInNumberAndTime) {
-  std::unique_ptr<LocalCluster> cluster = StartTestCluster(
-      1, {}, "", {"--max-pending-calls", "3", "--first-message-timeout-ms", "1000"});
+// Threads of a process, from /proc (-1 if it cannot be read).
+int ThreadCount(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+TEST(CallLimits, WaitingQueriesAreCappedPerTenantAndCostFewThreads) {
+  // 1,000 Query calls of one tenant, each waiting for a Transfer stream
+  // that never comes: the tenant's first 16 (--max-queries-per-tenant)
+  // wait, each holding a thread on the coordinator and on the worker; the
+  // rest are refused at once with RESOURCE_EXHAUSTED naming the cap. The
+  // threads of both stay within 50 of idle, and a job runs meanwhile.
+  std::unique_ptr<LocalCluster> cluster =
+      StartTestCluster(1, {}, "", {"--upload-idle-timeout-ms", "60000"});
   ASSERT_NE(cluster, nullptr);
-  auto stub = v1::Coordinator::NewStub(
-      grpc::CreateChannel(cluster->address(), grpc::InsecureChannelCredentials()));
-  ExpectIdleCallsBounded<v1::SubmitResponse>(
-      "Submit", [&](grpc::ClientContext* c) { return stub->Submit(c); });
-  // The waiting calls are counted out again: a real job still runs.
   SubmitOptions o;
   o.model = "preset:small:4";
   o.timeout = std::chrono::seconds(60);
   absl::StatusOr<JobResult> job =
       LactClient(cluster->address()).Submit(o, RandomTokens(16, 256, 3), {});
-  EXPECT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(job.ok()) << job.status();
+  const int coordinator_idle = ThreadCount(cluster->coordinator_pid());
+  const int worker_idle = ThreadCount(cluster->worker_pid(0));
+  ASSERT_GT(coordinator_idle, 0);
+  ASSERT_GT(worker_idle, 0);
+  v1::QueryRequest request;
+  request.mutable_spec()->set_job_id(job->job_id);
+  request.mutable_spec()->add_query_tokens(8);
+  request.mutable_spec()->set_token_width(256);
+  request.mutable_spec()->set_dtype(v1::F32);
+  std::vector<std::unique_ptr<v1::CoordinatorService::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::QueryResponse>>> calls;
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 100 == 0) {  // 100 calls per connection, as HTTP/2 peers commonly allow
+      grpc::ChannelArguments args;
+      args.SetInt("lact.test.connection", i);
+      stubs.push_back(v1::CoordinatorService::NewStub(
+          grpc::CreateCustomChannel(cluster->address(), grpc::InsecureChannelCredentials(), args)));
+    }
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    calls.push_back(stubs.back()->Query(contexts.back().get(), request));
+  }
+  int waiting = 0, refused = 0;
+  for (auto& call : calls) {
+    v1::QueryResponse response;
+    if (call->Read(&response) && response.has_accepted()) {
+      ++waiting;
+      continue;
+    }
+    const grpc::Status s = call->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_THAT(
+        s.error_message(),
+        HasSubstr("16 Query calls already run, the most allowed (--max-queries-per-tenant)"));
+    ++refused;
+  }
+  EXPECT_EQ(waiting, 16);
+  EXPECT_EQ(refused, 984);
+  absl::StatusOr<JobResult> beside =
+      LactClient(cluster->address()).Submit(o, RandomTokens(16, 256, 4), {});
+  EXPECT_TRUE(beside.ok()) << beside.status();
+  const int coordinator_busy = ThreadCount(cluster->coordinator_pid());
+  const int worker_busy = ThreadCount(cluster->worker_pid(0));
+  EXPECT_LE(coordinator_busy - coordinator_idle, 50)
+      << coordinator_idle << " -> " << coordinator_busy << " coordinator threads";
+  EXPECT_LE(worker_busy - worker_idle, 50)
+      << worker_idle << " -> " << worker_busy << " worker threads";
+  for (auto& context : contexts) context->TryCancel();
+  calls.clear();
 }
 
 TEST(CallLimits, AWorkersIdleStreamsAreBoundedInNumberAndTime) {
@@ -387,14 +447,9 @@ TEST(CallLimits, AWorkersIdleStreamsAreBoundedInNumberAndTime) {
       LactClient(cluster->address()).ListWorkers();
   ASSERT_TRUE(workers.ok() && workers->size() == 1) << workers.status();
   auto channel = grpc::CreateChannel((*workers)[0].address(), grpc::InsecureChannelCredentials());
-  auto data = v1::ShardData::NewStub(channel);
-  auto worker = v1::Worker::NewStub(channel);
+  auto data = v1::ShardDataService::NewStub(channel);
   ExpectIdleCallsBounded<v1::TransferResponse>(
       "Transfer", [&](grpc::ClientContext* c) { return data->Transfer(c); });
-  ExpectIdleCallsBounded<v1::ShardResponse>(
-      "RunShard", [&](grpc::ClientContext* c) { return worker->RunShard(c); });
-  ExpectIdleCallsBounded<v1::ShardResponse>(
-      "RunQuery", [&](grpc::ClientContext* c) { return worker->RunQuery(c); });
   SubmitOptions o;
   o.model = "preset:small:4";
   o.timeout = std::chrono::seconds(60);

@@ -118,7 +118,8 @@ grpc::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
   return status;
 }
 
-grpc::Status FetchFlow(RetainedResults& results, const v1::FetchRequest& request, FetchCall& call) {
+grpc::Status FetchFlow(RetainedResults& results, const v1::FetchResultRequest& request,
+                       FetchCall& call) {
   absl::StatusOr<RetainedResult> kept = results.Get(request.job_id());
   if (!kept.ok()) return ToGrpcStatus(kept.status());
   if (!TicketsEqual(kept->ticket, request.ticket())) {
@@ -136,7 +137,7 @@ grpc::Status FetchFlow(RetainedResults& results, const v1::FetchRequest& request
                                      kept->outputs_dropped,
                                      kept->state != nullptr || !kept->outputs.empty()
                                          ? "; its query outputs and fused state are still here "
-                                           "(FetchRequest.without_outputs)"
+                                           "(FetchResultRequest.without_outputs)"
                                          : ""));
   }
   std::vector<ResultItem> items;
@@ -167,11 +168,11 @@ DataService::DataService(TransferBoard* board, RetainedResults* results, int max
              [this](grpc::CallbackServerContext* context) { return Transfer(context); }));
   AddMethod(new grpc::internal::RpcServiceMethod(
       kShardDataFetchResult, grpc::internal::RpcMethod::SERVER_STREAMING, nullptr));
-  MarkMethodCallback(1,
-                     new grpc::internal::CallbackServerStreamingHandler<v1::FetchRequest, BulkOut>(
-                         [this](grpc::CallbackServerContext*, const v1::FetchRequest* request) {
-                           return FetchResult(*request);
-                         }));
+  MarkMethodCallback(
+      1, new grpc::internal::CallbackServerStreamingHandler<v1::FetchResultRequest, BulkOut>(
+             [this](grpc::CallbackServerContext* context, const v1::FetchResultRequest* request) {
+               return FetchResult(context, *request);
+             }));
 }
 
 grpc::ServerBidiReactor<TransferRequestIn, BulkOut>* DataService::Transfer(
@@ -184,8 +185,9 @@ grpc::ServerBidiReactor<TransferRequestIn, BulkOut>* DataService::Transfer(
       &first_message_);
 }
 
-grpc::ServerWriteReactor<BulkOut>* DataService::FetchResult(const v1::FetchRequest& request) {
-  return FetchCall::Start([results = results_, request](FetchCall& call) {
+grpc::ServerWriteReactor<BulkOut>* DataService::FetchResult(grpc::CallbackServerContext* context,
+                                                            const v1::FetchResultRequest& request) {
+  return FetchCall::Start(context, [results = results_, request](FetchCall& call) {
     return FetchFlow(*results, request, call);
   });
 }

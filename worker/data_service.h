@@ -1,4 +1,4 @@
-// The ShardData service of a worker (data.proto; a thin adapter): a
+// The ShardDataService of a worker (data.proto; a thin adapter): a
 // client's Transfer stream finds its shard on the TransferBoard by job,
 // rank and ticket, sends the shard's tokens into it and takes back its
 // outputs, query outputs and fused state, in messages of at most 4 MiB.
@@ -32,7 +32,8 @@ class DataService final : public grpc::Service {
 
   grpc::ServerBidiReactor<TransferRequestIn, BulkOut>* Transfer(
       grpc::CallbackServerContext* context);
-  grpc::ServerWriteReactor<BulkOut>* FetchResult(const v1::FetchRequest& request);
+  grpc::ServerWriteReactor<BulkOut>* FetchResult(grpc::CallbackServerContext* context,
+                                                 const v1::FetchResultRequest& request);
 
  private:
   TransferBoard* board_;

@@ -17,7 +17,8 @@ namespace lact {
 
 class KvStoreClient final : public gloo::rendezvous::Store {
  public:
-  KvStoreClient(std::shared_ptr<v1::Control::Stub> control, std::chrono::milliseconds timeout)
+  KvStoreClient(std::shared_ptr<v1::ControlService::Stub> control,
+                std::chrono::milliseconds timeout)
       : control_(std::move(control)), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -30,7 +31,7 @@ class KvStoreClient final : public gloo::rendezvous::Store {
   std::vector<std::string> Get(const std::vector<std::string>& keys,
                                std::chrono::milliseconds timeout);
 
-  std::shared_ptr<v1::Control::Stub> control_;
+  std::shared_ptr<v1::ControlService::Stub> control_;
   std::chrono::milliseconds timeout_;
 };
 

@@ -56,8 +56,9 @@ constexpr char kUsage[] =
     "               worker's certificate, served and shown to Control; the CA of the "
     "coordinator's)]\n"
     "               [--drain-seconds 60]\n"
-    "               [--max-pending-calls 1024] [--first-message-timeout-ms 30000] (streams that\n"
-    "               have not sent their first message: how many at once, for how long)\n"
+    "               [--max-pending-calls 1024] [--first-message-timeout-ms 30000] (Transfer\n"
+    "               streams that have not sent their ticket: how many at once, for how long)\n"
+    "               [--max-queries 64 (queries running here at once)]\n"
     "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
     "               are written there so a job can run again)]\n"
     "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
@@ -111,6 +112,7 @@ struct WorkerFlags {
   int64_t warm_bytes = 0;
   int pending_calls = 1024;
   std::chrono::milliseconds first_message{30000};
+  int max_queries = 64;
 };
 
 constexpr const char* kFlagNames[] = {"coordinator",
@@ -139,7 +141,8 @@ constexpr const char* kFlagNames[] = {"coordinator",
                                       "advertise-host",
                                       "log-level",
                                       "max-pending-calls",
-                                      "first-message-timeout-ms"};
+                                      "first-message-timeout-ms",
+                                      "max-queries"};
 
 absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   WorkerFlags f;
@@ -156,6 +159,8 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   LACT_ASSIGN_OR_RETURN(const int64_t pending, flags.Int("max-pending-calls", 1024, 1, 1 << 20));
   LACT_ASSIGN_OR_RETURN(const int64_t first_message,
                         flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
+  LACT_ASSIGN_OR_RETURN(const int64_t queries, flags.Int("max-queries", 64, 1, 1 << 16));
+  f.max_queries = static_cast<int>(queries);
   LACT_ASSIGN_OR_RETURN(f.retain_bytes,
                         flags.Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50));
   LACT_ASSIGN_OR_RETURN(f.retain_tenant_bytes,
@@ -247,12 +252,12 @@ int Fail(const absl::Status& status, int code = 2) {
 // meets, the results it keeps and its metrics.
 struct WorkerParts {
   std::unique_ptr<ModelCache> models;
-  std::shared_ptr<v1::Control::Stub> control;
+  std::shared_ptr<v1::ControlService::Stub> control;
   std::string secret;
   TransferBoard transfers;
   std::unique_ptr<RetainedResults> results;
   std::unique_ptr<WorkerMetrics> metrics;
-  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.Worker's health
+  std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.WorkerService's health
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;
 };
 
@@ -260,10 +265,10 @@ struct WorkerParts {
 // and the probes told so, the running shards given up to --drain-seconds
 // to finish; then the server stops.
 int Serve(const WorkerFlags& f, const Guards& guards, WorkerParts& p) {
-  WorkerService service(
-      {p.models.get(), p.control, f.backend, f.flags.Get("data-root").value_or(""),
-       f.flags.Get("spool-dir").value_or(""), &p.transfers, p.results.get(), p.secret,
-       !f.flags.Has("no-huge-pages"), p.metrics.get(), f.pending_calls, f.first_message});
+  WorkerService service({p.models.get(), p.control, f.backend,
+                         f.flags.Get("data-root").value_or(""),
+                         f.flags.Get("spool-dir").value_or(""), &p.transfers, p.results.get(),
+                         p.secret, !f.flags.Has("no-huge-pages"), p.metrics.get(), f.max_queries});
   DataService data(&p.transfers, p.results.get(), f.pending_calls, f.first_message);
   int bound_port = 0;
   std::unique_ptr<grpc::Server> server =
@@ -272,7 +277,7 @@ int Serve(const WorkerFlags& f, const Guards& guards, WorkerParts& p) {
     return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", f.host, ":", f.port)), 1);
   }
   // Not serving until the coordinator knows this worker.
-  const std::vector<std::string> served = {"lact.v1.Worker", "lact.v1.ShardData"};
+  const std::vector<std::string> served = {"lact.v1.WorkerService", "lact.v1.ShardDataService"};
   SetServing(*server, served, false);
   const std::string metrics_address =
       p.metrics_endpoint ? absl::StrCat(f.host, ":", p.metrics_endpoint->port()) : "";
@@ -317,8 +322,8 @@ int Main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxServerMessageBytes);
   args.SetMaxSendMessageSize(kMaxServerMessageBytes);
-  p.control = std::shared_ptr<v1::Control::Stub>(
-      v1::Control::NewStub(MakeChannel(f->coordinator, guards->to_coordinator, args, p.secret)));
+  p.control = std::shared_ptr<v1::ControlService::Stub>(v1::ControlService::NewStub(
+      MakeChannel(f->coordinator, guards->to_coordinator, args, p.secret)));
   p.results = std::make_unique<RetainedResults>(f->retain_bytes, f->retain_tenant_bytes);
   p.metrics = std::make_unique<WorkerMetrics>(p.results.get(), DeviceMemoryReader(f->backend));
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = MetricsEndpoint::StartIfAsked(

@@ -24,7 +24,7 @@ class Membership {
  public:
   // `request`: the address, metrics address, backend and models this
   // worker registers with. `results` reports what it dropped.
-  Membership(std::shared_ptr<v1::Control::Stub> control, v1::RegisterRequest request,
+  Membership(std::shared_ptr<v1::ControlService::Stub> control, v1::RegisterRequest request,
              RetainedResults* results)
       : control_(std::move(control)), request_(std::move(request)), results_(results) {}
   ~Membership() { Leave(); }
@@ -42,7 +42,7 @@ class Membership {
   void Heartbeats();
   void HeartbeatOnce();
 
-  const std::shared_ptr<v1::Control::Stub> control_;
+  const std::shared_ptr<v1::ControlService::Stub> control_;
   const v1::RegisterRequest request_;
   RetainedResults* const results_;
   std::atomic<int> interval_ms_{1000};

@@ -1,5 +1,5 @@
 // One query against the fused state this worker kept for a job
-// (Worker.RunQuery), with no call of its own: its sets come over the
+// (WorkerService.RunQuery), with no call of its own: its sets come over the
 // client's Transfer stream, a ShardTransfer registered on the TransferBoard
 // as rank 0 of the job under the query's own ticket (the same road as a
 // Submit's query sets), run on the worker's backend against the kept state,

@@ -1,5 +1,5 @@
 // The meeting point, on a worker, of a shard's two calls: RunShard (the
-// coordinator's: it computes) and ShardData.Transfer (the client's: it
+// coordinator's: it computes) and ShardDataService.Transfer (the client's: it
 // brings the shard's in-band tokens and takes its outputs, data.proto).
 // RunShard registers a ShardTransfer on the TransferBoard; the client's
 // stream finds it by job, rank and ticket. Tokens are decoded once, by the

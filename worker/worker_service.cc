@@ -19,7 +19,7 @@
 #include "proto/job_options.h"
 #include "proto/metadata_keys.h"
 #include "proto/status_conversion.h"
-#include "proto/stream_call.h"
+#include "proto/write_call.h"
 #include "worker/kv_store_client.h"
 #include "worker/query_run.h"
 #include "worker/shard_run.h"
@@ -27,8 +27,8 @@
 namespace lact {
 namespace {
 
-using ShardCall = StreamCall<v1::ShardRequest, v1::ShardResponse>;
-using QueryCall = StreamCall<v1::WorkerQueryRequest, v1::ShardResponse>;
+using ShardCall = WriteCall<v1::RunShardResponse>;
+using QueryCall = WriteCall<v1::RunQueryResponse>;
 
 // The coordinator's spool file for the shard's in-band context rows, open
 // for writing; nullopt (the job cannot run again from a spool, it still
@@ -73,12 +73,12 @@ class CallReports final : public ShardReports {
  public:
   explicit CallReports(ShardCall* call) : call_(call) {}
   void LayersDone(int layers) override {
-    v1::ShardResponse r;
+    v1::RunShardResponse r;
     r.set_layers_done(layers);
     call_->Write(r);
   }
   void Spooled() override {
-    v1::ShardResponse r;
+    v1::RunShardResponse r;
     r.set_spooled(true);
     call_->Write(r);
   }
@@ -104,13 +104,13 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
   return absl::OkStatus();
 }
 
-constexpr char kNoShardSpec[] = "the first RunShard message must be a ShardSpec";
+constexpr char kNoShardSpec[] = "RunShardRequest.spec is missing";
 
 // `*stats`: the shard's ShardDone, when it succeeds.
-grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first, ShardCall& call,
-                          v1::ShardDone* stats) {
-  if (!first.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoShardSpec);
-  const v1::ShardSpec& spec = first.spec();
+grpc::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& request,
+                          ShardCall& call, v1::ShardDone* stats) {
+  if (!request.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoShardSpec);
+  const v1::ShardSpec& spec = request.spec();
   if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
   // The transfer is met first: loading the model can take longer than a
   // client waits for its stream to be taken.
@@ -153,19 +153,21 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::ShardRequest& first,
   }
   if (!done.ok()) return ToGrpcStatus(done.status());
   *stats = *done;
-  v1::ShardResponse response;
+  v1::RunShardResponse response;
   *response.mutable_done() = *done;
   call.Write(response);
   return grpc::Status::OK;
 }
 
-constexpr char kNoQueryHeader[] = "the first RunQuery message must be a header";
+constexpr char kNoQueryHeader[] = "RunQueryRequest.header is missing";
 
 // `*stats`: the query's ShardDone, when it succeeds.
-grpc::Status RunQueryFlow(const WorkerContext& w, const v1::WorkerQueryRequest& first,
+grpc::Status RunQueryFlow(const WorkerContext& w, const v1::RunQueryRequest& request,
                           QueryCall& call, v1::ShardDone* stats) {
-  if (!first.has_header()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQueryHeader);
-  const v1::WorkerQueryHeader& header = first.header();
+  if (!request.has_header()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQueryHeader);
+  }
+  const v1::WorkerQueryHeader& header = request.header();
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeQueryTransfer(header, w.huge_pages);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
   w.transfers->Register(header.job_id(), 0, *transfer);
@@ -185,19 +187,19 @@ grpc::Status RunQueryFlow(const WorkerContext& w, const v1::WorkerQueryRequest& 
   if (!done.ok() && !cause.ok()) done = cause;
   if (!done.ok()) return ToGrpcStatus(done.status());
   *stats = *done;
-  v1::ShardResponse response;
+  v1::RunQueryResponse response;
   *response.mutable_done() = *done;
   call.Write(response);
   return grpc::Status::OK;
 }
 
 // One line per shard: its job, rank, outcome and times.
-void LogShardEnd(const v1::ShardRequest& first, const grpc::Status& status,
+void LogShardEnd(const v1::RunShardRequest& request, const grpc::Status& status,
                  const v1::ShardDone& done) {
   Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarn, "shard_ended",
-      {{"job", first.spec().job_id()},
-       {"rank", first.spec().rank()},
-       {"tokens", first.spec().tokens()},
+      {{"job", request.spec().job_id()},
+       {"rank", request.spec().rank()},
+       {"tokens", request.spec().tokens()},
        {"code", GrpcCodeName(status.error_code())},
        {"message", status.error_message()},
        {"upload_seconds", done.upload_seconds()},
@@ -207,40 +209,39 @@ void LogShardEnd(const v1::ShardRequest& first, const grpc::Status& status,
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* WorkerService::RunShard(
-    grpc::CallbackServerContext* context) {
+grpc::ServerWriteReactor<v1::RunShardResponse>* WorkerService::RunShard(
+    grpc::CallbackServerContext* context, const v1::RunShardRequest* request) {
   context->AddTrailingMetadata(kWorkerStatusKey, "1");
-  return ShardCall::Start(
-      context, kNoShardSpec,
-      [this, context](const v1::ShardRequest& first, ShardCall& call) {
-        if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
-        if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
-        if (w_.metrics != nullptr) w_.metrics->ShardStarted();
-        v1::ShardDone done;
-        grpc::Status status = RunShardFlow(w_, first, call, &done);
-        if (w_.metrics != nullptr)
-          w_.metrics->ShardEnded(status.error_code(), status.ok() ? &done : nullptr);
-        LogShardEnd(first, status, done);
-        Leave();
-        return status;
-      },
-      &first_message_);
+  return ShardCall::Start(context, [this, context, request](ShardCall& call) {
+    if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
+    if (w_.metrics != nullptr) w_.metrics->ShardStarted();
+    v1::ShardDone done;
+    grpc::Status status = RunShardFlow(w_, *request, call, &done);
+    if (w_.metrics != nullptr)
+      w_.metrics->ShardEnded(status.error_code(), status.ok() ? &done : nullptr);
+    LogShardEnd(*request, status, done);
+    Leave();
+    return status;
+  });
 }
 
-grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* WorkerService::RunQuery(
-    grpc::CallbackServerContext* context) {
-  return QueryCall::Start(
-      context, kNoQueryHeader,
-      [this, context](const v1::WorkerQueryRequest& first, QueryCall& call) {
-        if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
-        if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
-        v1::ShardDone done;
-        grpc::Status status = RunQueryFlow(w_, first, call, &done);
-        if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.error_code());
-        Leave();
-        return status;
-      },
-      &first_message_);
+grpc::ServerWriteReactor<v1::RunQueryResponse>* WorkerService::RunQuery(
+    grpc::CallbackServerContext* context, const v1::RunQueryRequest* request) {
+  return QueryCall::Start(context, [this, context, request](QueryCall& call) {
+    if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = queries_.Enter(""); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = Enter(); !s.ok()) {
+      queries_.Leave("");
+      return ToGrpcStatus(s);
+    }
+    v1::ShardDone done;
+    grpc::Status status = RunQueryFlow(w_, *request, call, &done);
+    if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.error_code());
+    Leave();
+    queries_.Leave("");
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* WorkerService::Forget(grpc::CallbackServerContext* context,

@@ -8,7 +8,7 @@
 // RunQuery runs query sets against a kept state; Forget drops a job's.
 // One shard at a time per worker is the coordinator's policy; the service
 // itself is re-entrant. The streaming calls run on gRPC's callback API
-// (proto/stream_call.h): the coordinator's cancel reaches a shard when it
+// (proto/write_call.h): the coordinator's cancel reaches a shard when it
 // happens, through the call's end, with no thread polling for it.
 #ifndef LACT_WORKER_WORKER_SERVICE_H_
 #define LACT_WORKER_WORKER_SERVICE_H_
@@ -19,9 +19,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/call_caps.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
-#include "proto/stream_call.h"
 #include "worker/backends.h"
 #include "worker/model_cache.h"
 #include "worker/retained_results.h"
@@ -32,7 +32,7 @@ namespace lact {
 
 struct WorkerContext {
   ModelCache* models;
-  std::shared_ptr<v1::Control::Stub> control;
+  std::shared_ptr<v1::ControlService::Stub> control;
   BackendOptions backend;
   std::string data_root;  // empty: no files by reference
   // The coordinator's spool folder as mounted here (shared with it; empty:
@@ -47,23 +47,20 @@ struct WorkerContext {
   // huge pages (common/huge_pages.h); false: 4 KiB pages (--no-huge-pages).
   bool huge_pages = true;
   WorkerMetrics* metrics = nullptr;  // what Prometheus scrapes; none when null
-  // RunShard and RunQuery calls that wait for their first message: at most
-  // this many at once (more are RESOURCE_EXHAUSTED), each this long.
-  int max_pending_calls = 1024;
-  std::chrono::milliseconds first_message_timeout{30000};
+  // Queries running here at once (each holds a thread while it waits for
+  // the client's Transfer); more are RESOURCE_EXHAUSTED.
+  int max_queries = 64;
 };
 
-class WorkerService final : public v1::Worker::CallbackService {
+class WorkerService final : public v1::WorkerService::CallbackService {
  public:
-  explicit WorkerService(WorkerContext context) : w_(std::move(context)) {
-    first_message_.max_waiting = w_.max_pending_calls;
-    first_message_.timeout = w_.first_message_timeout;
-  }
+  explicit WorkerService(WorkerContext context)
+      : w_(std::move(context)), queries_(w_.max_queries, "queries", "", "--max-queries") {}
 
-  grpc::ServerBidiReactor<v1::ShardRequest, v1::ShardResponse>* RunShard(
-      grpc::CallbackServerContext* context) override;
-  grpc::ServerBidiReactor<v1::WorkerQueryRequest, v1::ShardResponse>* RunQuery(
-      grpc::CallbackServerContext* context) override;
+  grpc::ServerWriteReactor<v1::RunShardResponse>* RunShard(
+      grpc::CallbackServerContext* context, const v1::RunShardRequest* request) override;
+  grpc::ServerWriteReactor<v1::RunQueryResponse>* RunQuery(
+      grpc::CallbackServerContext* context, const v1::RunQueryRequest* request) override;
   grpc::ServerUnaryReactor* Forget(grpc::CallbackServerContext* context,
                                    const v1::ForgetRequest* request,
                                    v1::ForgetResponse* response) override;
@@ -82,7 +79,7 @@ class WorkerService final : public v1::Worker::CallbackService {
   void Leave();
 
   WorkerContext w_;
-  FirstMessageLimits first_message_;
+  CallCaps queries_;  // RunQuery calls running (one key: the worker's)
   absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int running_ ABSL_GUARDED_BY(mu_) = 0;

@@ -131,7 +131,7 @@ class Client:
         self._address = address
         self._lock = threading.Lock()
         self._channels: Dict[str, grpc.Channel] = {}
-        self._coordinator = coordinator_pb2_grpc.CoordinatorStub(self._channel_for(address))
+        self._coordinator = coordinator_pb2_grpc.CoordinatorServiceStub(self._channel_for(address))
 
     def _channel_for(self, address: str) -> grpc.Channel:
         """The (shared) channel to ``address``, TLS if the client has a CA."""
@@ -233,7 +233,7 @@ class Client:
         deadline = time.monotonic() + timeout
         transfers = None
         try:
-            for response in self._coordinator.Query(iter([coordinator_pb2.QueryRequest(spec=spec)]),
+            for response in self._coordinator.Query(coordinator_pb2.QueryRequest(spec=spec),
                                                     timeout=timeout, metadata=self._metadata):
                 if response.WhichOneof("kind") == "accepted" and transfers is None:
                     transfers = ShardTransfers(self._channel_for, response.accepted, None, sets)
@@ -325,7 +325,7 @@ class Client:
         ended (the last one's status is final)."""
         try:
             for info in self._coordinator.WatchJob(
-                    coordinator_pb2.GetJobRequest(job_id=job_id),
+                    coordinator_pb2.WatchJobRequest(job_id=job_id),
                     timeout=timeout or DEFAULT_WATCH_TIMEOUT, metadata=self._metadata,
                     wait_for_ready=True):
                 yield JobStatus.from_proto(info)

@@ -165,7 +165,7 @@ class Job:
         transfers, stats, shards, error = None, None, [], None
         try:
             call = self._client._coordinator.Submit(
-                iter([coordinator_pb2.SubmitRequest(spec=self._spec)]), timeout=self._timeout,
+                coordinator_pb2.SubmitRequest(spec=self._spec), timeout=self._timeout,
                 metadata=self._client._metadata)
             for response in call:
                 kind = response.WhichOneof("kind")

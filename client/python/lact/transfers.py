@@ -1,12 +1,12 @@
 """ShardTransfers: one JobAccepted's bytes, to and from its workers.
 
 Each shard whose ShardRange.transfer is set gets its own thread and its own
-ShardData.Transfer stream (data.proto): the TransferTicket, the shard's
+ShardDataService.Transfer stream (data.proto): the TransferTicket, the shard's
 context rows (set 0, offsets from the shard's first row), on rank 0 each
 query set k as set k + 1, then the end of the send side; the worker answers
 the shard's float32 output rows (set 0, offsets global in the context), on
 rank 0 the query outputs and the fused state in pieces. Fetch mode asks
-ShardData.FetchResult for what a finished job's workers retained instead.
+ShardDataService.FetchResult for what a finished job's workers retained instead.
 
 Not thread-safe itself: one owner starts, cancels and joins it. Results are
 complete only after join() returned without raising.
@@ -92,13 +92,13 @@ class ShardTransfers:
         shard = self._accepted.shards[rank]
         where = f"shard {rank} on worker {shard.worker}: "
         try:
-            stub = data_pb2_grpc.ShardDataStub(self._channel_for(shard.worker))
+            stub = data_pb2_grpc.ShardDataServiceStub(self._channel_for(shard.worker))
             timeout = max(0.0, deadline - time.monotonic())
             with self._lock:
                 if self._cancelled:
                     raise LactError(grpc.StatusCode.CANCELLED, where + "cancelled")
                 if self._fetch:
-                    request = data_pb2.FetchRequest(job_id=self._accepted.job_id, rank=rank,
+                    request = data_pb2.FetchResultRequest(job_id=self._accepted.job_id, rank=rank,
                                                     ticket=self._accepted.fetch_ticket)
                     call = stub.FetchResult(request, timeout=timeout)
                 else:
