@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -11,6 +13,7 @@
 #include "proto/bulk_messages.h"
 #include "proto/bulk_transport.h"
 #include "proto/job_options.h"
+#include "proto/result_tally.h"
 #include "proto/status_conversion.h"
 
 namespace lact {
@@ -20,7 +23,7 @@ using Stream = grpc::ClientReaderWriter<BulkOut, TransferResponseIn>;
 
 // data.proto's field numbers.
 constexpr int kRequestChunk = 2;
-constexpr int kResponseOutput = 1, kResponseState = 2;
+constexpr int kResponseOutput = 1, kResponseState = 2, kResponseComplete = 3;
 
 // Sends `count` rows of set `set` from row `r` (offsets from 0), their
 // bytes `data` kept alive by `owner` (null: they outlive the stream);
@@ -193,20 +196,43 @@ absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
 template <typename Stream>
 absl::Status ShardTransfers::Receive(int rank, Stream* stream, grpc::ClientContext* ctx) {
   TransferResponseIn response;
+  ResultTally tally;
+  std::optional<v1::TransferComplete> complete;
   absl::Status placed;
   while (placed.ok() && stream->Read(&response)) {
-    placed = Place(rank, response);
+    if (complete.has_value()) {
+      placed = absl::InternalError("a message after the stream's completion message");
+    } else if (response.outer_field == kResponseComplete) {
+      complete.emplace();
+      if (!complete->ParseFromString(response.head)) {
+        placed = absl::InternalError("a malformed completion message");
+      } else {
+        placed = tally.Check(*complete);
+      }
+    } else {
+      tally.Add(response.data);
+      placed = Place(rank, response);
+    }
     response = TransferResponseIn();
   }
   if (!placed.ok()) ctx->TryCancel();
-  grpc::Status finished = stream->Finish();
-  LACT_RETURN_IF_ERROR(placed);
-  if (!finished.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
-                        absl::StrCat("shard ", rank, " on worker ", accepted_.shards(rank).worker(),
-                                     ": ", finished.error_message()));
+  const grpc::Status finished = stream->Finish();
+  const std::string shard =
+      absl::StrCat("shard ", rank, " on worker ", accepted_.shards(rank).worker());
+  if (!placed.ok()) {
+    return absl::Status(placed.code(), absl::StrCat(shard, ": ", placed.message(),
+                                                    "; its results are not complete"));
   }
-  return absl::OkStatus();
+  // Every result arrived and checked: whatever ended the stream after that
+  // (the worker gone before its trailers) took nothing from the client.
+  if (complete.has_value()) return absl::OkStatus();
+  const std::string missing =
+      absl::StrCat("its results stopped after ", tally.messages(), " messages (", tally.bytes(),
+                   " bytes) without their completion message, so they are not complete");
+  if (finished.ok()) return absl::DataLossError(absl::StrCat(shard, ": ", missing));
+  return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
+                      absl::StrCat(shard, ": ", finished.error_message(),
+                                   tally.messages() > 0 ? absl::StrCat("; ", missing) : ""));
 }
 
 absl::Status ShardTransfers::Upload(int rank, Stream* stream) {

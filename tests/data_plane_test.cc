@@ -30,6 +30,7 @@
 #include "common/token_codec.h"
 #include "lact/v1/coordinator.grpc.pb.h"
 #include "lact/v1/data.grpc.pb.h"
+#include "proto/result_tally.h"
 #include "tests/golden_case.h"
 #include "tests/random_model.h"
 #include "tests/raw_job.h"
@@ -398,7 +399,14 @@ TEST_F(DataPlaneTest, AQueryMovesItsSetsOverTheWorkersTransferStream) {
     t.stream->WritesDone();
     v1::TransferResponse out;
     std::string rows;
+    std::optional<v1::TransferComplete> complete;
     while (t.stream->Read(&out)) {
+      if (out.has_complete()) {
+        EXPECT_FALSE(complete.has_value()) << "one completion message, the last";
+        complete = out.complete();
+        continue;
+      }
+      ASSERT_FALSE(complete.has_value()) << "nothing after the completion message";
       ASSERT_EQ(out.output().set(), 1);
       EXPECT_EQ(out.output().offset() * accepted.output_width() * 4,
                 static_cast<int64_t>(rows.size()));
@@ -422,6 +430,9 @@ TEST_F(DataPlaneTest, AQueryMovesItsSetsOverTheWorkersTransferStream) {
     ASSERT_TRUE(moved.ok()) << moved.error_message();
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_TRUE(done) << "JobDone, with 0 payload bytes through the coordinator";
+    ASSERT_TRUE(complete.has_value()) << "the stream ends with its completion message";
+    EXPECT_EQ(complete->bytes(), static_cast<int64_t>(rows.size()));
+    EXPECT_EQ(complete->crc32c(), Crc32c(0, rows));
     absl::StatusOr<JobResult> by_client = Client().Query(job.accepted().job_id(), {set});
     ASSERT_TRUE(by_client.ok()) << by_client.status();
     ASSERT_EQ(rows.size(), by_client->queries[0].data.size() * sizeof(float));

@@ -3,15 +3,21 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/codegen/server_callback_handlers.h>
 #include <grpcpp/impl/rpc_service_method.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <memory>
+#include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/wire_limits.h"
 #include "lact/v1/data.pb.h"
+#include "proto/result_tally.h"
 #include "proto/status_conversion.h"
 #include "proto/stream_call.h"
 #include "proto/write_call.h"
+#include "worker/test_hooks.h"
 
 namespace lact {
 namespace {
@@ -27,6 +33,40 @@ constexpr char kNoTicket[] = "the first Transfer message must be a TransferTicke
 // data.proto's field numbers.
 constexpr int kRequestTicket = 1, kRequestChunk = 2;
 constexpr int kResponseOutput = 1, kResponseState = 2;
+
+// A stream's results as they leave: tallied for the completion message
+// that ends them (data.proto, TransferComplete), with the faults the test
+// hooks ask for (test_hooks.h).
+template <typename Call>
+class ResultSender {
+ public:
+  explicit ResultSender(Call* call) : call_(call) {}
+
+  // One output or state message; false if the client went away.
+  bool Write(BulkOut message) {
+    tally_.Add(message.data);
+    const TestHooks& hooks = GetTestHooks();
+    if (hooks.corrupt_output && tally_.messages() == 1 && !message.data.empty()) {
+      auto changed = std::make_shared<std::string>(message.data);
+      (*changed)[0] ^= 1;
+      message.data = *changed;
+      message.keep_alive = changed;
+    }
+    if (!call_->Write(message)) return false;
+    if (hooks.exit_after_outputs > 0 && tally_.messages() >= hooks.exit_after_outputs) _exit(9);
+    return true;
+  }
+  // The completion message; false if the client went away.
+  bool Complete() {
+    v1::TransferResponse complete;
+    *complete.mutable_complete() = tally_.Complete();
+    return call_->Write(BulkOut::Whole(complete));
+  }
+
+ private:
+  Call* const call_;
+  ResultTally tally_;
+};
 
 // Sends one item in messages of at most 4 MiB, each a slice of the item's
 // tensor; false if the client went away.
@@ -86,18 +126,26 @@ grpc::Status Serve(ShardTransfer& transfer, TransferCall& call) {
     return ToGrpcStatus(failure);
   }
   if (absl::Status s = transfer.EndUpload(); !s.ok()) return ToGrpcStatus(s);
+  ResultSender<TransferCall> sender(&call);
+  const absl::Status gone =
+      absl::CancelledError("the client went away while its outputs were sent");
   while (true) {
     absl::StatusOr<std::optional<ShardTransfer::Item>> item = transfer.NextItem();
     if (!item.ok()) return ToGrpcStatus(item.status());
     if (!item->has_value()) break;
-    if (!SendItem(**item, &call)) {
-      const absl::Status gone =
-          absl::CancelledError("the client went away while its outputs were sent");
+    if (!SendItem(**item, &sender)) {
       transfer.Fail(gone);
       return ToGrpcStatus(gone);
     }
   }
+  if (!sender.Complete()) {
+    transfer.Fail(gone);
+    return ToGrpcStatus(gone);
+  }
   transfer.DownloadDone();
+  if (const int64_t hold = GetTestHooks().hold_transfer_end_ms; hold > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold));
+  }
   return grpc::Status::OK;
 }
 
@@ -147,10 +195,12 @@ grpc::Status FetchFlow(RetainedResults& results, const v1::FetchResultRequest& r
   if (kept->state != nullptr) {
     for (ResultItem& item : StateItems(kept->state)) items.push_back(std::move(item));
   }
+  ResultSender<FetchCall> sender(&call);
   for (const ResultItem& item : items) {
-    if (!SendItem(item, &call))
+    if (!SendItem(item, &sender))
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   }
+  if (!sender.Complete()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   return grpc::Status::OK;
 }
 

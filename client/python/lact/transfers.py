@@ -5,7 +5,11 @@ ShardDataService.Transfer stream (data.proto): the TransferTicket, the shard's
 context rows (set 0, offsets from the shard's first row), on rank 0 each
 query set k as set k + 1, then the end of the send side; the worker answers
 the shard's float32 output rows (set 0, offsets global in the context), on
-rank 0 the query outputs and the fused state in pieces. Fetch mode asks
+rank 0 the query outputs and the fused state in pieces, and last a
+TransferComplete: the messages, bytes and CRC-32C of what it sent, which
+the stream's own tally must match. A shard whose stream ended after a
+matching completion message is complete whatever status the stream ended
+with; one without it is not, even if it ended OK. Fetch mode asks
 ShardDataService.FetchResult for what a finished job's workers retained instead.
 
 Not thread-safe itself: one owner starts, cancels and joins it. Results are
@@ -16,6 +20,7 @@ import collections
 import threading
 import time
 
+import crc32c
 import grpc
 import numpy as np
 
@@ -91,6 +96,7 @@ class ShardTransfers:
     def _run(self, rank: int, deadline: float):
         shard = self._accepted.shards[rank]
         where = f"shard {rank} on worker {shard.worker}: "
+        tally = None
         try:
             stub = data_pb2_grpc.ShardDataServiceStub(self._channel_for(shard.worker))
             timeout = max(0.0, deadline - time.monotonic())
@@ -104,10 +110,27 @@ class ShardTransfers:
                 else:
                     call = stub.Transfer(self._requests(rank), timeout=timeout)
                 self._calls[rank] = call
-            for response in call:
-                self._place(rank, response)
+            tally = _Tally()
+            try:
+                for response in call:
+                    if tally.complete:
+                        raise _internal(where + "a message after the stream's completion message")
+                    if response.WhichOneof("kind") == "complete":
+                        tally.check(response.complete, where)
+                    else:
+                        tally.add(response)
+                        self._place(rank, response)
+            except grpc.RpcError:
+                if not tally.complete:
+                    raise
+                # Every result arrived and checked: the stream's end took nothing.
+            if not tally.complete:
+                raise LactError(grpc.StatusCode.DATA_LOSS, where + tally.missing())
         except grpc.RpcError as e:
             self._errors[rank] = from_rpc_error(e, where)
+            if tally is not None and tally.messages > 0:
+                error = self._errors[rank]
+                self._errors[rank] = LactError(error.code, f"{error.message}; {tally.missing()}")
         except LactError as e:
             self._errors[rank] = e
             self.cancel_rank(rank)
@@ -181,6 +204,37 @@ class ShardTransfers:
             if received != flat.size:
                 raise _internal(f"state tensor '{name}' arrived with {received} of "
                                 f"{flat.size} elements")
+
+
+class _Tally:
+    """What one stream's results carried, as its TransferComplete states it."""
+
+    def __init__(self):
+        self.messages, self.bytes, self.crc, self.complete = 0, 0, 0, False
+
+    def add(self, response):
+        data = response.output.data if response.WhichOneof("kind") == "output" else \
+            response.state.data
+        self.messages += 1
+        self.bytes += len(data)
+        self.crc = crc32c.crc32c(data, self.crc)
+
+    def check(self, stated, where: str):
+        if stated.messages != self.messages or stated.bytes != self.bytes:
+            raise LactError(grpc.StatusCode.DATA_LOSS,
+                            f"{where}the worker says it sent {stated.messages} messages of "
+                            f"{stated.bytes} bytes; {self.messages} messages of {self.bytes} "
+                            "bytes arrived; its results are not complete")
+        if stated.crc32c != self.crc:
+            raise LactError(grpc.StatusCode.DATA_LOSS,
+                            f"{where}the CRC-32C of the {self.bytes} bytes that arrived is "
+                            f"{self.crc:08x}, the worker's of what it sent {stated.crc32c:08x}: "
+                            "bytes changed on the way; its results are not complete")
+        self.complete = True
+
+    def missing(self) -> str:
+        return (f"its results stopped after {self.messages} messages ({self.bytes} bytes) "
+                "without their completion message, so they are not complete")
 
 
 def place_rows(target: np.ndarray, offset: int, data: bytes, set_index: int) -> int:
