@@ -47,9 +47,9 @@ v1::TransferComplete ResultTally::Complete() const {
 
 absl::Status ResultTally::Check(const v1::TransferComplete& stated) const {
   if (stated.messages() != messages_ || stated.bytes() != bytes_) {
-    return absl::DataLossError(absl::StrCat(
-        "the worker says it sent ", stated.messages(), " messages of ", stated.bytes(),
-        " bytes; ", messages_, " messages of ", bytes_, " bytes arrived"));
+    return absl::DataLossError(absl::StrCat("the worker says it sent ", stated.messages(),
+                                            " messages of ", stated.bytes(), " bytes; ", messages_,
+                                            " messages of ", bytes_, " bytes arrived"));
   }
   if (stated.crc32c() != crc_) {
     return absl::DataLossError(

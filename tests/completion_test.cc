@@ -20,8 +20,8 @@
 #include <future>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/lact_client.h"
 #include "common/npy.h"
 #include "tests/random_model.h"
@@ -78,11 +78,14 @@ TEST(Completion, AWorkerKilledAfterItsCompletionMessageCostsTheClientNothing) {
       return client.Submit(TwoShards(), Context(), {}, nullptr,
                            [&](const std::string& id) { job_id = id; });
     });
-    ASSERT_TRUE(WaitFor([&] {
-      if (job_id.empty()) return false;
-      absl::StatusOr<v1::JobInfo> info = client.GetJob(job_id);
-      return info.ok() && info->status() == v1::JobInfo::SUCCEEDED;
-    }, std::chrono::seconds(60))) << "trial " << trial;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          if (job_id.empty()) return false;
+          absl::StatusOr<v1::JobInfo> info = client.GetJob(job_id);
+          return info.ok() && info->status() == v1::JobInfo::SUCCEEDED;
+        },
+        std::chrono::seconds(60)))
+        << "trial " << trial;
     absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
     ASSERT_TRUE(workers.ok()) << workers.status();
     bool killed = false;
@@ -138,10 +141,9 @@ TEST(Completion, ACutStreamLeavesNoOutputFileLookingComplete) {
   fs::create_directories(dir);
   ASSERT_TRUE(WriteNpy(dir + "/context.npy", Context()).ok());
   const std::string out = dir + "/out.safetensors";
-  const std::string command =
-      absl::StrCat(LACT_CLI_PATH, " submit --server ", cluster->address(),
-                   " --model preset:small:7 --workers 2 --context ", dir,
-                   "/context.npy --out ", out, " > ", dir, "/log 2>&1");
+  const std::string command = absl::StrCat(LACT_CLI_PATH, " submit --server ", cluster->address(),
+                                           " --model preset:small:7 --workers 2 --context ", dir,
+                                           "/context.npy --out ", out, " > ", dir, "/log 2>&1");
   const int rc = std::system(command.c_str());
   EXPECT_NE(rc, 0) << "the CLI reported success for a cut stream";
   EXPECT_FALSE(fs::exists(out)) << "a cut stream's output file looks complete";

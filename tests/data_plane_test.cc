@@ -441,6 +441,42 @@ TEST_F(DataPlaneTest, AQueryMovesItsSetsOverTheWorkersTransferStream) {
   }
 }
 
+TEST_F(DataPlaneTest, ATransferResetAfterItsTicketIsReopenedWithTheSameTicket) {
+  // The client sends its ticket, resets the stream 0, 1, 10 or 100 ms
+  // later, and opens it again with the same ticket at once, as data.proto
+  // says: 20 trials at each delay, every job succeeding on the reopened
+  // stream, its outputs bit for bit those of an undisturbed run.
+  const Tensor context = RandomTokens(8, 32, 40);
+  std::string undisturbed;
+  {
+    RawJob job(cluster_->address(), TinySpec(8));
+    ASSERT_TRUE(job.Upload(0, context, {}).CloseKeepingOutputs(&undisturbed).ok());
+    ASSERT_TRUE(job.Finish().ok());
+    ASSERT_EQ(undisturbed.size(), 8u * 32 * 4);
+  }
+  for (const int delay_ms : {0, 1, 10, 100}) {
+    int succeeded = 0;
+    for (int trial = 0; trial < 20; ++trial) {
+      RawJob job(cluster_->address(), TinySpec(8));
+      {
+        RawJob::Transfer reset = job.Open(0, job.accepted().ticket());
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        reset.Cut();
+        reset.stream->Finish().IgnoreError();
+      }
+      std::string rows;
+      const grpc::Status moved = job.Upload(0, context, {}).CloseKeepingOutputs(&rows);
+      const grpc::Status done = job.Finish();
+      EXPECT_TRUE(moved.ok()) << delay_ms << " ms, trial " << trial << ": "
+                              << moved.error_message();
+      EXPECT_TRUE(done.ok()) << delay_ms << " ms, trial " << trial << ": " << done.error_message();
+      EXPECT_TRUE(rows == undisturbed) << delay_ms << " ms, trial " << trial;
+      succeeded += moved.ok() && done.ok() && rows == undisturbed;
+    }
+    EXPECT_EQ(succeeded, 20) << "reset " << delay_ms << " ms after the ticket";
+  }
+}
+
 TEST_F(DataPlaneTest, StalledUploadEndsTheJob) {
   RawJob job(cluster_->address(), TinySpec(100));
   RawJob::Transfer t = job.Open(0, job.accepted().ticket());

@@ -56,10 +56,16 @@ bool RawJob::AwaitProgress(v1::Progress::Stage stage) {
 }
 
 grpc::Status RawJob::Transfer::Close() {
+  std::string rows;
+  return CloseKeepingOutputs(&rows);
+}
+
+grpc::Status RawJob::Transfer::CloseKeepingOutputs(std::string* rows) {
   if (!writes_done) stream->WritesDone();
   writes_done = true;
   v1::TransferResponse response;
   while (stream->Read(&response)) {
+    if (response.has_output() && response.output().set() == 0) *rows += response.output().data();
   }
   return stream->Finish();
 }

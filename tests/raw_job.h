@@ -36,6 +36,8 @@ class RawJob {
     bool writes_done = false;  // the client's side is closed
     // Closes the client's side (unless it is) and reads to the end.
     grpc::Status Close();
+    // The same, keeping set 0's output rows, in order, in `rows`.
+    grpc::Status CloseKeepingOutputs(std::string* rows);
     void Cut() { ctx->TryCancel(); }
   };
   Transfer Open(int rank, const std::string& ticket);

@@ -38,6 +38,8 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+constexpr std::chrono::milliseconds kNoWait(0);
 namespace fs = std::filesystem;
 
 // A file the test chose itself: its folder as the root.
@@ -596,7 +598,7 @@ TEST_F(DataRoot, ATransferWithASpoolWritesItsContextRowsThere) {
   absl::StatusOr<TokenFileWriter> writer = TokenFileWriter::Open(In(path), 5, 1, WireType::kF32);
   ASSERT_TRUE(writer.ok());
   transfer.SetSpool(std::make_unique<ContextSpool>(*std::move(writer), 3));
-  ASSERT_TRUE(transfer.Attach(nullptr).ok());
+  ASSERT_TRUE(transfer.Attach(nullptr, kNoWait).ok());
   ASSERT_TRUE(transfer.Accept(Chunk(0, 0, {1.5f})).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_FALSE(transfer.spooled()) << "not before the upload ended";
@@ -815,7 +817,7 @@ TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
 
   std::vector<float> sent;
   std::thread client([&] {
-    ASSERT_TRUE(transfer->Attach(nullptr).ok());
+    ASSERT_TRUE(transfer->Attach(nullptr, kNoWait).ok());
     ASSERT_TRUE(transfer->Accept(Chunk(0, 0, {1.5f, 2.5f})).ok());
     ASSERT_TRUE(transfer->EndUpload().ok());
     while (true) {
@@ -828,7 +830,7 @@ TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
   });
   ASSERT_TRUE(transfer->AwaitUpload(std::chrono::seconds(5)).ok());
   EXPECT_EQ(transfer->receiver().TakeSet(0).data, (std::vector<float>{1.5f, 2.5f}));
-  EXPECT_EQ(transfer->Attach(nullptr).code(), absl::StatusCode::kFailedPrecondition)
+  EXPECT_EQ(transfer->Attach(nullptr, kNoWait).code(), absl::StatusCode::kFailedPrecondition)
       << "one stream per shard";
   auto rows = std::make_shared<const Tensor>(Tensor({1, 2}));
   transfer->Publish({0, 0, "", rows});
@@ -839,6 +841,26 @@ TEST(ShardTransfer, UploadAndDownloadMeetAcrossThreads) {
   EXPECT_EQ(sent.size(), 4u);
 }
 
+TEST(ShardTransfer, AStreamThatEndsBeforeItsFirstChunkFreesTheShard) {
+  ShardTransfer transfer("t", TokenReceiver({2}, 1, WireType::kF32, 0));
+  ASSERT_TRUE(transfer.Attach(nullptr, kNoWait).ok());
+  // A second stream waits for the first to let go, and gets the shard once
+  // it has.
+  std::thread first([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(transfer.Release()) << "no chunk came: the shard is free again";
+  });
+  EXPECT_TRUE(transfer.Attach(nullptr, std::chrono::seconds(10)).ok());
+  first.join();
+  ASSERT_TRUE(transfer.Accept(Chunk(0, 0, {1})).ok());
+  EXPECT_FALSE(transfer.Release()) << "a stream that sent rows cannot hand over mid-set";
+  EXPECT_EQ(transfer.Attach(nullptr, std::chrono::milliseconds(50)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(transfer.Accept(Chunk(0, 1, {2})).ok());
+  EXPECT_TRUE(transfer.EndUpload().ok());
+  EXPECT_TRUE(transfer.AwaitUpload(std::chrono::seconds(5)).ok());
+}
+
 TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
   ShardTransfer never("t", TokenReceiver({2}, 1, WireType::kF32, 0));
   absl::Status s = never.AwaitUpload(std::chrono::milliseconds(100));
@@ -847,7 +869,7 @@ TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
 
   ShardTransfer stalled("t", TokenReceiver({2}, 1, WireType::kF32, 0));
   bool stream_cancelled = false;
-  ASSERT_TRUE(stalled.Attach([&](const absl::Status&) { stream_cancelled = true; }).ok());
+  ASSERT_TRUE(stalled.Attach([&](const absl::Status&) { stream_cancelled = true; }, kNoWait).ok());
   ASSERT_TRUE(stalled.Accept(Chunk(0, 0, {1})).ok());
   s = stalled.AwaitUpload(std::chrono::milliseconds(100));
   EXPECT_THAT(std::string(s.message()), HasSubstr("no token chunk for 100 ms during the upload"));
@@ -866,14 +888,14 @@ TEST(ShardTransfer, AStreamThatNeverComesOrStallsTimesOut) {
 
 TEST(ShardTransfer, FailuresReachTheOtherSide) {
   ShardTransfer bad("t", TokenReceiver({2}, 1, WireType::kF32, 0));
-  ASSERT_TRUE(bad.Attach(nullptr).ok());
+  ASSERT_TRUE(bad.Attach(nullptr, kNoWait).ok());
   EXPECT_FALSE(bad.Accept(Chunk(0, 1, {1})).ok());
   absl::Status s = bad.AwaitUpload(std::chrono::seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("starts at token 1; expected token 0"));
 
   ShardTransfer aborted("t", TokenReceiver({1}, 1, WireType::kF32, 0));
-  ASSERT_TRUE(aborted.Attach(nullptr).ok());
+  ASSERT_TRUE(aborted.Attach(nullptr, kNoWait).ok());
   ASSERT_TRUE(aborted.Accept(Chunk(0, 0, {1})).ok());
   ASSERT_TRUE(aborted.EndUpload().ok());
   std::thread runshard([&] { aborted.Abort(absl::UnavailableError("a peer died")); });
@@ -886,7 +908,8 @@ TEST(ShardTransfer, FailuresReachTheOtherSide) {
   // client's stream.
   ShardTransfer cancelled("t", TokenReceiver({2}, 1, WireType::kF32, 0));
   bool stream_cancelled = false;
-  ASSERT_TRUE(cancelled.Attach([&](const absl::Status&) { stream_cancelled = true; }).ok());
+  ASSERT_TRUE(
+      cancelled.Attach([&](const absl::Status&) { stream_cancelled = true; }, kNoWait).ok());
   ASSERT_TRUE(cancelled.Accept(Chunk(0, 0, {1})).ok());
   const auto start = std::chrono::steady_clock::now();
   std::thread coordinator([&] {

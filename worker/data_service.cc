@@ -118,6 +118,11 @@ grpc::Status Serve(ShardTransfer& transfer, TransferCall& call) {
     request = TransferRequestIn();  // drops this stream's hold on the chunk just decoded
   }
   if (call.EndedAfterReads(!transfer.receiver().CheckComplete().ok())) {
+    if (transfer.Release()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "the stream ended before it sent a chunk; the shard waits for another "
+                          "with the same ticket");
+    }
     absl::Status failure = transfer.failure();
     if (failure.ok()) {
       failure = absl::CancelledError("the client went away during the upload");
@@ -158,7 +163,7 @@ grpc::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
       board.Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
   if (!transfer.ok()) return ToGrpcStatus(transfer.status());
   if (absl::Status s = (*transfer)->Attach(
-          [&call](const absl::Status& why) { call.EndWith(ToGrpcStatus(why)); });
+          [&call](const absl::Status& why) { call.EndWith(ToGrpcStatus(why)); }, kRegistrationWait);
       !s.ok())
     return ToGrpcStatus(s);
   grpc::Status status = Serve(**transfer, call);

@@ -10,11 +10,20 @@ bool ShardTransfer::TicketMatches(const std::string& ticket) const {
   return TicketsEqual(ticket, ticket_);
 }
 
-absl::Status ShardTransfer::Attach(std::function<void(const absl::Status&)> end_stream) {
+absl::Status ShardTransfer::Attach(std::function<void(const absl::Status&)> end_stream,
+                                   std::chrono::milliseconds wait) {
   absl::MutexLock lock(&mu_);
+  // A stream that ended may not have released the shard yet: it does so as
+  // soon as its thread sees the end.
+  const auto free = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !attached_ || !failure_.ok(); };
+  mu_.AwaitWithTimeout(absl::Condition(&free), absl::FromChrono(wait));
   if (!failure_.ok()) return failure_;
-  if (attached_)
-    return absl::FailedPreconditionError("another Transfer stream already serves this shard");
+  if (attached_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("another Transfer stream already serves this shard (still after ",
+                     wait.count(), " ms); one stream per shard at a time"));
+  }
   attached_ = true;
   end_stream_ = std::move(end_stream);
   stage_ = Stage::kUploading;
@@ -131,6 +140,16 @@ absl::Status ShardTransfer::AwaitDownload(std::chrono::milliseconds idle) {
 void ShardTransfer::Detach() {
   absl::MutexLock lock(&mu_);
   end_stream_ = nullptr;
+}
+
+bool ShardTransfer::Release() {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok() || stage_ != Stage::kUploading || receiver_.bytes_received() > 0) return false;
+  attached_ = false;
+  end_stream_ = nullptr;
+  stage_ = Stage::kWaiting;
+  last_activity_ = std::chrono::steady_clock::now();
+  return true;
 }
 
 void ShardTransfer::Fail(absl::Status status) {

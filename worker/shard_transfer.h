@@ -48,13 +48,20 @@ class ShardTransfer {
   // --- the Transfer side ---
   bool TicketMatches(const std::string& ticket) const;
   const std::string& ticket() const { return ticket_; }
-  // Claims the shard for one stream; FAILED_PRECONDITION if another has it
-  // or the transfer already failed. `end_stream` (called under the
+  // Claims the shard for one stream, waiting up to `wait` for a stream
+  // that has it to release it; FAILED_PRECONDITION if another still has it,
+  // the transfer's failure if it failed. `end_stream` (called under the
   // transfer's lock, so it must not call back) ends the stream with the
   // transfer's failure when it fails, its blocking reads with it; Detach()
   // drops it before the stream ends.
-  absl::Status Attach(std::function<void(const absl::Status&)> end_stream);
+  absl::Status Attach(std::function<void(const absl::Status&)> end_stream,
+                      std::chrono::milliseconds wait);
   void Detach();
+  // The attached stream ended (reset or broken) before it sent a chunk:
+  // the shard is free for another stream with the same ticket, and waits
+  // for it as for the first (the upload idle limit starts again). False,
+  // releasing nothing, once a chunk arrived or the transfer failed.
+  bool Release();
   // Decodes a chunk; a bad chunk fails the transfer. `owner`, when given,
   // keeps `data` alive, so the spool writes it from where it lies.
   absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
