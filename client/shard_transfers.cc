@@ -230,9 +230,9 @@ absl::Status ShardTransfers::Receive(int rank, Stream* stream, grpc::ClientConte
       absl::StrCat("its results stopped after ", tally.messages(), " messages (", tally.bytes(),
                    " bytes) without their completion message, so they are not complete");
   if (finished.ok()) return absl::DataLossError(absl::StrCat(shard, ": ", missing));
-  return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
-                      absl::StrCat(shard, ": ", finished.error_message(),
-                                   tally.messages() > 0 ? absl::StrCat("; ", missing) : ""));
+  const absl::Status ended = FromGrpcStatus(finished, shard);
+  if (tally.messages() == 0) return ended;
+  return absl::Status(ended.code(), absl::StrCat(ended.message(), "; ", missing));
 }
 
 absl::Status ShardTransfers::Upload(int rank, Stream* stream) {

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace lact {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -14,8 +16,10 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-std::string GrpcCodeName(grpc::StatusCode code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view where) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(where, ": ", status.error_message()));
 }
 
 }  // namespace lact

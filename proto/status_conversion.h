@@ -1,4 +1,6 @@
-// The one place where absl::Status and grpc::Status meet (the RPC edge).
+// The one place where absl::Status and grpc::Status meet (the RPC edge):
+// servers convert once, where a call ends (stream_call.h, write_call.h, a
+// unary call's reply); clients once, where a call they made ends.
 #ifndef LACT_PROTO_STATUS_CONVERSION_H_
 #define LACT_PROTO_STATUS_CONVERSION_H_
 
@@ -7,13 +9,14 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace lact {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
-// "OK", "NOT_FOUND", ...: a gRPC code's name, as metrics and logs label it.
-std::string GrpcCodeName(grpc::StatusCode code);
+// The same, the message prefixed with `where` and ": " (OK stays OK).
+absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view where);
 
 }  // namespace lact
 

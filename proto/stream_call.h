@@ -3,7 +3,8 @@
 // reactor reads the call's first message itself, so a peer that opens a
 // call and sends nothing holds no thread. Then the call's flow runs on a
 // thread of its own over a blocking view of the stream (Read, Write), and
-// the call ends with the status the flow returns. The end of the call (the
+// the call ends with the status the flow returns, converted to gRPC's here
+// (the call's edge) and nowhere before. The end of the call (the
 // peer cancelled or went away, or its deadline passed) reaches the flow
 // through an EndWatch, when it happens (call_state.h).
 //
@@ -26,10 +27,12 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/call_state.h"
+#include "proto/status_conversion.h"
 
 namespace lact {
 
@@ -45,7 +48,7 @@ struct FirstMessageLimits {
 template <typename Request, typename Response>
 class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  using Flow = std::function<grpc::Status(const Request& first, StreamCall& call)>;
+  using Flow = std::function<absl::Status(const Request& first, StreamCall& call)>;
 
   // Starts the call: reads the first message, then runs `flow` with it.
   // A call that ends before its first message ends with INVALID_ARGUMENT
@@ -68,26 +71,6 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
     return state_.AwaitRead();
   }
 
-  // Read, but the call ends with `idle_status` if nothing arrives within
-  // `idle` (a peer that stops sending holds no thread past it).
-  bool ReadWithin(Request* request, std::chrono::milliseconds idle, grpc::Status idle_status) {
-    auto guard = std::make_shared<IdleGuard>();
-    {
-      absl::MutexLock lock(&guard->mu);
-      guard->call = this;
-    }
-    grpc::Alarm alarm;
-    alarm.Set(std::chrono::system_clock::now() + idle,
-              [guard, idle_status = std::move(idle_status)](bool fired) {
-                absl::MutexLock lock(&guard->mu);
-                if (fired && guard->call != nullptr) guard->call->EndWith(idle_status);
-              });
-    const bool ok = Read(request);
-    absl::MutexLock lock(&guard->mu);
-    guard->call = nullptr;
-    return ok;
-  }
-
   bool Write(const Response& response) {
     if (!state_.BeginWrite()) return false;
     this->StartWrite(&response);
@@ -99,10 +82,10 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   void Cancel() { context_->TryCancel(); }
   // The same, the peer getting `status` (from any thread): what the flow
   // returns afterwards is dropped.
-  void EndWith(grpc::Status status) {
+  void EndWith(const absl::Status& status) {
     if (finished_.exchange(true)) return;
     state_.Ended();
-    this->Finish(std::move(status));
+    this->Finish(ToGrpcStatus(status));
   }
   bool ended() const { return state_.ended(); }
   bool EndsWithin(absl::Duration wait) const { return state_.EndsWithin(wait); }
@@ -117,13 +100,6 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
   }
 
  private:
-  // Where an idle alarm finds its call: cleared once the read it guards
-  // completes, so a late alarm touches nothing.
-  struct IdleGuard {
-    absl::Mutex mu;
-    StreamCall* call ABSL_GUARDED_BY(mu) = nullptr;
-  };
-
   // Where the first-message alarm finds its call: cleared once the first
   // read completes or the call is done, so a late alarm touches nothing.
   struct Waiting {
@@ -191,8 +167,8 @@ class StreamCall final : public grpc::ServerBidiReactor<Request, Response> {
       return;
     }
     state_.StartFlow([this] {
-      grpc::Status status = flow_(first_, *this);
-      if (!finished_.exchange(true)) this->Finish(std::move(status));
+      const absl::Status status = flow_(first_, *this);
+      if (!finished_.exchange(true)) this->Finish(ToGrpcStatus(status));
     });
   }
   void OnWriteDone(bool ok) override { state_.WriteDone(ok); }

@@ -2,9 +2,9 @@
 // coordinator's Submit, Query and WatchJob, the workers' RunShard, RunQuery
 // and FetchResult) on gRPC's callback API: its flow runs on a thread of its
 // own over a blocking Write, and the call ends with the status the flow
-// returns. The end of the call (the peer cancelled or went away, or its
-// deadline passed) reaches the flow through an EndWatch, when it happens
-// (call_state.h).
+// returns, converted to gRPC's here (the call's edge) and nowhere before. The end of the call (the
+// peer cancelled or went away, or its deadline passed) reaches the flow through an EndWatch, when
+// it happens (call_state.h).
 //
 // Contract for a flow: Write is called from the flow's thread only; it
 // blocks until gRPC has taken the message and returns false once the call
@@ -19,15 +19,17 @@
 #include <functional>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/call_state.h"
+#include "proto/status_conversion.h"
 
 namespace lact {
 
 template <typename Response>
 class WriteCall final : public grpc::ServerWriteReactor<Response> {
  public:
-  using Flow = std::function<grpc::Status(WriteCall& call)>;
+  using Flow = std::function<absl::Status(WriteCall& call)>;
 
   // `context` is the call's (for its deadline), `flow` its body.
   static WriteCall* Start(grpc::CallbackServerContext* context, Flow flow) {
@@ -57,7 +59,7 @@ class WriteCall final : public grpc::ServerWriteReactor<Response> {
  private:
   WriteCall(grpc::CallbackServerContext* context, Flow flow)
       : context_(context), flow_(std::move(flow)) {
-    state_.StartFlow([this] { this->Finish(flow_(*this)); });
+    state_.StartFlow([this] { this->Finish(ToGrpcStatus(flow_(*this))); });
   }
 
   void OnWriteDone(bool ok) override { state_.WriteDone(ok); }

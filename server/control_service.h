@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "server/job_store.h"
 #include "server/kv_store.h"
@@ -32,6 +33,16 @@ class ControlService final : public v1::ControlService::Service {
   grpc::Status KvGet(grpc::ServerContext*, const v1::KvGetRequest*, v1::KvGetResponse*) override;
 
  private:
+  // The calls' bodies; the overrides above convert their status once.
+  absl::Status Register(const grpc::ServerContext& context, const v1::RegisterRequest& request,
+                        v1::RegisterResponse* response);
+  absl::Status Heartbeat(const grpc::ServerContext& context, const v1::HeartbeatRequest& request,
+                         v1::HeartbeatResponse* response);
+  absl::Status Deregister(const grpc::ServerContext& context, const v1::DeregisterRequest& request);
+  absl::Status KvSet(const grpc::ServerContext& context, const v1::KvSetRequest& request);
+  absl::Status KvGet(const grpc::ServerContext& context, const v1::KvGetRequest& request,
+                     v1::KvGetResponse* response);
+
   WorkerRegistry* registry_;
   KvStore* kv_;
   JobStore* jobs_;  // where the results workers report dropped are marked

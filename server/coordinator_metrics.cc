@@ -72,8 +72,8 @@ CoordinatorMetrics::CoordinatorMetrics(const JobStore* jobs, const WorkerRegistr
     workers_by_state_.Add({{"state", state}});
 }
 
-void CoordinatorMetrics::CallEnded(const char* method, grpc::StatusCode code) {
-  calls_.Add({{"method", method}, {"code", GrpcCodeName(code)}}).Increment();
+void CoordinatorMetrics::CallEnded(const char* method, absl::StatusCode code) {
+  calls_.Add({{"method", method}, {"code", absl::StatusCodeToString(code)}}).Increment();
 }
 
 void CoordinatorMetrics::JobEnded(v1::JobInfo::Status status, const v1::JobStats& stats,

@@ -6,7 +6,6 @@
 #ifndef LACT_SERVER_COORDINATOR_METRICS_H_
 #define LACT_SERVER_COORDINATOR_METRICS_H_
 
-#include <grpcpp/grpcpp.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -16,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "lact/v1/coordinator.pb.h"
 
 namespace lact::server {
@@ -31,7 +31,7 @@ class CoordinatorMetrics {
 
   // A Submit or Query call ended with `code` (refusals included: every
   // status a client got).
-  void CallEnded(const char* method, grpc::StatusCode code);
+  void CallEnded(const char* method, absl::StatusCode code);
   // A job ended: its status, its statistics, and the bytes of its context
   // and outputs (in band or by reference).
   void JobEnded(v1::JobInfo::Status status, const v1::JobStats& stats, int64_t context_tokens,

@@ -14,15 +14,16 @@
 namespace lact::server {
 namespace {
 
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, grpc::Status status) {
+// Ends a unary call with `status`, converted here (the call's edge).
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(std::move(status));
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
 // One WatchJob call: waits for the job's changes and writes each; the
 // call's end stops the wait at once.
-grpc::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::JobInfo>& call) {
+absl::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::JobInfo>& call) {
   std::atomic<bool> gone{false};
   WriteCall<v1::JobInfo>::EndWatch watch(&call, [&] {
     gone = true;
@@ -32,14 +33,14 @@ grpc::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::J
   while (!gone) {
     const uint64_t before = seen;
     absl::StatusOr<v1::JobInfo> info = jobs.WaitForChange(id, &seen, std::chrono::hours(1), &gone);
-    if (!info.ok()) return ToGrpcStatus(info.status());
+    if (!info.ok()) return info.status();
     if (seen == before) continue;
     if (!call.Write(*info)) break;
     if (info->status() != v1::JobInfo::RUNNING && info->status() != v1::JobInfo::QUEUED) {
-      return grpc::Status::OK;
+      return absl::OkStatus();
     }
   }
-  return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
+  return absl::CancelledError("the watcher went away");
 }
 
 }  // namespace
@@ -48,7 +49,7 @@ grpc::ServerWriteReactor<v1::SubmitResponse>* CoordinatorService::Submit(
     grpc::CallbackServerContext* context, const v1::SubmitRequest* request) {
   return SubmitCall::Start(context, [c = c_, context, request](SubmitCall& call) {
     absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
-    if (!caller.ok()) return ToGrpcStatus(caller.status());
+    if (!caller.ok()) return caller.status();
     return RunSubmit(c, *caller, *request, call);
   });
 }
@@ -57,7 +58,7 @@ grpc::ServerWriteReactor<v1::QueryResponse>* CoordinatorService::Query(
     grpc::CallbackServerContext* context, const v1::QueryRequest* request) {
   return QueryCall::Start(context, [c = c_, context, request](QueryCall& call) {
     absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
-    if (!caller.ok()) return ToGrpcStatus(caller.status());
+    if (!caller.ok()) return caller.status();
     return RunQuery(c, *caller, *request, call);
   });
 }
@@ -68,7 +69,7 @@ grpc::ServerWriteReactor<v1::JobInfo>* CoordinatorService::WatchJob(
   return WriteCall<v1::JobInfo>::Start(context,
                                        [jobs = c_.jobs, id = request->job_id(),
                                         caller = std::move(caller)](WriteCall<v1::JobInfo>& call) {
-                                         if (!caller.ok()) return ToGrpcStatus(caller.status());
+                                         if (!caller.ok()) return caller.status();
                                          return WatchJobFlow(*jobs, id, call);
                                        });
 }
@@ -77,7 +78,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
                                                      const v1::GetJobRequest* request,
                                                      v1::JobInfo* response) {
   absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
-  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return Reply(context, caller.status());
   return Reply(context, GetJob(*request, response));
 }
 
@@ -85,7 +86,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerConte
                                                        const v1::ListJobsRequest*,
                                                        v1::ListJobsResponse* response) {
   absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return Reply(context, caller.status());
   return Reply(context, ListJobs(*caller, response));
 }
 
@@ -93,7 +94,7 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelJob(grpc::CallbackServerCont
                                                         const v1::CancelJobRequest* request,
                                                         v1::JobInfo* response) {
   absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
-  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return Reply(context, caller.status());
   return Reply(context, CancelJob(*request, response));
 }
 
@@ -101,13 +102,13 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
                                                         const v1::DeleteJobRequest* request,
                                                         v1::DeleteJobResponse*) {
   absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
-  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return Reply(context, caller.status());
   absl::StatusOr<v1::JobInfo> deleted = c_.jobs->Delete(request->job_id());
-  if (!deleted.ok()) return Reply(context, ToGrpcStatus(deleted.status()));
+  if (!deleted.ok()) return Reply(context, deleted.status());
   // A job that had not ended is cancelled, and its flow has the workers
   // forget it. An ended one's workers are told here, off gRPC's callback
   // thread (the calls to them may take seconds); the reply waits for them.
-  if (deleted->status() != v1::JobInfo::SUCCEEDED) return Reply(context, grpc::Status::OK);
+  if (deleted->status() != v1::JobInfo::SUCCEEDED) return Reply(context, absl::OkStatus());
   std::vector<std::string> workers;
   for (const v1::ShardRange& shard : deleted->accepted().shards())
     workers.push_back(shard.worker());
@@ -124,7 +125,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListModels(grpc::CallbackServerCon
                                                          const v1::ListModelsRequest*,
                                                          v1::ListModelsResponse* response) {
   absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return Reply(context, caller.status());
   return Reply(context, ListModels(response));
 }
 
@@ -132,16 +133,16 @@ grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerCo
                                                           const v1::ListWorkersRequest*,
                                                           v1::ListWorkersResponse* response) {
   absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
-  if (!caller.ok()) return Reply(context, ToGrpcStatus(caller.status()));
+  if (!caller.ok()) return Reply(context, caller.status());
   return Reply(context, ListWorkers(response));
 }
 
-grpc::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::JobInfo* response) {
+absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::JobInfo* response) {
   c_.jobs->Expire();
   absl::StatusOr<v1::JobInfo> info = c_.jobs->Get(request.job_id());
-  if (!info.ok()) return ToGrpcStatus(info.status());
+  if (!info.ok()) return info.status();
   *response = *info;
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Caller> CoordinatorService::Owner(const grpc::CallbackServerContext& context,
@@ -152,34 +153,34 @@ absl::StatusOr<Caller> CoordinatorService::Owner(const grpc::CallbackServerConte
   return caller;
 }
 
-grpc::Status CoordinatorService::ListJobs(const Caller& caller, v1::ListJobsResponse* response) {
+absl::Status CoordinatorService::ListJobs(const Caller& caller, v1::ListJobsResponse* response) {
   c_.jobs->Expire();
   for (v1::JobInfo& info : c_.jobs->List(caller)) {
     info.mutable_accepted()->clear_ticket();  // only GetJob and WatchJob, for one job, show it
     *response->add_jobs() = std::move(info);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status CoordinatorService::CancelJob(const v1::CancelJobRequest& request,
+absl::Status CoordinatorService::CancelJob(const v1::CancelJobRequest& request,
                                            v1::JobInfo* response) {
   absl::StatusOr<v1::JobInfo> info = c_.jobs->Cancel(request.job_id());
-  if (!info.ok()) return ToGrpcStatus(info.status());
+  if (!info.ok()) return info.status();
   *response = *info;
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status CoordinatorService::ListModels(v1::ListModelsResponse* response) {
+absl::Status CoordinatorService::ListModels(v1::ListModelsResponse* response) {
   for (const ModelEntry& m : c_.registry->Models()) {
     v1::ModelInfo* info = response->add_models();
     info->set_name(m.name);
     info->set_config_json(ModelConfigToJson(m.config));
     info->set_workers(m.workers);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status CoordinatorService::ListWorkers(v1::ListWorkersResponse* response) {
+absl::Status CoordinatorService::ListWorkers(v1::ListWorkersResponse* response) {
   const auto now = std::chrono::steady_clock::now();
   for (const WorkerRegistry::Listed& listed : c_.registry->Workers()) {
     const WorkerEntry& w = listed.entry;
@@ -194,7 +195,7 @@ grpc::Status CoordinatorService::ListWorkers(v1::ListWorkersResponse* response) 
     info->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
     info->set_metrics_address(w.metrics_address);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace lact::server

@@ -46,15 +46,15 @@ class CoordinatorService final : public v1::CoordinatorService::CallbackService 
                                         v1::ListWorkersResponse* response) override;
 
  private:
-  grpc::Status GetJob(const v1::GetJobRequest& request, v1::JobInfo* response);
-  grpc::Status ListJobs(const Caller& caller, v1::ListJobsResponse* response);
+  absl::Status GetJob(const v1::GetJobRequest& request, v1::JobInfo* response);
+  absl::Status ListJobs(const Caller& caller, v1::ListJobsResponse* response);
   // The authenticated caller, if it owns job `job_id` (NOT_FOUND, as for an
   // unknown job, otherwise).
   absl::StatusOr<Caller> Owner(const grpc::CallbackServerContext& context,
                                const std::string& job_id) const;
-  grpc::Status CancelJob(const v1::CancelJobRequest& request, v1::JobInfo* response);
-  grpc::Status ListModels(v1::ListModelsResponse* response);
-  grpc::Status ListWorkers(v1::ListWorkersResponse* response);
+  absl::Status CancelJob(const v1::CancelJobRequest& request, v1::JobInfo* response);
+  absl::Status ListModels(v1::ListModelsResponse* response);
+  absl::Status ListWorkers(v1::ListWorkersResponse* response);
 
   Coordinator c_;
 };

@@ -23,7 +23,6 @@
 #include "common/log.h"
 #include "common/timing.h"
 #include "lact/v1/coordinator.grpc.pb.h"
-#include "proto/status_conversion.h"
 #include "proto/write_call.h"
 #include "server/coordinator_metrics.h"
 #include "server/job_admission.h"
@@ -84,23 +83,23 @@ inline constexpr char kNoQuerySpec[] =
 // A Submit or Query call ended with `status`: counted in the metrics, and
 // logged (call_failed) when it is an error.
 inline void ReportCallEnd(const Coordinator& c, const char* method, const Caller& caller,
-                          const std::string& job_id, const grpc::Status& status) {
-  if (c.metrics != nullptr) c.metrics->CallEnded(method, status.error_code());
+                          const std::string& job_id, const absl::Status& status) {
+  if (c.metrics != nullptr) c.metrics->CallEnded(method, status.code());
   if (status.ok()) return;
   Log(LogLevel::kWarn, "call_failed",
       {{"method", method},
        {"tenant", caller.tenant},
        {"job", job_id},
-       {"code", GrpcCodeName(status.error_code())},
-       {"message", status.error_message()}});
+       {"code", absl::StatusCodeToString(status.code())},
+       {"message", status.message()}});
 }
 
 // The flows, run on their call's thread (proto/write_call.h) with its
 // request, for an authenticated `caller`: a job Submit starts is
 // the caller's tenant's; Query serves only the caller's jobs.
-grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
+absl::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
                        const v1::SubmitRequest& request, SubmitCall& call);
-grpc::Status RunQuery(const Coordinator& coordinator, const Caller& caller,
+absl::Status RunQuery(const Coordinator& coordinator, const Caller& caller,
                       const v1::QueryRequest& request, QueryCall& call);
 
 }  // namespace lact::server

@@ -36,10 +36,7 @@ absl::StatusOr<v1::ShardDone> RunOnWorker(const ClusterLink& link, const QueryFa
   }
   const grpc::Status s = worker->Finish();
   if (call.ended()) return absl::CancelledError("the client went away");
-  if (!s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("query on worker ", facts.worker, ": ", s.error_message()));
-  }
+  LACT_RETURN_IF_ERROR(FromGrpcStatus(s, absl::StrCat("query on worker ", facts.worker)));
   if (!done.has_value()) {
     return absl::InternalError(
         absl::StrCat("worker ", facts.worker, " ended the query without its ShardDone"));
@@ -65,37 +62,37 @@ absl::StatusOr<QueryFacts> CheckQuery(const Coordinator& c, const Caller& caller
                     c.options.upload_idle_timeout};
 }
 
-grpc::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
+absl::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
                        QueryCall& call) {
   const auto start = std::chrono::steady_clock::now();
-  if (!request.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQuerySpec);
+  if (!request.has_spec()) return absl::InvalidArgumentError(kNoQuerySpec);
   const v1::QuerySpec& spec = request.spec();
   absl::StatusOr<QueryFacts> facts = CheckQuery(c, caller, spec);
-  if (!facts.ok()) return ToGrpcStatus(facts.status());
+  if (!facts.ok()) return facts.status();
   absl::StatusOr<v1::ShardDone> worker_done = RunOnWorker(c.cluster, *facts, call);
   if (worker_done.status().code() == absl::StatusCode::kNotFound) {
     // The worker no longer holds the state (dropped before its heartbeat
     // said so, or lost with a restart): from now on the job says so, and
     // this query is refused as one after the heartbeat would be.
     c.jobs->ResultsDropped(spec.job_id(), true, std::string(worker_done.status().message()));
-    return ToGrpcStatus(c.jobs->State(spec.job_id()).status());
+    return c.jobs->State(spec.job_id()).status();
   }
-  if (!worker_done.ok()) return ToGrpcStatus(worker_done.status());
+  if (!worker_done.ok()) return worker_done.status();
   v1::QueryResponse done;
   done.mutable_done()->set_job_id(spec.job_id());
   *done.mutable_done()->mutable_stats() = QueryStats(*worker_done, SecondsSince(start));
   call.Write(done);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-grpc::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
+absl::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
                       QueryCall& call) {
-  const grpc::Status status = [&] {
+  const absl::Status status = [&] {
     if (c.queries == nullptr) return QueryFlow(c, caller, request, call);
-    if (absl::Status s = c.queries->Enter(caller.tenant); !s.ok()) return ToGrpcStatus(s);
-    grpc::Status ended = QueryFlow(c, caller, request, call);
+    if (absl::Status s = c.queries->Enter(caller.tenant); !s.ok()) return s;
+    absl::Status ended = QueryFlow(c, caller, request, call);
     c.queries->Leave(caller.tenant);
     return ended;
   }();

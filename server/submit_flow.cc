@@ -49,10 +49,10 @@ absl::StatusOr<AdmittedJob> Admit(const Coordinator& c, const v1::SubmitRequest&
   return job;
 }
 
-grpc::Status RunSubmitFlow(const Coordinator& c, const v1::SubmitRequest& request,
+absl::Status RunSubmitFlow(const Coordinator& c, const v1::SubmitRequest& request,
                            const std::string& folder, SubmitCall& call) {
   absl::StatusOr<AdmittedJob> job = Admit(c, request, folder);
-  if (!job.ok()) return ToGrpcStatus(job.status());
+  if (!job.ok()) return job.status();
   auto machine = std::make_shared<JobMachine>(job->id);
   // A cancel wakes the queue, which looks at it only then.
   c.jobs->SetCanceller(job->id, [machine, registry = c.registry](CancelCause cause) {
@@ -67,18 +67,18 @@ grpc::Status RunSubmitFlow(const Coordinator& c, const v1::SubmitRequest& reques
     run.OnCallEnded();
     registry->WakeWaiters();
   });
-  return ToGrpcStatus(run.Run());
+  return run.Run();
 }
 
 }  // namespace
 
-grpc::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
+absl::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
                        const v1::SubmitRequest& request, SubmitCall& call) {
-  const grpc::Status status = [&] {
+  const absl::Status status = [&] {
     if (coordinator.draining != nullptr && *coordinator.draining) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the coordinator is shutting down (it got SIGTERM) and takes no new "
-                          "jobs; submit to its replacement");
+      return absl::UnavailableError(
+          "the coordinator is shutting down (it got SIGTERM) and takes no new "
+          "jobs; submit to its replacement");
     }
     if (caller.any_tenant || !request.has_spec()) {
       return RunSubmitFlow(coordinator, request, "", call);

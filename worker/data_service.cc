@@ -14,7 +14,6 @@
 #include "common/wire_limits.h"
 #include "lact/v1/data.pb.h"
 #include "proto/result_tally.h"
-#include "proto/status_conversion.h"
 #include "proto/stream_call.h"
 #include "proto/write_call.h"
 #include "worker/test_hooks.h"
@@ -100,7 +99,7 @@ bool SendItem(const ResultItem& item, Writer* stream) {
   });
 }
 
-grpc::Status Serve(ShardTransfer& transfer, TransferCall& call) {
+absl::Status Serve(ShardTransfer& transfer, TransferCall& call) {
   TransferRequestIn request;
   while (call.Read(&request)) {
     v1::TokenChunk head;
@@ -108,90 +107,88 @@ grpc::Status Serve(ShardTransfer& transfer, TransferCall& call) {
       const absl::Status bad =
           absl::InvalidArgumentError("after the TransferTicket, Transfer takes only token chunks");
       transfer.Fail(bad);
-      return ToGrpcStatus(bad);
+      return bad;
     }
     // The spool, if any, keeps the chunk's slices until it has written them.
     absl::Status s = transfer.Accept(
         head.set(), head.offset(), request.data, request.data_size,
         std::make_shared<const std::vector<grpc::Slice>>(std::move(request.slices)));
-    if (!s.ok()) return ToGrpcStatus(s);
+    if (!s.ok()) return s;
     request = TransferRequestIn();  // drops this stream's hold on the chunk just decoded
   }
   if (call.EndedAfterReads(!transfer.receiver().CheckComplete().ok())) {
     if (transfer.Release()) {
-      return grpc::Status(grpc::StatusCode::CANCELLED,
-                          "the stream ended before it sent a chunk; the shard waits for another "
-                          "with the same ticket");
+      return absl::CancelledError(
+          "the stream ended before it sent a chunk; the shard waits for another "
+          "with the same ticket");
     }
     absl::Status failure = transfer.failure();
     if (failure.ok()) {
       failure = absl::CancelledError("the client went away during the upload");
       transfer.Fail(failure);
     }
-    return ToGrpcStatus(failure);
+    return failure;
   }
-  if (absl::Status s = transfer.EndUpload(); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = transfer.EndUpload(); !s.ok()) return s;
   ResultSender<TransferCall> sender(&call);
   const absl::Status gone =
       absl::CancelledError("the client went away while its outputs were sent");
   while (true) {
     absl::StatusOr<std::optional<ShardTransfer::Item>> item = transfer.NextItem();
-    if (!item.ok()) return ToGrpcStatus(item.status());
+    if (!item.ok()) return item.status();
     if (!item->has_value()) break;
     if (!SendItem(**item, &sender)) {
       transfer.Fail(gone);
-      return ToGrpcStatus(gone);
+      return gone;
     }
   }
   if (!sender.Complete()) {
     transfer.Fail(gone);
-    return ToGrpcStatus(gone);
+    return gone;
   }
   transfer.DownloadDone();
   if (const int64_t hold = GetTestHooks().hold_transfer_end_ms; hold > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(hold));
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
+absl::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
                           TransferCall& call) {
   v1::TransferTicket ticket;
   if (first.outer_field != kRequestTicket || !ticket.ParseFromString(first.head))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoTicket);
+    return absl::InvalidArgumentError(kNoTicket);
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
       board.Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
-  if (!transfer.ok()) return ToGrpcStatus(transfer.status());
-  if (absl::Status s = (*transfer)->Attach(
-          [&call](const absl::Status& why) { call.EndWith(ToGrpcStatus(why)); }, kRegistrationWait);
+  if (!transfer.ok()) return transfer.status();
+  if (absl::Status s = (*transfer)->Attach([&call](const absl::Status& why) { call.EndWith(why); },
+                                           kRegistrationWait);
       !s.ok())
-    return ToGrpcStatus(s);
-  grpc::Status status = Serve(**transfer, call);
+    return s;
+  absl::Status status = Serve(**transfer, call);
   (*transfer)->Detach();
   return status;
 }
 
-grpc::Status FetchFlow(RetainedResults& results, const v1::FetchResultRequest& request,
+absl::Status FetchFlow(RetainedResults& results, const v1::FetchResultRequest& request,
                        FetchCall& call) {
   absl::StatusOr<RetainedResult> kept = results.Get(request.job_id());
-  if (!kept.ok()) return ToGrpcStatus(kept.status());
+  if (!kept.ok()) return kept.status();
   if (!TicketsEqual(kept->ticket, request.ticket())) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("wrong ticket for job '", request.job_id(), "'"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("wrong ticket for job '", request.job_id(), "'"));
   }
   if (kept->rank != request.rank()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("this worker ran rank ", kept->rank, " of job '",
-                                     request.job_id(), "', not rank ", request.rank()));
+    return absl::NotFoundError(absl::StrCat("this worker ran rank ", kept->rank, " of job '",
+                                            request.job_id(), "', not rank ", request.rank()));
   }
   if (!kept->outputs_dropped.empty() && !request.without_outputs()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("job '", request.job_id(), "': its context outputs were ",
-                                     kept->outputs_dropped,
-                                     kept->state != nullptr || !kept->outputs.empty()
-                                         ? "; its query outputs and fused state are still here "
-                                           "(FetchResultRequest.without_outputs)"
-                                         : ""));
+    return absl::NotFoundError(absl::StrCat(
+        "job '", request.job_id(), "': its context outputs were ", kept->outputs_dropped,
+        kept->state != nullptr || !kept->outputs.empty()
+            ? "; its query outputs and fused state are still here "
+              "(FetchResultRequest.without_outputs)"
+            : ""));
   }
   std::vector<ResultItem> items;
   for (const ResultItem& item : kept->outputs) {
@@ -202,11 +199,10 @@ grpc::Status FetchFlow(RetainedResults& results, const v1::FetchResultRequest& r
   }
   ResultSender<FetchCall> sender(&call);
   for (const ResultItem& item : items) {
-    if (!SendItem(item, &sender))
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    if (!SendItem(item, &sender)) return absl::CancelledError("the client went away");
   }
-  if (!sender.Complete()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-  return grpc::Status::OK;
+  if (!sender.Complete()) return absl::CancelledError("the client went away");
+  return absl::OkStatus();
 }
 
 }  // namespace

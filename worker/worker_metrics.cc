@@ -43,9 +43,9 @@ WorkerMetrics::WorkerMetrics(RetainedResults* results,
   for (const char* direction : {"in", "out"}) bytes_.Add({{"direction", direction}});
 }
 
-void WorkerMetrics::ShardEnded(grpc::StatusCode code, const v1::ShardDone* done) {
+void WorkerMetrics::ShardEnded(absl::StatusCode code, const v1::ShardDone* done) {
   running_.Decrement();
-  shards_.Add({{"code", GrpcCodeName(code)}}).Increment();
+  shards_.Add({{"code", absl::StatusCodeToString(code)}}).Increment();
   if (done == nullptr) return;
   ObserveStages(stage_seconds_, done->upload_seconds(), done->compute_seconds(),
                 done->download_seconds());
@@ -56,8 +56,8 @@ void WorkerMetrics::ShardEnded(grpc::StatusCode code, const v1::ShardDone* done)
   allreduce_waited_seconds_.Increment(done->allreduce_waited_seconds());
 }
 
-void WorkerMetrics::QueryEnded(grpc::StatusCode code) {
-  queries_.Add({{"code", GrpcCodeName(code)}}).Increment();
+void WorkerMetrics::QueryEnded(absl::StatusCode code) {
+  queries_.Add({{"code", absl::StatusCodeToString(code)}}).Increment();
 }
 
 void WorkerMetrics::Refresh() {

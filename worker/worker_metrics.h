@@ -7,7 +7,6 @@
 #ifndef LACT_WORKER_WORKER_METRICS_H_
 #define LACT_WORKER_WORKER_METRICS_H_
 
-#include <grpcpp/grpcpp.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
@@ -18,6 +17,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "lact/v1/worker.pb.h"
 #include "worker/backends.h"
 
@@ -36,8 +36,8 @@ class WorkerMetrics {
 
   void ShardStarted() { running_.Increment(); }
   // A shard ended with `code`; `done` is its statistics when it succeeded.
-  void ShardEnded(grpc::StatusCode code, const v1::ShardDone* done);
-  void QueryEnded(grpc::StatusCode code);
+  void ShardEnded(absl::StatusCode code, const v1::ShardDone* done);
+  void QueryEnded(absl::StatusCode code);
   // Sets the gauges read from live state (before a scrape).
   void Refresh();
 

@@ -107,16 +107,16 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
 constexpr char kNoShardSpec[] = "RunShardRequest.spec is missing";
 
 // `*stats`: the shard's ShardDone, when it succeeds.
-grpc::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& request,
+absl::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& request,
                           ShardCall& call, v1::ShardDone* stats) {
-  if (!request.has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoShardSpec);
+  if (!request.has_spec()) return absl::InvalidArgumentError(kNoShardSpec);
   const v1::ShardSpec& spec = request.spec();
-  if (absl::Status s = CheckShardSpec(spec); !s.ok()) return ToGrpcStatus(s);
+  if (absl::Status s = CheckShardSpec(spec); !s.ok()) return s;
   // The transfer is met first: loading the model can take longer than a
   // client waits for its stream to be taken.
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
       MakeTransfer(spec, spec.token_width(), w.spool_dir, w.huge_pages);
-  if (!transfer.ok()) return ToGrpcStatus(transfer.status());
+  if (!transfer.ok()) return transfer.status();
   if (*transfer != nullptr) w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
   std::atomic<bool> cancelled{false};
   ShardCall::EndWatch watch(&call, [&] {
@@ -151,25 +151,25 @@ grpc::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& req
     absl::Status cause = (*transfer)->failure();
     if (!done.ok() && !cause.ok()) done = cause;
   }
-  if (!done.ok()) return ToGrpcStatus(done.status());
+  if (!done.ok()) return done.status();
   *stats = *done;
   v1::RunShardResponse response;
   *response.mutable_done() = *done;
   call.Write(response);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 constexpr char kNoQueryHeader[] = "RunQueryRequest.header is missing";
 
 // `*stats`: the query's ShardDone, when it succeeds.
-grpc::Status RunQueryFlow(const WorkerContext& w, const v1::RunQueryRequest& request,
+absl::Status RunQueryFlow(const WorkerContext& w, const v1::RunQueryRequest& request,
                           QueryCall& call, v1::ShardDone* stats) {
   if (!request.has_header()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kNoQueryHeader);
+    return absl::InvalidArgumentError(kNoQueryHeader);
   }
   const v1::WorkerQueryHeader& header = request.header();
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer = MakeQueryTransfer(header, w.huge_pages);
-  if (!transfer.ok()) return ToGrpcStatus(transfer.status());
+  if (!transfer.ok()) return transfer.status();
   w.transfers->Register(header.job_id(), 0, *transfer);
   std::atomic<bool> cancelled{false};
   QueryCall::EndWatch watch(&call, [&] {
@@ -185,23 +185,23 @@ grpc::Status RunQueryFlow(const WorkerContext& w, const v1::RunQueryRequest& req
   // A failure the client's stream caused is the transfer's: report that.
   const absl::Status cause = (*transfer)->failure();
   if (!done.ok() && !cause.ok()) done = cause;
-  if (!done.ok()) return ToGrpcStatus(done.status());
+  if (!done.ok()) return done.status();
   *stats = *done;
   v1::RunQueryResponse response;
   *response.mutable_done() = *done;
   call.Write(response);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 // One line per shard: its job, rank, outcome and times.
-void LogShardEnd(const v1::RunShardRequest& request, const grpc::Status& status,
+void LogShardEnd(const v1::RunShardRequest& request, const absl::Status& status,
                  const v1::ShardDone& done) {
   Log(status.ok() ? LogLevel::kInfo : LogLevel::kWarn, "shard_ended",
       {{"job", request.spec().job_id()},
        {"rank", request.spec().rank()},
        {"tokens", request.spec().tokens()},
-       {"code", GrpcCodeName(status.error_code())},
-       {"message", status.error_message()},
+       {"code", absl::StatusCodeToString(status.code())},
+       {"message", status.message()},
        {"upload_seconds", done.upload_seconds()},
        {"compute_seconds", done.compute_seconds()},
        {"download_seconds", done.download_seconds()}});
@@ -213,13 +213,12 @@ grpc::ServerWriteReactor<v1::RunShardResponse>* WorkerService::RunShard(
     grpc::CallbackServerContext* context, const v1::RunShardRequest* request) {
   context->AddTrailingMetadata(kWorkerStatusKey, "1");
   return ShardCall::Start(context, [this, context, request](ShardCall& call) {
-    if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
-    if (absl::Status s = Enter(); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = CheckCoordinator(*context); !s.ok()) return s;
+    if (absl::Status s = Enter(); !s.ok()) return s;
     if (w_.metrics != nullptr) w_.metrics->ShardStarted();
     v1::ShardDone done;
-    grpc::Status status = RunShardFlow(w_, *request, call, &done);
-    if (w_.metrics != nullptr)
-      w_.metrics->ShardEnded(status.error_code(), status.ok() ? &done : nullptr);
+    const absl::Status status = RunShardFlow(w_, *request, call, &done);
+    if (w_.metrics != nullptr) w_.metrics->ShardEnded(status.code(), status.ok() ? &done : nullptr);
     LogShardEnd(*request, status, done);
     Leave();
     return status;
@@ -229,15 +228,15 @@ grpc::ServerWriteReactor<v1::RunShardResponse>* WorkerService::RunShard(
 grpc::ServerWriteReactor<v1::RunQueryResponse>* WorkerService::RunQuery(
     grpc::CallbackServerContext* context, const v1::RunQueryRequest* request) {
   return QueryCall::Start(context, [this, context, request](QueryCall& call) {
-    if (absl::Status s = CheckCoordinator(*context); !s.ok()) return ToGrpcStatus(s);
-    if (absl::Status s = queries_.Enter(""); !s.ok()) return ToGrpcStatus(s);
+    if (absl::Status s = CheckCoordinator(*context); !s.ok()) return s;
+    if (absl::Status s = queries_.Enter(""); !s.ok()) return s;
     if (absl::Status s = Enter(); !s.ok()) {
       queries_.Leave("");
-      return ToGrpcStatus(s);
+      return s;
     }
     v1::ShardDone done;
-    grpc::Status status = RunQueryFlow(w_, *request, call, &done);
-    if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.error_code());
+    const absl::Status status = RunQueryFlow(w_, *request, call, &done);
+    if (w_.metrics != nullptr) w_.metrics->QueryEnded(status.code());
     Leave();
     queries_.Leave("");
     return status;
@@ -247,14 +246,15 @@ grpc::ServerWriteReactor<v1::RunQueryResponse>* WorkerService::RunQuery(
 grpc::ServerUnaryReactor* WorkerService::Forget(grpc::CallbackServerContext* context,
                                                 const v1::ForgetRequest* request,
                                                 v1::ForgetResponse* response) {
+  const absl::Status status = [&]() -> absl::Status {
+    LACT_RETURN_IF_ERROR(CheckCoordinator(*context));
+    LACT_ASSIGN_OR_RETURN(const bool forgotten,
+                          w_.results->Forget(request->job_id(), request->fetch_ticket()));
+    response->set_had_results(forgotten);
+    return absl::OkStatus();
+  }();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status s = CheckCoordinator(*context); !s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
-  absl::StatusOr<bool> forgotten = w_.results->Forget(request->job_id(), request->fetch_ticket());
-  if (forgotten.ok()) response->set_had_results(*forgotten);
-  reactor->Finish(ToGrpcStatus(forgotten.status()));
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 
