@@ -103,15 +103,15 @@ absl::StatusOr<Result> RunOne(LactClient& client, const std::string& model, cons
   o.model = model.empty() ? absl::StrCat("io", width) : model;
   o.workers = 2;
   o.return_state = false;
-  Tensor context;
+  Tensor tensor;
   if (by_ref) {
-    o.context_ref = context_path;
-    o.output_ref = out_path;
-    o.replace_output = true;  // the second rep rewrites the first's file
+    // The second rep rewrites the first's file.
+    o.output = OutputTarget::File({out_path, "", /*replace=*/true});
   } else {
-    LACT_ASSIGN_OR_RETURN(context,
+    LACT_ASSIGN_OR_RETURN(tensor,
                           ReadNpy(context_path));  // before the clock: the client's own input
   }
+  const ContextInput context = by_ref ? ContextInput::File({context_path}) : ContextInput(tensor);
   const auto t0 = Clock::now();
   LACT_ASSIGN_OR_RETURN(JobResult r, client.Submit(o, context, {}));
   const double client_s = Seconds(t0, Clock::now());

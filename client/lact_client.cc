@@ -69,29 +69,11 @@ class ProgressRelay {
   std::chrono::steady_clock::time_point last_report_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::Status CheckShapes(const SubmitOptions& options, const Tensor& context,
-                         const std::vector<Tensor>& queries) {
-  const ContextSource& source = options.context_source;
-  if (!options.context_ref.empty() || source.read) {
-    if (context.size() != 0) {
-      return absl::InvalidArgumentError(
-          "give one context: a tensor, context_ref or context_source");
-    }
-    if (!options.context_ref.empty() && source.read)
-      return absl::InvalidArgumentError("give context_ref or context_source, not both");
-    if (source.read && (source.tokens < 1 || source.width < 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("context_source must be [L >= 1, width >= 1], not [", source.tokens, ", ",
-                       source.width, "]"));
-    }
-  } else if (context.rank() != 2 || context.dim(0) < 1 || context.dim(1) < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("context must be [L >= 1, width >= 1], not ", ShapeString(context.shape)));
-  }
+absl::Status CheckShapes(const ContextInput& context, const std::vector<Tensor>& queries) {
+  LACT_RETURN_IF_ERROR(context.Check());
   for (size_t k = 0; k < queries.size(); ++k) {
-    const int64_t width = source.read                   ? source.width
-                          : options.context_ref.empty() ? context.dim(1)
-                                                        : queries[0].dim(1);
+    // A file's width is the workers' to check; the sets must share one.
+    const int64_t width = context.file() != nullptr ? queries[0].dim(1) : context.width();
     if (queries[k].rank() != 2 || queries[k].dim(0) < 1 || queries[k].dim(1) != width) {
       return absl::InvalidArgumentError(absl::StrCat("query set ", k, " has shape ",
                                                      ShapeString(queries[k].shape),
@@ -103,14 +85,15 @@ absl::Status CheckShapes(const SubmitOptions& options, const Tensor& context,
 
 // A detached Submit returns once the job is admitted: only a job whose
 // bytes all go by reference can be.
-absl::Status CheckDetachable(const SubmitOptions& options, const std::vector<Tensor>& queries) {
+absl::Status CheckDetachable(const SubmitOptions& options, const ContextInput& context,
+                             const std::vector<Tensor>& queries) {
   if (!options.detach) return absl::OkStatus();
-  if (options.context_ref.empty() || options.output_ref.empty() || !queries.empty() ||
+  if (context.file() == nullptr || options.output.file() == nullptr || !queries.empty() ||
       options.return_state) {
     return absl::InvalidArgumentError(
-        "detach needs a job whose bytes all go by reference (context_ref and output_ref, no query "
-        "sets, return_state off); a job with bytes in band runs on anyway if its client goes away "
-        "after the upload, and FetchResult collects its results");
+        "detach needs a job whose bytes all go by reference (the context and the output files, "
+        "no query sets, return_state off); a job with bytes in band runs on anyway if its client "
+        "goes away after the upload, and FetchResult collects its results");
   }
   return absl::OkStatus();
 }
@@ -131,26 +114,27 @@ absl::Status EndWithTransfers(const grpc::Status& call, ShardTransfers* transfer
 
 }  // namespace
 
-v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t width,
+v1::JobSpec MakeJobSpec(const SubmitOptions& options, const ContextInput& context,
                         const std::vector<Tensor>& queries) {
   v1::JobSpec spec;
   spec.set_model(options.model);
-  spec.set_context_tokens(tokens);
-  spec.set_token_width(static_cast<int32_t>(width));
+  spec.set_context_tokens(context.tokens());
+  spec.set_token_width(static_cast<int32_t>(context.width()));
   for (const Tensor& q : queries) spec.add_query_tokens(q.rank() == 2 ? q.dim(0) : 0);
-  if (options.context_ref.empty()) spec.set_dtype(ToProto(options.dtype));
+  // A file's dtype is the file's.
+  if (context.file() == nullptr) spec.set_dtype(ToProto(options.dtype));
   spec.set_workers(options.workers);
   for (int64_t n : options.shard_tokens) spec.add_shard_tokens(n);
   ToProto(options.options, spec.mutable_options());
   spec.set_return_state(options.return_state);
   spec.set_retain_seconds(options.retain_seconds);
-  if (!options.context_ref.empty()) {
-    spec.mutable_context_ref()->set_path(options.context_ref);
-    spec.mutable_context_ref()->set_tensor(options.context_ref_tensor);
+  if (const FileRef* file = context.file()) {
+    spec.mutable_context_ref()->set_path(file->path);
+    spec.mutable_context_ref()->set_tensor(file->tensor);
   }
-  if (!options.output_ref.empty()) {
-    spec.mutable_output_ref()->set_path(options.output_ref);
-    spec.mutable_output_ref()->set_replace(options.replace_output);
+  if (const FileRef* file = options.output.file()) {
+    spec.mutable_output_ref()->set_path(file->path);
+    spec.mutable_output_ref()->set_replace(file->replace);
   }
   spec.set_cancel_on_disconnect(options.cancel_on_disconnect);
   spec.set_tenant(options.tenant);
@@ -173,20 +157,17 @@ absl::Status LactClient::WaitUntilReachable(std::chrono::milliseconds timeout) {
                    " s (is one running there? a cluster with TLS needs --tls-ca)"));
 }
 
-absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const Tensor& context,
+absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
+                                             const ContextInput& context,
                                              const std::vector<Tensor>& queries,
                                              const ProgressFn& progress,
                                              std::function<void(const std::string&)> on_accepted) {
-  LACT_RETURN_IF_ERROR(CheckShapes(options, context, queries));
-  LACT_RETURN_IF_ERROR(CheckDetachable(options, queries));
-  const bool by_ref = !options.context_ref.empty();
+  LACT_RETURN_IF_ERROR(CheckShapes(context, queries));
+  LACT_RETURN_IF_ERROR(CheckDetachable(options, context, queries));
   grpc::ClientContext ctx;
   SetTimeout(&ctx, options.timeout, kDefaultJobTimeout);
   v1::SubmitRequest request;
-  const bool from_source = options.context_source.read != nullptr;
-  const int64_t tokens = by_ref ? 0 : from_source ? options.context_source.tokens : context.dim(0);
-  const int64_t width = by_ref ? 0 : from_source ? options.context_source.width : context.dim(1);
-  *request.mutable_spec() = MakeJobSpec(options, tokens, width, queries);
+  *request.mutable_spec() = MakeJobSpec(options, context, queries);
   auto stream = stub_->Submit(&ctx, request);
   JobResult result;
   std::unique_ptr<ShardTransfers> transfers;
@@ -210,12 +191,9 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options, const
         transfers->Join().IgnoreError();
       }
       // A job running again from its spool needs no context rows.
-      const bool send_context = !by_ref && !a.context_spooled();
-      transfers =
-          std::make_unique<ShardTransfers>(credentials_, a, send_context ? &context : nullptr,
-                                           queries, options.output_ref.empty(), &result);
-      if (options.output_rows) transfers->SetOutputRows(options.output_rows);
-      if (from_source) transfers->SetContextSource(&options.context_source);
+      const bool send_context = context.file() == nullptr && !a.context_spooled();
+      transfers = std::make_unique<ShardTransfers>(
+          credentials_, a, send_context ? &context : nullptr, queries, &options.output, &result);
       if (send_context) relay.StartUpload(a.context_tokens());
       transfers->Start(ctx.deadline(), [&relay](int64_t sent) { relay.ContextSent(sent); });
     } else if (response.has_progress()) {
@@ -281,8 +259,9 @@ absl::StatusOr<JobResult> LactClient::Query(const std::string& job_id,
     if (response.has_accepted() && transfer == nullptr) {
       const v1::JobAccepted& a = response.accepted();
       result.shards.assign(a.shards().begin(), a.shards().end());
-      transfer = std::make_unique<ShardTransfers>(credentials_, a, nullptr, queries,
-                                                  /*output_in_band=*/false, &result);
+      // No context rows in, no context outputs back: only the sets'.
+      transfer =
+          std::make_unique<ShardTransfers>(credentials_, a, nullptr, queries, nullptr, &result);
       transfer->Start(ctx.deadline());
     } else if (response.has_done()) {
       result.stats = response.done().stats();

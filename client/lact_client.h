@@ -4,8 +4,9 @@
 // server's message. Submit sends the JobSpec to the coordinator, then
 // moves the job's bytes straight to and from the workers it names, one
 // Transfer stream per shard, in parallel, while the coordinator's stream
-// brings progress and the job's end; by reference (context_ref,
-// output_ref) the workers read and write the files themselves. Uses gRPC's default channel limits:
+// brings progress and the job's end; by reference (ContextInput::File,
+// OutputTarget::File, job_io.h) the workers read and write the files
+// themselves. Uses gRPC's default channel limits:
 // every message it sends or receives stays under 4 MiB. A LactClient may be used from several
 // threads. Transfer streams (Submit's, Query's) run on a thread each.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
@@ -21,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/job_io.h"
 #include "common/model_config.h"
-#include "common/range_writer.h"
 #include "common/tensor.h"
 #include "common/token_codec.h"
 #include "lact/v1/coordinator.grpc.pb.h"
@@ -38,23 +39,6 @@ inline constexpr std::chrono::hours kDefaultWatchTimeout{24};
 inline constexpr std::chrono::hours kDefaultFetchTimeout{1};
 inline constexpr std::chrono::seconds kUnaryTimeout{30};
 
-// Where a job's context output rows go as they arrive instead of
-// JobResult.output: a writer of rows [begin, begin + n) as float32 bytes,
-// asked for once per shard (again should its rows come again), and used
-// from that shard's thread.
-using OutputRowsTarget =
-    std::function<absl::StatusOr<std::unique_ptr<RangeWriter>>(int64_t begin, int64_t n)>;
-
-// A context the client sends without holding it whole: `read` fills rows
-// [begin, begin + n) as float32 ([n, width]); it is called from the shards'
-// threads at once, for disjoint rows, and again for rows sent again (a job
-// that runs again).
-struct ContextSource {
-  int64_t tokens = 0;
-  int64_t width = 0;
-  std::function<absl::Status(int64_t begin, int64_t n, float* out)> read;
-};
-
 struct SubmitOptions {
   std::string model;
   int workers = 0;                    // 0: all that hold the model
@@ -64,32 +48,15 @@ struct SubmitOptions {
   bool return_state = true;
   int64_t retain_seconds = 0;
   std::chrono::milliseconds timeout{0};  // 0: kDefaultJobTimeout
-  // By reference, inside the cluster's data root: the context file (then
-  // the context tensor given to Submit is empty; dtype is the file's) and
-  // where the workers write the output (then JobResult.output is empty).
-  std::string context_ref;
-  std::string context_ref_tensor;  // a .safetensors file's tensor
-  std::string output_ref;
-  bool replace_output = false;  // the output file may already exist (DataRef.replace)
+  // Where the context's outputs go (job_io.h): memory, rows as they
+  // arrive, or a file the workers write.
+  OutputTarget output = OutputTarget::Memory();
   // Return once the job is admitted (its id known), leaving it to run:
   // WatchJob follows it, FetchResult collects its results. Only for jobs
   // whose bytes all go by reference.
   bool detach = false;
   bool cancel_on_disconnect = false;  // JobSpec.cancel_on_disconnect
   std::string tenant;                 // JobSpec.tenant
-  OutputRowsTarget output_rows;       // null: the rows go to JobResult.output
-  // With `read` set, the context's rows come from it as they are sent, and
-  // Submit's context tensor is not read (pass an empty one).
-  ContextSource context_source;
-};
-
-struct JobResult {
-  std::string job_id;
-  Tensor output;                        // [L, d_out], unless output_ref or output_rows
-  std::vector<Tensor> queries;          // [L_k, d_out]
-  std::map<std::string, Tensor> state;  // docs/model.md, The fused state names (if asked)
-  std::vector<v1::ShardRange> shards;
-  v1::JobStats stats;
 };
 
 // How a client proves itself and checks the cluster.
@@ -108,9 +75,11 @@ class LactClient {
 
   explicit LactClient(const std::string& address, const ClientSecurity& security = {});
 
-  // `progress` and `on_accepted` are called from Submit's threads, one at a
-  // time; `on_accepted` gets the job's id as soon as the job is admitted.
-  absl::StatusOr<JobResult> Submit(const SubmitOptions& options, const Tensor& context,
+  // Runs a job on `context` (job_io.h: a tensor, which converts, a file
+  // by reference, or a source of rows) with query sets in band. `progress`
+  // and `on_accepted` are called from Submit's threads, one at a time;
+  // `on_accepted` gets the job's id as soon as the job is admitted.
+  absl::StatusOr<JobResult> Submit(const SubmitOptions& options, const ContextInput& context,
                                    const std::vector<Tensor>& queries,
                                    const ProgressFn& progress = nullptr,
                                    std::function<void(const std::string&)> on_accepted = nullptr);
@@ -155,9 +124,8 @@ class LactClient {
   std::unique_ptr<v1::CoordinatorService::Stub> stub_;
 };
 
-// The JobSpec Submit sends for `options` and a context of `tokens` x `width`
-// (both 0 by reference).
-v1::JobSpec MakeJobSpec(const SubmitOptions& options, int64_t tokens, int64_t width,
+// The JobSpec Submit sends for `options`, `context` and `queries`.
+v1::JobSpec MakeJobSpec(const SubmitOptions& options, const ContextInput& context,
                         const std::vector<Tensor>& queries);
 
 }  // namespace lact

@@ -1,6 +1,7 @@
 #include "client/shard_transfers.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/sync_stream.h>
 
 #include <cstring>
 #include <optional>
@@ -100,14 +101,15 @@ absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in,
 }  // namespace
 
 ShardTransfers::ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                               const v1::JobAccepted& accepted, const Tensor* context,
-                               const std::vector<Tensor>& queries, bool output_in_band,
+                               const v1::JobAccepted& accepted, const ContextInput* context,
+                               const std::vector<Tensor>& queries, const OutputTarget* output,
                                JobResult* result)
     : credentials_(std::move(credentials)),
       accepted_(accepted),
       context_(context),
       queries_(queries),
-      output_in_band_(output_in_band),
+      output_in_band_(output != nullptr && output->in_band()),
+      output_rows_(output != nullptr ? output->rows() : nullptr),
       result_(result) {}
 
 ShardTransfers::~ShardTransfers() {
@@ -119,8 +121,10 @@ std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(
     std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
     JobResult* result) {
   static const std::vector<Tensor> kNoQueries;
-  auto fetch = std::make_unique<ShardTransfers>(std::move(credentials), accepted, nullptr,
-                                                kNoQueries, accepted.output_in_band(), result);
+  static const OutputTarget kMemory = OutputTarget::Memory();
+  auto fetch =
+      std::make_unique<ShardTransfers>(std::move(credentials), accepted, nullptr, kNoQueries,
+                                       accepted.output_in_band() ? &kMemory : nullptr, result);
   fetch->fetch_ = true;
   return fetch;
 }
@@ -249,10 +253,11 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
   absl::Status read;
   if (context_ != nullptr) {
     const v1::ShardRange& shard = accepted_.shards(rank);
-    ok = ok && (source_ != nullptr ? SendSourceRows(stream, *source_, shard.begin(), shard.tokens(),
-                                                    dtype, sent_rows, &read)
-                                   : SendRows(stream, *context_, shard.begin(), shard.tokens(), 0,
-                                              dtype, sent_rows));
+    const ContextSource* source = context_->source();
+    ok = ok && (source != nullptr ? SendSourceRows(stream, *source, shard.begin(), shard.tokens(),
+                                                   dtype, sent_rows, &read)
+                                  : SendRows(stream, *context_->tensor(), shard.begin(),
+                                             shard.tokens(), 0, dtype, sent_rows));
   }
   if (!read.ok()) return read;  // the caller ends the call
   if (rank == 0) {
@@ -271,7 +276,7 @@ absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response)
     v1::TokenChunk head;
     if (!head.ParseFromString(response.head))
       return absl::InternalError("a worker sent a malformed output chunk");
-    if (head.set() == 0 && output_in_band_ && output_rows_)
+    if (head.set() == 0 && output_in_band_ && output_rows_ != nullptr)
       return PlaceStreamed(rank, head, response);
     if (head.set() == 0 && output_in_band_) return PlaceRows(head, response, result_->output);
     if (rank == 0 && head.set() >= 1 && head.set() <= static_cast<int>(result_->queries.size())) {
@@ -313,7 +318,7 @@ absl::Status ShardTransfers::PlaceStreamed(int rank, const v1::TokenChunk& head,
   std::unique_ptr<RangeWriter>& writer = row_writers_[rank];
   if (writer == nullptr || head.offset() != next_row_[rank]) {
     writer.reset();
-    LACT_ASSIGN_OR_RETURN(writer, output_rows_(head.offset(), end - head.offset()));
+    LACT_ASSIGN_OR_RETURN(writer, (*output_rows_)(head.offset(), end - head.offset()));
   }
   for (absl::string_view piece : response.data)
     LACT_RETURN_IF_ERROR(writer->Append(piece.data(), piece.size()));
@@ -324,7 +329,7 @@ absl::Status ShardTransfers::PlaceStreamed(int rank, const v1::TokenChunk& head,
 void ShardTransfers::AllocateOutputs() {
   const int64_t width = accepted_.output_width();
   // Anew: a job that runs again sends all its results again.
-  if (output_in_band_ && !output_rows_)
+  if (output_in_band_ && output_rows_ == nullptr)
     result_->output = Tensor({accepted_.context_tokens(), width});
   result_->queries.clear();
   result_->state.clear();

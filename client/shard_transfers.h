@@ -6,7 +6,10 @@
 // 0: then the query sets), closes its side, and places what comes back,
 // outputs into `result->output` at their rows (disjoint per shard), query
 // outputs into `result->queries` and state pieces into `result->state`
-// (rank 0 only), or set 0's rows to an OutputRowsTarget as they come. The
+// (rank 0 only), or set 0's rows to an OutputTarget's rows as they come.
+// Each stream's results must end with a TransferComplete whose count and
+// CRC-32C match what arrived (data.proto); then the shard is complete
+// whatever status its stream ends with. The
 // output tensors are allocated, once, when the first stream has finished
 // uploading (while the workers compute). Cancel() ends
 // every stream; Join() returns the first failure.
@@ -26,7 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/lact_client.h"
+#include "client/job_io.h"
 #include "lact/v1/data.pb.h"
 #include "proto/bulk_messages.h"
 
@@ -34,13 +37,13 @@ namespace lact {
 
 class ShardTransfers {
  public:
-  // `context` is null when the job reads its context by reference;
-  // `output_in_band` says whether set 0 outputs come back. All must
-  // outlive Join().
+  // `context` is null when no context rows are sent (a file by reference,
+  // a spooled re-run, a query); `output` is where set 0's outputs go, null
+  // when none come back (a query). All must outlive Join().
   // `credentials`: how to reach the workers (plaintext or TLS).
   ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                 const v1::JobAccepted& accepted, const Tensor* context,
-                 const std::vector<Tensor>& queries, bool output_in_band, JobResult* result);
+                 const v1::JobAccepted& accepted, const ContextInput* context,
+                 const std::vector<Tensor>& queries, const OutputTarget* output, JobResult* result);
   // For a finished job's results (JobInfo.accepted).
   static std::unique_ptr<ShardTransfers> Fetch(
       std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
@@ -50,12 +53,6 @@ class ShardTransfers {
   // Starts the streams, each with `deadline`. `on_context_sent`, if set,
   // gets the context tokens sent so far over every stream, after each
   // message, from the streams' threads (one at a time per stream).
-  // Set 0's output rows to `sink` (lact_client.h) instead of
-  // result->output, which is then not allocated. Before Start.
-  void SetOutputRows(OutputRowsTarget sink) { output_rows_ = std::move(sink); }
-  // The context's rows from `source` (which must outlive Join()) instead of
-  // the context tensor. Before Start.
-  void SetContextSource(const ContextSource* source) { source_ = source; }
   void Start(std::chrono::system_clock::time_point deadline,
              std::function<void(int64_t)> on_context_sent = nullptr);
   void Cancel();
@@ -76,9 +73,10 @@ class ShardTransfers {
 
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const v1::JobAccepted accepted_;
-  const Tensor* context_;
+  const ContextInput* context_;
   const std::vector<Tensor>& queries_;
-  const bool output_in_band_;
+  const bool output_in_band_;            // set 0's outputs come back
+  const OutputRowsTarget* output_rows_;  // where they go as they come; null: result_->output
   bool fetch_ = false;
   JobResult* result_;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
@@ -87,8 +85,6 @@ class ShardTransfers {
   std::once_flag allocated_;
   std::atomic<int64_t> tokens_sent_{0};
   std::function<void(int64_t)> on_context_sent_;
-  OutputRowsTarget output_rows_;
-  const ContextSource* source_ = nullptr;
   // Per rank, from its thread only: the writer of its rows and the row it
   // takes next.
   std::vector<std::unique_ptr<RangeWriter>> row_writers_;

@@ -94,9 +94,9 @@ class DataPlaneTest : public ::testing::Test {
     absl::StatusOr<JobResult> in_band = Client().Submit(o, context, queries);
     ASSERT_TRUE(in_band.ok()) << in_band.status();
     ASSERT_TRUE(WriteNpy(Path(name + ".npy"), context).ok());
-    o.context_ref = Path(name + ".npy");
-    o.output_ref = Path(name + ".out.npy");
-    absl::StatusOr<JobResult> by_ref = Client().Submit(o, Tensor(), queries);
+    o.output = OutputTarget::File({Path(name + ".out.npy")});
+    absl::StatusOr<JobResult> by_ref =
+        Client().Submit(o, ContextInput::File({Path(name + ".npy")}), queries);
     ASSERT_TRUE(by_ref.ok()) << by_ref.status();
     EXPECT_EQ(by_ref->stats.coordinator_payload_bytes(), 0);
     EXPECT_EQ(by_ref->output.size(), 0) << "the output went to the file";
@@ -154,8 +154,7 @@ TEST_F(DataPlaneTest, Bf16FileEqualsBf16OnTheWire) {
   header.replace(header.find("'<f4'"), 5, "'|V2'");
   std::ofstream(Path("bf16.npy"), std::ios::binary)
       << header << EncodeFloats(context.ptr(), context.size(), WireType::kBF16);
-  o.context_ref = Path("bf16.npy");
-  absl::StatusOr<JobResult> file = Client().Submit(o, Tensor(), {});
+  absl::StatusOr<JobResult> file = Client().Submit(o, ContextInput::File({Path("bf16.npy")}), {});
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_TRUE(file->output.data == wire->output.data);
 }
@@ -211,11 +210,10 @@ TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
     SubmitOptions o;
     o.model = "tiny";
     o.timeout = std::chrono::seconds(30);
-    o.context_ref = c.context;
-    o.output_ref = c.output;
+    if (!c.output.empty()) o.output = OutputTarget::File({c.output});
     bool accepted = false;
-    absl::StatusOr<JobResult> got =
-        Client().Submit(o, Tensor(), {}, nullptr, [&](const std::string&) { accepted = true; });
+    absl::StatusOr<JobResult> got = Client().Submit(o, ContextInput::File({c.context}), {}, nullptr,
+                                                    [&](const std::string&) { accepted = true; });
     EXPECT_EQ(got.status().code(), c.code)
         << c.context << " -> " << c.output << ": " << got.status();
     EXPECT_THAT(std::string(got.status().message()), HasSubstr(c.message)) << c.context;
@@ -273,10 +271,10 @@ TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
   absl::StatusOr<JobResult> in_band = Client().Submit(o, context, {});
   ASSERT_TRUE(in_band.ok()) << in_band.status();
   ASSERT_TRUE(WriteNpy(Path("detached.npy"), context).ok());
-  o.context_ref = Path("detached.npy");
-  o.output_ref = Path("detached.out.npy");
+  const ContextInput file = ContextInput::File({Path("detached.npy")});
+  o.output = OutputTarget::File({Path("detached.out.npy")});
   o.detach = true;
-  absl::StatusOr<JobResult> detached = Client().Submit(o, Tensor(), {});
+  absl::StatusOr<JobResult> detached = Client().Submit(o, file, {});
   ASSERT_TRUE(detached.ok()) << detached.status();
   int changes = 0;
   absl::StatusOr<v1::JobInfo> end =
@@ -289,8 +287,8 @@ TEST_F(DataPlaneTest, ByReferenceJobOutlivesItsClientUnlessAsked) {
   EXPECT_TRUE(written->data == in_band->output.data) << "the detached job's output differs";
 
   o.cancel_on_disconnect = true;
-  o.output_ref = Path("asked.out.npy");
-  absl::StatusOr<JobResult> asked = Client().Submit(o, Tensor(), {});
+  o.output = OutputTarget::File({Path("asked.out.npy")});
+  absl::StatusOr<JobResult> asked = Client().Submit(o, file, {});
   ASSERT_TRUE(asked.ok()) << asked.status();
   end = Client().WatchJob(asked->job_id);
   ASSERT_TRUE(end.ok()) << end.status();

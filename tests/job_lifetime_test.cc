@@ -62,7 +62,7 @@ class JobLifetimeTest : public ::testing::Test {
   // A job of a few seconds on two one-thread workers, with a query set
   // and its state: what an uninterrupted client gets.
   static v1::JobSpec Spec(const Tensor& context, const std::vector<Tensor>& queries) {
-    v1::JobSpec spec = MakeJobSpec(Options(), context.dim(0), context.dim(1), queries);
+    v1::JobSpec spec = MakeJobSpec(Options(), context, queries);
     return spec;
   }
   static SubmitOptions Options() {
@@ -261,8 +261,7 @@ TEST_F(JobLifetimeTest, ClientThatNeverComesForResultsByReferenceLosesNothing) {
   SubmitOptions o = Options();
   absl::StatusOr<JobResult> uninterrupted = Client().Submit(o, context, {});
   ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
-  o.context_ref = input;
-  v1::JobSpec spec = MakeJobSpec(o, 0, 0, {});
+  v1::JobSpec spec = MakeJobSpec(o, ContextInput::File({input}), {});
   std::string job_id;
   {
     RawJob job(cluster_->address(), spec);
@@ -291,10 +290,10 @@ TEST_F(JobLifetimeTest, TwentyDetachedJobsRunInOrderEachAsAlone) {
     SubmitOptions o;
     o.model = "tiny";
     o.return_state = false;
-    o.context_ref = name + ".npy";
-    o.output_ref = name + ".out.npy";
+    o.output = OutputTarget::File({name + ".out.npy"});
     o.detach = true;
-    absl::StatusOr<JobResult> admitted = Client().Submit(o, Tensor(), {});
+    absl::StatusOr<JobResult> admitted =
+        Client().Submit(o, ContextInput::File({name + ".npy"}), {});
     ASSERT_TRUE(admitted.ok()) << i << ": " << admitted.status();
     ids.push_back(admitted->job_id);
   }
@@ -416,12 +415,12 @@ TEST(FaultRuns, KilledWorkersNeverLoseAByReferenceJob) {
   SubmitOptions o;
   o.model = "preset:small:3";
   o.workers = 2;
-  o.context_ref = "context.npy";
+  const ContextInput file = ContextInput::File({"context.npy"});
   o.return_state = false;
   o.timeout = std::chrono::seconds(120);
-  o.output_ref = "undisturbed.npy";
+  o.output = OutputTarget::File({"undisturbed.npy"});
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<JobResult> undisturbed = client.Submit(o, Tensor(), {});
+  absl::StatusOr<JobResult> undisturbed = client.Submit(o, file, {});
   ASSERT_TRUE(undisturbed.ok()) << undisturbed.status();
   const double job_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -433,12 +432,13 @@ TEST(FaultRuns, KilledWorkersNeverLoseAByReferenceJob) {
   for (int run = 0; run < 20; ++run) {
     std::thread killer = KillAtRandom(*cluster, rng, run % 4 == 0 ? 0.1 : 1.2 * job_seconds);
     early += run % 4 == 0;
-    o.output_ref = absl::StrCat("run", run, ".npy");
-    absl::StatusOr<JobResult> job = client.Submit(o, Tensor(), {});
+    const std::string output = absl::StrCat("run", run, ".npy");
+    o.output = OutputTarget::File({output});
+    absl::StatusOr<JobResult> job = client.Submit(o, file, {});
     killer.join();
     AwaitTwoLiveWorkers(client);
     ASSERT_TRUE(job.ok()) << "run " << run << ": " << job.status();
-    absl::StatusOr<Tensor> got = ReadNpy(root + "/" + o.output_ref);
+    absl::StatusOr<Tensor> got = ReadNpy(root + "/" + output);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->data, expected->data) << "run " << run;
     EXPECT_LE(job->stats.reruns(), 1) << "run " << run << ": one kill, more than one re-run";

@@ -145,9 +145,8 @@ TEST_F(SecurityTest, EachTenantsFilesStayInItsFolder) {
     o.workers = 2;
     o.return_state = false;
     o.timeout = std::chrono::seconds(60);
-    o.context_ref = in;
-    o.output_ref = out;
-    return Tenant(token).Submit(o, Tensor(), {}).status();
+    o.output = OutputTarget::File({out});
+    return Tenant(token).Submit(o, ContextInput::File({in}), {}).status();
   };
   // Relative paths start in the tenant's own folder.
   ASSERT_TRUE(by_reference(kTokenA, "context.npy", "out.npy").ok());

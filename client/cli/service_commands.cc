@@ -183,22 +183,20 @@ absl::Status PrintMessages(const char* key, const std::vector<Message>& messages
 absl::StatusOr<SubmitOptions> SubmitOptionsFromFlags(const Flags& flags) {
   SubmitOptions options;
   LACT_ASSIGN_OR_RETURN(options.model, flags.Required("model"));
-  options.context_ref = flags.Get("context-ref").value_or("");
-  options.context_ref_tensor = flags.Get("context-tensor").value_or("");
-  options.output_ref = flags.Get("out-ref").value_or("");
-  options.replace_output = flags.Has("replace");
+  const std::string out_ref = flags.Get("out-ref").value_or("");
+  if (!out_ref.empty()) options.output = OutputTarget::File({out_ref, "", flags.Has("replace")});
   options.detach = flags.Has("detach");
   // A detached command is not there to take the fused state in band: the
   // workers keep it (lact fetch and lact query reach it).
   if (options.detach) options.return_state = false;
   options.cancel_on_disconnect = flags.Has("cancel-on-disconnect");
   options.tenant = flags.Get("tenant").value_or("");
-  if (flags.Get("context").value_or("").empty() == options.context_ref.empty()) {
+  if (flags.Get("context").value_or("").empty() == flags.Get("context-ref").value_or("").empty()) {
     return absl::InvalidArgumentError(
         "give the context as --context FILE.npy|random:L[:SEED] or --context-ref PATH");
   }
   const std::string out_path = flags.Get("out").value_or("");
-  if (out_path.empty() && options.output_ref.empty()) {
+  if (out_path.empty() && out_ref.empty()) {
     return absl::InvalidArgumentError("give --out FILE.safetensors, --out-ref PATH.npy, or both");
   }
   if (!out_path.empty()) LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
@@ -226,6 +224,7 @@ absl::StatusOr<SubmitOptions> SubmitOptionsFromFlags(const Flags& flags) {
 absl::Status PrintSubmitted(const Flags& flags, const SubmitOptions& options,
                             const JobResult& result) {
   const std::string out_path = flags.Get("out").value_or("");
+  const std::string out_ref = flags.Get("out-ref").value_or("");
   int64_t tokens = 0;
   for (const v1::ShardRange& r : result.shards) tokens += r.tokens();
   if (flags.Has("json")) {
@@ -238,7 +237,7 @@ absl::Status PrintSubmitted(const Flags& flags, const SubmitOptions& options,
                {"query_sets", result.queries.size()},
                {"state_tensors", result.state.size()},
                {"out", out_path},
-               {"out_ref", options.output_ref},
+               {"out_ref", out_ref},
                {"stats", stats},
                {"client_peak_rss_bytes", PeakRssBytes()}});
     return absl::OkStatus();
@@ -246,39 +245,39 @@ absl::Status PrintSubmitted(const Flags& flags, const SubmitOptions& options,
   std::printf("%s\n", result.job_id.c_str());
   std::fprintf(stderr, "lact submit: job %s done on %zu workers; wrote %s\n", result.job_id.c_str(),
                result.shards.size(),
-               out_path.empty()             ? options.output_ref.c_str()
-               : options.output_ref.empty() ? out_path.c_str()
-                                            : (out_path + " and " + options.output_ref).c_str());
+               out_path.empty()  ? out_ref.c_str()
+               : out_ref.empty() ? out_path.c_str()
+                                 : (out_path + " and " + out_ref).c_str());
   PrintStats(result.stats, tokens);
   return absl::OkStatus();
 }
 
-// --context: a random one made as it is sent (options->context_source), a
-// file read whole into *context. Its tokens; 0 by reference.
-absl::StatusOr<int64_t> SubmitContext(const Flags& flags, int64_t width, SubmitOptions* options,
-                                      Tensor* context) {
+// The context: --context-ref, the file by reference; --context random:...,
+// rows made as they are sent; --context FILE, read whole into *tensor.
+absl::StatusOr<ContextInput> SubmitContext(const Flags& flags, int64_t width, Tensor* tensor) {
   const std::string spec = flags.Get("context").value_or("");
-  if (spec.empty()) return 0;
-  LACT_ASSIGN_OR_RETURN(std::optional<ContextSource> made, RandomContextSource(spec, width));
-  if (made) {
-    options->context_source = *std::move(made);
-    return options->context_source.tokens;
+  if (spec.empty()) {
+    return ContextInput::File(
+        {flags.Get("context-ref").value_or(""), flags.Get("context-tensor").value_or("")});
   }
-  LACT_ASSIGN_OR_RETURN(*context, LoadTokens(spec, width));
-  return context->dim(0);
+  LACT_ASSIGN_OR_RETURN(std::optional<ContextSource> made, RandomContextSource(spec, width));
+  if (made) return ContextInput::Source(*std::move(made));
+  LACT_ASSIGN_OR_RETURN(*tensor, LoadTokens(spec, width));
+  return ContextInput(*tensor);
 }
 
-// --out, written as the outputs arrive (options->output_rows), for the
-// outputs in band of a context sent in band; null otherwise (WriteResult
-// writes it once the job is done).
+// --out, written as the outputs arrive (options->output), for the outputs
+// in band of a context sent in band; null otherwise (WriteResult writes it
+// once the job is done).
 absl::StatusOr<std::unique_ptr<StreamedResultFile>> StreamedOut(
     const std::string& out_path, const ModelConfig& config,
-    const absl::StatusOr<std::string>& config_json, int64_t context_tokens,
+    const absl::StatusOr<std::string>& config_json, const ContextInput& context,
     const std::vector<Tensor>& queries, SubmitOptions* options) {
-  if (out_path.empty() || !options->output_ref.empty() || !options->context_ref.empty() ||
+  if (out_path.empty() || !options->output.in_band() || context.file() != nullptr ||
       options->detach) {
     return nullptr;
   }
+  const int64_t context_tokens = context.tokens();
   LACT_RETURN_IF_ERROR(config_json.status());
   LACT_ASSIGN_OR_RETURN(ModelConfig effective, ApplyJobOptions(config, options->options));
   std::vector<int64_t> query_tokens;
@@ -287,7 +286,7 @@ absl::StatusOr<std::unique_ptr<StreamedResultFile>> StreamedOut(
       std::unique_ptr<StreamedResultFile> file,
       StreamedResultFile::Create(out_path, *config_json, effective, context_tokens, query_tokens,
                                  options->return_state));
-  options->output_rows = file->Sink();
+  options->output = OutputTarget::Rows(file->Sink());
   return file;
 }
 
@@ -316,9 +315,9 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(SubmitOptions options, SubmitOptionsFromFlags(flags));
   LACT_ASSIGN_OR_RETURN(LactClient client, Connect(flags, server));
   LACT_ASSIGN_OR_RETURN(ModelConfig config, client.FindModel(options.model));
-  Tensor context;
-  LACT_ASSIGN_OR_RETURN(const int64_t context_tokens,
-                        SubmitContext(flags, config.input_width(), &options, &context));
+  Tensor context_tensor;
+  LACT_ASSIGN_OR_RETURN(const ContextInput context,
+                        SubmitContext(flags, config.input_width(), &context_tensor));
   std::vector<Tensor> queries;
   for (const std::string& q : flags.GetAll("query")) {
     LACT_ASSIGN_OR_RETURN(Tensor t, LoadTokens(q, config.input_width()));
@@ -326,9 +325,8 @@ absl::Status SubmitCommand(const std::vector<std::string>& args) {
   }
   const absl::StatusOr<std::string> config_json = JobConfigJson(config, options.options);
   const std::string out_path = flags.Get("out").value_or("");
-  LACT_ASSIGN_OR_RETURN(
-      std::unique_ptr<StreamedResultFile> out_file,
-      StreamedOut(out_path, config, config_json, context_tokens, queries, &options));
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<StreamedResultFile> out_file,
+                        StreamedOut(out_path, config, config_json, context, queries, &options));
   ProgressLine line;
   absl::StatusOr<JobResult> result = client.Submit(
       options, context, queries, [&](const v1::Progress& p) { line.Update(p); },

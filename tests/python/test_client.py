@@ -440,7 +440,8 @@ class ClusterTest(unittest.TestCase):
             lambda: self.client.submit(case.name, case.context[0]),  # 1-D
             lambda: self.client.submit(case.name, case.context, [case.context[:, :-1]]),
             lambda: self.client.submit(case.name, case.context, dtype="f64"),
-            lambda: self.client.submit(case.name, case.context, context_ref="x.npy"),
+            lambda: self.client.submit(case.name, None),
+            lambda: self.client.submit(case.name, case.context, output="out.npy"),
             lambda: self.client.query("job-x", []),
         ]
         for make in cases:
@@ -492,8 +493,8 @@ class ClusterTest(unittest.TestCase):
     def test_by_reference(self):
         case = self.cases[0]
         np.save(self.cluster.data / "ctx.npy", case.context)
-        job = self.client.submit(case.name, context_ref="ctx.npy", out_ref="out.npy",
-                                 queries=case.queries, workers=2, **case.options)
+        job = self.client.submit(case.name, lact.FileRef("ctx.npy"), case.queries,
+                                 output=lact.FileRef("out.npy"), workers=2, **case.options)
         result = job.result(timeout=60)
         self.assertIsNone(result.output)
         output = np.load(self.cluster.data / "out.npy")

@@ -20,7 +20,8 @@ import importlib
 
 # Where each of the client's names is defined.
 _CLIENT_NAMES = {
-    "Client": "client", "JobStatus": "client", "Model": "client", "Worker": "client",
+    "Client": "client", "FileRef": "client", "JobStatus": "client", "Model": "client",
+    "Worker": "client",
     "bf16_bits": "codec", "bf16_to_float32": "codec", "round_bf16": "codec",
     "LactError": "errors",
     "Job": "job", "Progress": "job", "Result": "job",

@@ -40,6 +40,18 @@ _MIN_TOKEN_BYTES = 16  # proto/auth.h kMinSecretBytes
 
 
 @dataclasses.dataclass(frozen=True)
+class FileRef:
+    """A file inside the cluster's --data-root (the tenant's folder of it when
+    the cluster takes tokens) that the workers read or write themselves:
+    submit's ``context`` (``tensor`` names a .safetensors file's tensor) or
+    ``output`` (an .npy; one that exists is replaced only with ``replace``).
+    The C++ client's FileRef (client/job_io.h) has the same fields."""
+    path: str
+    tensor: str = ""
+    replace: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Model:
     """A model the cluster serves: its name for submit(), how many healthy
     workers hold it, and its config (docs/model.md, Configuration) as a dict."""
@@ -157,29 +169,30 @@ class Client:
         self.close()
 
     # Jobs.
-    def submit(self, model: str, context=None, queries=(), *, workers: int = 0,
-               muon_steps: int = None, chunk_tokens: int = None, dtype: str = None,
-               timeout: float = None, retain_seconds: int = 0, return_state: bool = True,
-               shard_tokens=(), context_ref: str = None, context_tensor: str = "",
-               out_ref: str = None, replace_output: bool = False,
-               cancel_on_disconnect: bool = False, tenant: str = "") -> Job:
+    def submit(self, model: str, context, queries=(), *, output: FileRef = None,
+               workers: int = 0, muon_steps: int = None, chunk_tokens: int = None,
+               dtype: str = None, timeout: float = None, retain_seconds: int = 0,
+               return_state: bool = True, shard_tokens=(), cancel_on_disconnect: bool = False,
+               tenant: str = "") -> Job:
         """Submits a job and returns its Job at once (the Submit call runs on).
 
         ``context``: [L, width] numpy array or torch tensor (float32,
-        float16, torch bfloat16), or None with ``context_ref`` (a .npy or
-        .safetensors file inside the cluster's --data-root; ``context_tensor``
-        names a .safetensors tensor). ``queries``: [L_k, width] each.
-        ``dtype``: "f32"|"bf16"|"f16" on the wire; None = the context's own
-        (f32 for float32 numpy). ``out_ref``: an .npy the workers write the
-        output to instead of sending it; one that exists is replaced only
-        with ``replace_output``. ``timeout``: seconds bounding the
-        whole job (default a day). Options are named as the CLI's flags.
-        Raises LactError INVALID_ARGUMENT for inputs refused before sending.
+        float16, torch bfloat16), sent in band, or a FileRef the workers
+        read (a .npy or .safetensors file). ``queries``: [L_k, width] each.
+        ``output``: None, the outputs come back in ``Result.output``; or a
+        FileRef (.npy) the workers write them to, and ``Result.output`` is
+        None. ``dtype``: "f32"|"bf16"|"f16" on the wire; None = the
+        context's own (f32 for float32 numpy; for a file, the query sets'
+        own). ``timeout``: seconds bounding the whole job (default a day).
+        Options are named as the CLI's flags. Raises LactError
+        INVALID_ARGUMENT for inputs refused before sending.
         """
         queries = list(queries)
-        if (context is None) == (context_ref is None):
-            raise invalid("give a context tensor or context_ref, not both or neither")
-        tokens = None if context is None else codec.as_tokens(context, dtype, "context")
+        by_reference = isinstance(context, FileRef)
+        if context is None or (output is not None and not isinstance(output, FileRef)):
+            raise invalid("give the context as an array or a FileRef, and the output as None "
+                          "(in band) or a FileRef")
+        tokens = None if by_reference else codec.as_tokens(context, dtype, "context")
         job_dtype = tokens.dtype if tokens else codec.check_dtype(dtype or "f32")
         query_tokens = [codec.as_tokens(q, job_dtype, f"query set {k}")
                         for k, q in enumerate(queries)]
@@ -201,12 +214,11 @@ class Client:
             workers=workers, options=options, return_state=return_state,
             retain_seconds=retain_seconds, shard_tokens=list(shard_tokens),
             cancel_on_disconnect=cancel_on_disconnect, tenant=tenant)
-        if context_ref is not None:
-            spec.context_ref.path, spec.context_ref.tensor = context_ref, context_tensor
-        if out_ref is not None:
-            spec.output_ref.path = out_ref
-            spec.output_ref.replace = replace_output
-        first = context if context is not None else (queries[0] if queries else None)
+        if by_reference:
+            spec.context_ref.path, spec.context_ref.tensor = context.path, context.tensor
+        if output is not None:
+            spec.output_ref.path, spec.output_ref.replace = output.path, output.replace
+        first = queries[0] if by_reference and queries else None if by_reference else context
         return Job(self, spec, tokens, query_tokens, codec.is_torch(first),
                    timeout or DEFAULT_JOB_TIMEOUT)
 

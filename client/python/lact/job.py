@@ -60,7 +60,7 @@ class Progress:
 @dataclasses.dataclass
 class Result:
     """A finished job's results. ``output``: [L, output_width] float32 (numpy,
-    or torch if the context was a torch tensor; None if it went to out_ref);
+    or torch if the context was a torch tensor; None if it went to a FileRef output);
     ``queries``: one such array per query set, in the order given; ``state``:
     name ("layers.0.ttt.w0", ...) -> float32 array (empty unless
     return_state); ``stats``: JobStats as a dict; ``shards``: the

@@ -1,0 +1,41 @@
+#include "client/job_io.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace lact {
+
+int64_t ContextInput::tokens() const {
+  if (kind_ == Kind::kSource) return source_.tokens;
+  if (kind_ == Kind::kTensor && tensor_->rank() == 2) return tensor_->dim(0);
+  return 0;
+}
+
+int64_t ContextInput::width() const {
+  if (kind_ == Kind::kSource) return source_.width;
+  if (kind_ == Kind::kTensor && tensor_->rank() == 2) return tensor_->dim(1);
+  return 0;
+}
+
+absl::Status ContextInput::Check() const {
+  switch (kind_) {
+    case Kind::kFile:
+      if (file_.path.empty()) return absl::InvalidArgumentError("the context file has no path");
+      return absl::OkStatus();
+    case Kind::kSource:
+      if (!source_.read || source_.tokens < 1 || source_.width < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a context source must read [L >= 1, width >= 1] rows, not [",
+                         source_.tokens, ", ", source_.width, "]"));
+      }
+      return absl::OkStatus();
+    case Kind::kTensor:
+      if (tensor_->rank() != 2 || tensor_->dim(0) < 1 || tensor_->dim(1) < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("context must be [L >= 1, width >= 1], not ",
+                                                       ShapeString(tensor_->shape)));
+      }
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lact
