@@ -223,8 +223,10 @@ absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {
   result.job_id = job_id;
   result.shards.assign(info.accepted().shards().begin(), info.accepted().shards().end());
   result.stats = info.stats();
+  // Once the context's outputs are gone, the query outputs and state remain.
   std::unique_ptr<ShardTransfers> fetch =
-      ShardTransfers::Fetch(credentials_, info.accepted(), &result);
+      ShardTransfers::Fetch(credentials_, info.accepted(),
+                            info.accepted().output_in_band() && !info.outputs_retained(), &result);
   fetch->Start(std::chrono::system_clock::now() + kDefaultFetchTimeout);
   LACT_RETURN_IF_ERROR(fetch->Join());
   return result;

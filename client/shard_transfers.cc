@@ -119,13 +119,14 @@ ShardTransfers::~ShardTransfers() {
 
 std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(
     std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
-    JobResult* result) {
+    bool without_outputs, JobResult* result) {
   static const std::vector<Tensor> kNoQueries;
   static const OutputTarget kMemory = OutputTarget::Memory();
-  auto fetch =
-      std::make_unique<ShardTransfers>(std::move(credentials), accepted, nullptr, kNoQueries,
-                                       accepted.output_in_band() ? &kMemory : nullptr, result);
+  const bool outputs = accepted.output_in_band() && !without_outputs;
+  auto fetch = std::make_unique<ShardTransfers>(std::move(credentials), accepted, nullptr,
+                                                kNoQueries, outputs ? &kMemory : nullptr, result);
   fetch->fetch_ = true;
+  fetch->without_outputs_ = without_outputs;
   return fetch;
 }
 
@@ -144,6 +145,7 @@ void ShardTransfers::Start(std::chrono::system_clock::time_point deadline,
   for (int r = 0; r < ranks; ++r) {
     // Rank 0 keeps the fused state whether or not it had bytes in band.
     if (!accepted_.shards(r).transfer() && !(fetch_ && r == 0)) continue;
+    if (without_outputs_ && r != 0) continue;
     threads_.emplace_back([this, r] {
       statuses_[r] = fetch_ ? FetchShard(r, contexts_[r].get()) : RunShard(r, contexts_[r].get());
     });
@@ -188,6 +190,7 @@ absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
   request.set_job_id(accepted_.job_id());
   request.set_rank(rank);
   request.set_ticket(accepted_.fetch_ticket());
+  request.set_without_outputs(without_outputs_);
   std::unique_ptr<grpc::ClientReader<TransferResponseIn>> stream(
       grpc::internal::ClientReaderFactory<TransferResponseIn>::Create(
           channel.get(),

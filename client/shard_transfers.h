@@ -44,10 +44,12 @@ class ShardTransfers {
   ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
                  const v1::JobAccepted& accepted, const ContextInput* context,
                  const std::vector<Tensor>& queries, const OutputTarget* output, JobResult* result);
-  // For a finished job's results (JobInfo.accepted).
+  // For a finished job's results (JobInfo.accepted); `without_outputs`:
+  // only rank 0's query outputs and fused state (the context's outputs are
+  // gone, JobInfo.outputs_retained).
   static std::unique_ptr<ShardTransfers> Fetch(
       std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
-      JobResult* result);
+      bool without_outputs, JobResult* result);
   ~ShardTransfers();
 
   // Starts the streams, each with `deadline`. `on_context_sent`, if set,
@@ -78,6 +80,7 @@ class ShardTransfers {
   const bool output_in_band_;            // set 0's outputs come back
   const OutputRowsTarget* output_rows_;  // where they go as they come; null: result_->output
   bool fetch_ = false;
+  bool without_outputs_ = false;  // fetch only rank 0's query outputs and state
   JobResult* result_;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
   std::vector<std::thread> threads_;

@@ -414,7 +414,7 @@ TEST(JobStore, RecordsAndRetainedStatesOutliveTheStoreThroughItsJournal) {
     kept = *jobs.Create(spec);
     jobs.Finish(kept, v1::JobInfo::SUCCEEDED, "", {});
     jobs.Retain(kept, std::make_shared<RetainedState>(RetainedState{"preset:small", "w:1"}), true,
-                std::chrono::seconds(3600));
+                true, std::chrono::seconds(3600));
     running = *jobs.Create(spec);
     jobs.Start(running, v1::JobAccepted());
     deleted = *jobs.Create(spec);
@@ -523,11 +523,11 @@ TEST(JobStore, QueuedRunningCancelRetainExpireDelete) {
   jobs.Start(done, accepted);
   jobs.Finish(done, v1::JobInfo::SUCCEEDED, "", {});
   EXPECT_EQ(jobs.State(done).status().code(), absl::StatusCode::kFailedPrecondition);
-  jobs.Retain(done, std::make_shared<RetainedState>(), true, std::chrono::seconds(0));
+  jobs.Retain(done, std::make_shared<RetainedState>(), true, true, std::chrono::seconds(0));
   jobs.Expire();
   EXPECT_FALSE(jobs.Get(done)->state_retained());
   EXPECT_FALSE(jobs.Get(done)->results_retained());
-  jobs.Retain(done, std::make_shared<RetainedState>(), true, std::chrono::seconds(60));
+  jobs.Retain(done, std::make_shared<RetainedState>(), true, true, std::chrono::seconds(60));
   EXPECT_TRUE(jobs.State(done).ok());
   EXPECT_TRUE(jobs.Get(done)->results_retained());
   absl::StatusOr<v1::JobInfo> deleted = jobs.Delete(done);
@@ -559,11 +559,14 @@ TEST(JobStore, DroppedResultsSayWhyInTheWorkersWords) {
   v1::JobSpec spec;
   const std::string id = *jobs.Create(spec);
   jobs.Finish(id, v1::JobInfo::SUCCEEDED, "", {});
-  jobs.Retain(id, std::make_shared<RetainedState>(), true, std::chrono::seconds(60));
+  jobs.Retain(id, std::make_shared<RetainedState>(), true, true, std::chrono::seconds(60));
   EXPECT_TRUE(jobs.Get(id)->results_dropped().empty());
   const std::string outputs_gone = "dropped: they reached the job's client";
+  EXPECT_TRUE(jobs.Get(id)->outputs_retained());
   jobs.ResultsDropped(id, false, outputs_gone);
-  EXPECT_FALSE(jobs.Get(id)->results_retained());
+  EXPECT_FALSE(jobs.Get(id)->outputs_retained());
+  EXPECT_TRUE(jobs.Get(id)->results_retained())
+      << "the query outputs and state can still be fetched (without_outputs)";
   EXPECT_TRUE(jobs.Get(id)->state_retained()) << "rank 0 still keeps the state";
   EXPECT_EQ(jobs.Get(id)->results_dropped(), outputs_gone);
   EXPECT_TRUE(jobs.State(id).ok());
@@ -572,17 +575,18 @@ TEST(JobStore, DroppedResultsSayWhyInTheWorkersWords) {
   const std::string evicted = "evicted: the worker's retained results reached its --retain-bytes 9";
   jobs.ResultsDropped(id, true, evicted);
   EXPECT_FALSE(jobs.Get(id)->state_retained());
+  EXPECT_FALSE(jobs.Get(id)->results_retained()) << "nothing left to fetch";
   EXPECT_EQ(jobs.Get(id)->results_dropped(), evicted) << "the state's reason wins";
   EXPECT_EQ(jobs.State(id).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(jobs.State(id).status().message()), HasSubstr(evicted));
 
   const std::string expires = *jobs.Create(spec);
   jobs.Finish(expires, v1::JobInfo::SUCCEEDED, "", {});
-  jobs.Retain(expires, std::make_shared<RetainedState>(), true, std::chrono::seconds(0));
+  jobs.Retain(expires, std::make_shared<RetainedState>(), true, true, std::chrono::seconds(0));
   EXPECT_THAT(std::string(jobs.State(expires).status().message()), HasSubstr(kRetentionExpired));
   jobs.Expire();
   EXPECT_EQ(jobs.Get(expires)->results_dropped(), kRetentionExpired);
-  jobs.Retain(expires, std::make_shared<RetainedState>(), true, std::chrono::seconds(60));
+  jobs.Retain(expires, std::make_shared<RetainedState>(), true, true, std::chrono::seconds(60));
   EXPECT_TRUE(jobs.Get(expires)->results_dropped().empty()) << "retained again";
 }
 
@@ -596,7 +600,7 @@ TEST(JobStore, ForgetsFinishedRecordsAfterTheirTtl) {
   EXPECT_TRUE(jobs.Get(running).ok()) << "a queued job is never forgotten";
   const std::string kept = *jobs.Create(spec);
   jobs.Finish(kept, v1::JobInfo::SUCCEEDED, "", {});
-  jobs.Retain(kept, std::make_shared<RetainedState>(), false, std::chrono::seconds(60));
+  jobs.Retain(kept, std::make_shared<RetainedState>(), false, false, std::chrono::seconds(60));
   jobs.Expire();
   EXPECT_TRUE(jobs.Get(kept).ok()) << "kept while its state is retained";
 }

@@ -209,11 +209,12 @@ void JobRun::FinishFailed(const absl::Status& status) {
 
 void JobRun::FinishSucceeded() {
   const v1::JobSpec& spec = job_.spec;
+  const bool outputs_in_band = !spec.has_output_ref();
   const bool results_in_band =
-      !spec.has_output_ref() || spec.query_tokens_size() > 0 || spec.return_state();
+      outputs_in_band || spec.query_tokens_size() > 0 || spec.return_state();
   c_.jobs->Retain(job_.id,
                   std::make_shared<RetainedState>(RetainedState{spec.model(), lease_addresses_[0]}),
-                  results_in_band, RetainFor());
+                  results_in_band, outputs_in_band, RetainFor());
   c_.jobs->Finish(job_.id, v1::JobInfo::SUCCEEDED, "", stats_);
   ReportEnd(v1::JobInfo::SUCCEEDED);
   v1::SubmitResponse done;

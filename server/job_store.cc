@@ -106,7 +106,7 @@ void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const s
 }
 
 void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState> state,
-                      bool results, std::chrono::seconds ttl) {
+                      bool results, bool outputs, std::chrono::seconds ttl) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
@@ -115,6 +115,7 @@ void JobStore::Retain(const std::string& id, std::shared_ptr<const RetainedState
   it->second.forget_after = std::max(it->second.forget_after, it->second.expires);
   it->second.info.set_state_retained(true);
   it->second.info.set_results_retained(results);
+  it->second.info.set_outputs_retained(outputs);
   it->second.info.clear_results_dropped();
   it->second.info.set_expires_unix_seconds(
       std::chrono::duration_cast<std::chrono::seconds>(it->second.expires.time_since_epoch())
@@ -128,11 +129,14 @@ void JobStore::ResultsDropped(const std::string& id, bool state, const std::stri
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.info.status() != v1::JobInfo::SUCCEEDED) return;
   Record& r = it->second;
-  r.info.set_results_retained(false);
+  // Any drop takes the context's outputs (a rank's, or all with the state);
+  // the query outputs and state go only with the state.
+  r.info.set_outputs_retained(false);
   if (state || r.info.results_dropped().empty()) r.info.set_results_dropped(why);
   if (state) {
     r.state.reset();
     r.info.set_state_retained(false);
+    r.info.set_results_retained(false);
   }
   ChangedLocked(r);
   PersistLocked(r);
@@ -295,6 +299,7 @@ void JobStore::ExpireLocked() {
       r.state.reset();
       r.info.set_state_retained(false);
       r.info.set_results_retained(false);
+      r.info.set_outputs_retained(false);
       r.info.set_results_dropped(kRetentionExpired);
       PersistLocked(r);
     }
@@ -371,6 +376,7 @@ absl::Status JobStore::Restore(JobJournal* journal) {
       if (!j.model.empty()) r.info.set_results_dropped(kRetentionExpired);
       r.info.set_state_retained(false);
       r.info.set_results_retained(false);
+      r.info.set_outputs_retained(false);
     }
     PersistLocked(r);
   }

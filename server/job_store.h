@@ -51,11 +51,13 @@ class JobStore {
   void Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
               const v1::JobStats& stats);
   // The finished job's fused state is kept (and, if `results`, its in-band
-  // results) on its workers until `ttl` from now.
+  // results; if `outputs`, its context's outputs among them) on its workers
+  // until `ttl` from now.
   void Retain(const std::string& id, std::shared_ptr<const RetainedState> state, bool results,
-              std::chrono::seconds ttl);
-  // A worker dropped what it kept of a finished job (evicted, expired): its
-  // results are no longer whole, nor its state when `state`. `why`, the
+              bool outputs, std::chrono::seconds ttl);
+  // A worker dropped what it kept of a finished job (evicted, expired, its
+  // outputs' grace over): its context's outputs are no longer whole, nor
+  // its state and the rest of its results when `state`. `why`, the
   // worker's words, becomes JobInfo.results_dropped (a drop of the state
   // replaces an earlier reason; otherwise the first reason stays).
   void ResultsDropped(const std::string& id, bool state, const std::string& why);

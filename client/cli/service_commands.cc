@@ -408,9 +408,10 @@ absl::Status StatusCommand(const std::vector<std::string>& args) {
     std::printf("%s  %-9s  %-20s  %lld tokens on %d workers  %.1f s  %s%s%s%s\n",
                 j.job_id().c_str(), v1::JobInfo::Status_Name(j.status()).c_str(), j.model().c_str(),
                 static_cast<long long>(j.context_tokens()), j.workers(), j.stats().seconds(),
-                j.results_retained() ? "results retained"
-                : j.state_retained() ? "state retained"
-                                     : "nothing retained",
+                j.outputs_retained()   ? "results retained"
+                : j.results_retained() ? "query outputs and state retained"
+                : j.state_retained()   ? "state retained"
+                                       : "nothing retained",
                 dropped.c_str(), j.error().empty() ? "" : "  error: ", j.error().c_str());
   }
   return absl::OkStatus();

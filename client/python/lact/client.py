@@ -79,8 +79,10 @@ class Worker:
 class JobStatus:
     """A job as GetJob/WatchJob/CancelJob/ListJobs tell it. ``status``:
     "QUEUED", "RUNNING", "SUCCEEDED", "FAILED" or "CANCELLED"; ``error``: why
-    it failed; ``results_dropped``: why results are no longer retained (the
-    worker's words); ``progress``: the latest while it runs (or None); ``stats``:
+    it failed; ``results_retained``: FetchResult still returns its in-band
+    results (``outputs_retained``: the context's outputs among them; without
+    them, the query outputs and state); ``results_dropped``: why results are
+    no longer retained (the worker's words); ``progress``: the latest while it runs (or None); ``stats``:
     JobStats as a dict; ``proto``: the JobInfo message itself."""
     job_id: str
     model: str
@@ -95,6 +97,7 @@ class JobStatus:
     progress: Optional[Progress]
     stats: Dict[str, Any]
     proto: Any
+    outputs_retained: bool = False
 
     @classmethod
     def from_proto(cls, info) -> "JobStatus":
@@ -102,7 +105,7 @@ class JobStatus:
                    info.error, info.context_tokens, info.workers, info.state_retained,
                    info.results_retained, info.results_dropped, info.expires_unix_seconds,
                    Progress.from_proto(info.progress) if info.HasField("progress") else None,
-                   message_dict(info.stats), info)
+                   message_dict(info.stats), info, info.outputs_retained)
 
 
 def _read_file(path: str, what: str) -> str:
@@ -281,7 +284,10 @@ class Client:
             raise LactError(grpc.StatusCode.NOT_FOUND,
                             f"job {job_id}'s results are no longer retained: "
                             f"{info.results_dropped or 'the job kept none'}")
-        transfers = ShardTransfers(self._channel_for, info.accepted, fetch=True)
+        # Once the context's outputs are gone, the query outputs and state remain.
+        transfers = ShardTransfers(self._channel_for, info.accepted, fetch=True,
+                                   without_outputs=info.accepted.output_in_band
+                                   and not info.outputs_retained)
         transfers.start(time.monotonic() + (timeout or DEFAULT_FETCH_TIMEOUT))
         transfers.join()
         return results_from(transfers, job_id, False, info.stats, info.accepted.shards)

@@ -39,20 +39,21 @@ class ShardTransfers:
     codec.Tokens in the job's dtype, or None to send no context rows) and
     ``queries`` (Tokens in the job's dtype) are sent; ``on_sent(rows)`` is
     told of context rows as they are handed to gRPC. ``fetch`` uses
-    FetchResult (with accepted.fetch_ticket) instead of Transfer.
+    FetchResult (with accepted.fetch_ticket) instead of Transfer;
+    ``without_outputs`` then fetches only rank 0's query outputs and state.
     After join(): ``output`` ([L, output_width] float32, None if the job's
     outputs go to output_ref), ``queries`` (list of [L_k, output_width]
     float32) and ``state`` (name -> float32 array of its shape).
     """
 
     def __init__(self, channel_for, accepted, context=None, queries=(), on_sent=None,
-                 fetch=False):
+                 fetch=False, without_outputs=False):
         self._channel_for, self._accepted = channel_for, accepted
         self._context, self._queries, self._on_sent = context, list(queries), on_sent
-        self._fetch = fetch
+        self._fetch, self._without_outputs = fetch, without_outputs
         width = accepted.output_width
         self.output = (np.empty((accepted.context_tokens, width), np.float32)
-                       if accepted.output_in_band else None)
+                       if accepted.output_in_band and not without_outputs else None)
         self.queries = [np.empty((n, width), np.float32) for n in accepted.query_tokens]
         self.state = {}
         self._state_flat = {}  # name -> (flat float32 array, shape, elements received)
@@ -67,7 +68,8 @@ class ShardTransfers:
         """Starts one thread per shard; ``deadline`` is a time.monotonic() value."""
         for rank, shard in enumerate(self._accepted.shards):
             # Rank 0 keeps the fused state and query outputs even without bytes in band.
-            if shard.transfer or (self._fetch and rank == 0):
+            if (shard.transfer or (self._fetch and rank == 0)) and \
+                    not (self._without_outputs and rank != 0):
                 thread = threading.Thread(target=self._run, args=(rank, deadline), daemon=True,
                                           name=f"lact-shard-{rank}")
                 thread.start()
@@ -104,8 +106,9 @@ class ShardTransfers:
                 if self._cancelled:
                     raise LactError(grpc.StatusCode.CANCELLED, where + "cancelled")
                 if self._fetch:
-                    request = data_pb2.FetchResultRequest(job_id=self._accepted.job_id, rank=rank,
-                                                    ticket=self._accepted.fetch_ticket)
+                    request = data_pb2.FetchResultRequest(
+                        job_id=self._accepted.job_id, rank=rank,
+                        ticket=self._accepted.fetch_ticket, without_outputs=self._without_outputs)
                     call = stub.FetchResult(request, timeout=timeout)
                 else:
                     call = stub.Transfer(self._requests(rank), timeout=timeout)
