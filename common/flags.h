@@ -40,7 +40,7 @@ class Flags {
   std::map<std::string, std::vector<std::string>> values_;
 };
 
-// This build's version (the CMake project's, e.g. "0.1.0").
+// This build's version (the CMake project's, e.g. "1.0.0").
 const char* LactVersion();
 
 // For a server's main, before it parses its flags: with --help or -h among

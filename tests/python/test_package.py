@@ -24,6 +24,10 @@ import lact_package
 import test_client
 
 ROOT = Path(__file__).resolve().parents[2]
+# The package's version, as pyproject.toml gives it (the sdist's folder name).
+VERSION = next(line.split('"')[1] for line in
+               (ROOT / "client" / "python" / "pyproject.toml").read_text().splitlines()
+               if line.startswith("version = "))
 DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
 _TMP = None
 
@@ -154,8 +158,8 @@ class PackageTest(unittest.TestCase):
         with tarfile.open(sdist) as tar:
             names = tar.getnames()
         for proto in sorted((ROOT / "proto" / "lact" / "v1").glob("*.proto")):
-            self.assertIn(f"lact-0.1.0/proto/lact/v1/{proto.name}", names)
-        self.assertIn("lact-0.1.0/build_protos.py", names)
+            self.assertIn(f"lact-{VERSION}/proto/lact/v1/{proto.name}", names)
+        self.assertIn(f"lact-{VERSION}/build_protos.py", names)
         self.assert_ok(run([venv / "bin" / "pip", "install", "--no-build-isolation",
                             f"{sdist}[client]"], cwd=_TMP), "pip install of the sdist")
         stubs = run([venv / "bin" / "python", "-c",
