@@ -284,10 +284,10 @@ class Client:
             raise LactError(grpc.StatusCode.NOT_FOUND,
                             f"job {job_id}'s results are no longer retained: "
                             f"{info.results_dropped or 'the job kept none'}")
-        # Once the context's outputs are gone, the query outputs and state remain.
+        # Once the context's outputs are gone (or never were in band), rank 0's
+        # query outputs and state remain.
         transfers = ShardTransfers(self._channel_for, info.accepted, fetch=True,
-                                   without_outputs=info.accepted.output_in_band
-                                   and not info.outputs_retained)
+                                   without_outputs=not info.outputs_retained)
         transfers.start(time.monotonic() + (timeout or DEFAULT_FETCH_TIMEOUT))
         transfers.join()
         return results_from(transfers, job_id, False, info.stats, info.accepted.shards)
