@@ -769,6 +769,28 @@ TEST(TransferBoard, AReRunsShardIsMetBesideTheDeadAttemptsShard) {
 // A stream that comes after its shard failed (a cancel that reached the
 // worker first) is told why at once, as one that came before would be;
 // only with the shard's ticket, and only for a shard that failed.
+// A cancel says how far the shard got: every phase is named.
+TEST(ShardTransfer, ACancelNamesThePhaseItCameIn) {
+  const auto cancelled_in = [](const std::function<void(ShardTransfer&)>& advance) {
+    ShardTransfer transfer("t", TokenReceiver({1}, 1, WireType::kF32, 0));
+    advance(transfer);
+    transfer.Cancel();
+    return std::string(transfer.failure().message());
+  };
+  EXPECT_EQ(cancelled_in([](ShardTransfer&) {}), "the job was cancelled during the upload");
+  const auto uploaded = [](ShardTransfer& t) {
+    ASSERT_TRUE(t.Attach(nullptr, kNoWait).ok());
+    ASSERT_TRUE(t.Accept(Chunk(0, 0, {1})).ok());
+    ASSERT_TRUE(t.EndUpload().ok());
+  };
+  EXPECT_EQ(cancelled_in(uploaded), "the job was cancelled while it computed");
+  EXPECT_EQ(cancelled_in([&](ShardTransfer& t) {
+              uploaded(t);
+              t.Publish({0, 0, "", std::make_shared<const Tensor>(Tensor({1, 2}))});
+            }),
+            "the job was cancelled while its outputs were sent");
+}
+
 TEST(TransferBoard, AStreamAfterItsShardFailedIsToldWhy) {
   TransferBoard board;
   auto cancelled =

@@ -167,9 +167,9 @@ void ShardTransfer::Cancel() {
   // Waiting for the stream is part of the upload: a cancel then reads the
   // same whether the stream came before it or comes after.
   const bool uploading = stage_ == Stage::kWaiting || stage_ == Stage::kUploading;
-  const char* when = publishing_done_ ? " while its outputs were sent"
-                     : uploading      ? " during the upload"
-                                      : "";
+  const char* when = publishing_done_ || !items_.empty() ? " while its outputs were sent"
+                     : uploading                         ? " during the upload"
+                                                         : " while it computed";
   AbortLocked(absl::CancelledError(absl::StrCat("the job was cancelled", when)));
 }
 
