@@ -58,6 +58,7 @@ bool JobMachine::Retry(std::string* gone) {
   stalled_.reset();
   reported_.reset();
   other_.reset();
+  client_gone_.clear();
   gone_status_ = reported_status_ = other_status_ = absl::OkStatus();
   return true;
 }
@@ -89,6 +90,13 @@ bool JobMachine::RankEnded(int rank, RankEnd end) {
   bool first_failure = false;
   if (!end.status.ok()) {
     first_failure = !gone_ && !reported_ && !other_ && !cancel_;
+    // A worker ends its shard CANCELLED only when the job was cancelled or
+    // when the client's Transfer stream to it went away mid-upload: then
+    // the client left, and the job is cancelled as for a client gone.
+    if (first_failure && end.from_worker && end.status.code() == absl::StatusCode::kCancelled) {
+      cancel_ = CancelCause::kClientGone;
+      client_gone_ = absl::StrCat(WorkerLocked(rank), ": ", end.status.message());
+    }
     if (!end.from_worker && end.status.code() == absl::StatusCode::kUnavailable) {
       if (!gone_) gone_ = rank, gone_status_ = end.status;
     } else if (end.from_worker) {
@@ -189,7 +197,8 @@ absl::Status JobMachine::CancelStatusLocked() const {
       return absl::CancelledError(absl::StrCat("job ", job_id_, " cancelled by CancelJob"));
     case CancelCause::kClientGone:
       return absl::CancelledError(
-          absl::StrCat("job ", job_id_, " cancelled: the client went away"));
+          absl::StrCat("job ", job_id_, " cancelled: the client went away",
+                       client_gone_.empty() ? "" : absl::StrCat(" (", client_gone_, ")")));
     case CancelCause::kDeadline:
       return absl::DeadlineExceededError(
           absl::StrCat("job ", job_id_, ": the call's deadline expired"));

@@ -105,6 +105,8 @@ class JobMachine {
   std::vector<std::string> workers_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> rank_ended_ ABSL_GUARDED_BY(mu_);
   std::optional<CancelCause> cancel_ ABSL_GUARDED_BY(mu_);
+  // Where a client gone mid-upload was seen: "worker W (rank r): why".
+  std::string client_gone_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_cancel_ ABSL_GUARDED_BY(mu_);
   bool cancel_action_ran_ ABSL_GUARDED_BY(mu_) = false;
   // The failures seen, by kind, first of each.

@@ -198,6 +198,26 @@ TEST(JobMachine, EachCancelCauseHasItsOwnStatus) {
   }
 }
 
+// A worker reports its shard CANCELLED, the job not cancelled: the
+// client's stream to it went away mid-upload. The client left, so the job
+// is CANCELLED (as its Submit call's code says), naming where it was seen,
+// and it does not run again.
+TEST(JobMachine, AShardCancelledByItsClientLeavingCancelsTheJob) {
+  std::unique_ptr<JobMachine> machine = Running(2);
+  JobMachine& m = *machine;
+  EXPECT_TRUE(
+      m.RankEnded(0, {absl::CancelledError("the client went away during the upload"), true}));
+  m.RankEnded(1, {absl::CancelledError("cancelled"), false});
+  EXPECT_EQ(m.stage(), JobStage::kCancelled);
+  EXPECT_EQ(m.outcome().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(std::string(m.outcome().message()),
+              ::testing::HasSubstr("cancelled: the client went away (worker "));
+  EXPECT_THAT(std::string(m.outcome().message()),
+              ::testing::HasSubstr("(rank 0): the client went away during the upload)"));
+  std::string gone;
+  EXPECT_FALSE(m.Retry(&gone));
+}
+
 TEST(JobMachine, CancelAfterTheLastRankSucceededIsRefused) {
   std::atomic<int> cancels{0};
   std::unique_ptr<JobMachine> machine = Running(1, &cancels);

@@ -530,8 +530,11 @@ TEST_F(DataPlaneTest, ClientDisconnectsMidUpload) {
   } while (info.ok() && info->status() == v1::JobInfo::RUNNING &&
            std::chrono::steady_clock::now() < deadline);
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_NE(info->status(), v1::JobInfo::SUCCEEDED);
-  EXPECT_THAT(info->error(), HasSubstr("went away"));
+  // The client left: the job is CANCELLED, as its Submit call's status says,
+  // naming where it was seen.
+  EXPECT_EQ(info->status(), v1::JobInfo::CANCELLED) << info->error();
+  EXPECT_THAT(info->error(), HasSubstr("cancelled: the client went away (worker "));
+  EXPECT_THAT(info->error(), HasSubstr("during the upload"));
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
   ASSERT_TRUE(golden.ok());
   absl::StatusOr<JobResult> next =
