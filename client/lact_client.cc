@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +16,7 @@
 #include "common/wire_limits.h"
 #include "proto/auth.h"
 #include "proto/job_options.h"
+#include "proto/metadata_keys.h"
 #include "proto/status_conversion.h"
 #include "proto/tls.h"
 
@@ -98,6 +102,38 @@ absl::Status CheckDetachable(const SubmitOptions& options, const ContextInput& c
   return absl::OkStatus();
 }
 
+// The coordinator's channel reconnects within 2 s of its coming back (a
+// restart), not after gRPC's default backoff of up to 2 minutes.
+grpc::ChannelArguments CoordinatorChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return args;
+}
+
+// How often a Submit call lost to its coordinator going away is made
+// again: after 100 ms, doubling to at most 2 s, until the call's deadline.
+constexpr std::chrono::milliseconds kFirstBackoff(100), kMostBackoff(2000);
+
+// Whether a Submit call that ended with `status` and trailing `metadata`
+// lost its coordinator (the coordinator's own statuses carry
+// kCoordinatorStatusKey), rather than hearing its job's end or running out
+// of time.
+bool CoordinatorWentAway(const grpc::Status& status,
+                         const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
+  return !status.ok() && metadata.count(kCoordinatorStatusKey) == 0 &&
+         status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
+         status.error_code() != grpc::StatusCode::CANCELLED;
+}
+
+v1::Progress CoordinatorAway(const std::string& job_id) {
+  v1::Progress p;
+  p.set_stage(v1::Progress::COORDINATOR_AWAY);
+  p.set_job_id(job_id);
+  return p;
+}
+
 const std::string& JobIdOf(const v1::SubmitResponse& response) {
   return response.has_accepted() ? response.accepted().job_id() : response.progress().job_id();
 }
@@ -144,7 +180,7 @@ v1::JobSpec MakeJobSpec(const SubmitOptions& options, const ContextInput& contex
 LactClient::LactClient(const std::string& address, const ClientSecurity& security)
     : address_(address),
       credentials_(ChannelCredentialsFromPem(security.tls_roots)),
-      channel_(MakeChannel(address, credentials_, grpc::ChannelArguments(), security.token)),
+      channel_(MakeChannel(address, credentials_, CoordinatorChannelArguments(), security.token)),
       stub_(v1::CoordinatorService::NewStub(channel_)) {}
 
 absl::Status LactClient::WaitUntilReachable(std::chrono::milliseconds timeout) {
@@ -164,46 +200,110 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
                                              std::function<void(const std::string&)> on_accepted) {
   LACT_RETURN_IF_ERROR(CheckShapes(context, queries));
   LACT_RETURN_IF_ERROR(CheckDetachable(options, context, queries));
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, options.timeout, kDefaultJobTimeout);
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      (options.timeout.count() > 0
+           ? options.timeout
+           : std::chrono::duration_cast<std::chrono::milliseconds>(kDefaultJobTimeout));
   v1::SubmitRequest request;
   *request.mutable_spec() = MakeJobSpec(options, context, queries);
-  auto stream = stub_->Submit(&ctx, request);
+  // Names the submission, so a call made again follows the job it admitted.
+  if (request.spec().request_id().empty()) request.mutable_spec()->set_request_id(RandomHex(16));
   JobResult result;
   std::unique_ptr<ShardTransfers> transfers;
   ProgressRelay relay(progress);
-  v1::SubmitResponse response;
-  while (stream->Read(&response)) {
-    if (result.job_id.empty() && !JobIdOf(response).empty()) {
-      result.job_id = JobIdOf(response);
-      if (on_accepted) on_accepted(result.job_id);
-      if (options.detach) {
-        ctx.TryCancel();  // the job runs on without this call
-        stream->Finish().IgnoreError();
+  std::string ticket;  // of the attempt whose transfers run
+  // Each attempt's bytes move over transfers of its own.
+  const auto start_attempt = [&](const v1::JobAccepted& a) {
+    result.shards.assign(a.shards().begin(), a.shards().end());
+    if (a.ticket() == ticket) return;  // announced again by a call made again
+    ticket = a.ticket();
+    if (transfers != nullptr) {  // the job runs again on other workers
+      transfers->Cancel();
+      transfers->Join().IgnoreError();
+    }
+    // A job running again from its spool needs no context rows.
+    const bool send_context = context.file() == nullptr && !a.context_spooled();
+    transfers = std::make_unique<ShardTransfers>(credentials_, a, send_context ? &context : nullptr,
+                                                 queries, &options.output, &result);
+    if (send_context) relay.StartUpload(a.context_tokens());
+    transfers->Start(deadline, [&relay](int64_t sent) { relay.ContextSent(sent); });
+  };
+  bool made_again = false;  // the first call was lost to the coordinator going away
+  std::chrono::milliseconds backoff = kFirstBackoff;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    ctx.set_wait_for_ready(made_again);  // through a restart's refused connections
+    // A coordinator this client reached may go away mid-call; one never
+    // reached is an error at once.
+    const bool reached = made_again || Reached(deadline);
+    auto stream = stub_->Submit(&ctx, request);
+    v1::SubmitResponse response;
+    while (stream->Read(&response)) {
+      *reached_ = true;
+      if (result.job_id.empty() && !JobIdOf(response).empty()) {
+        result.job_id = JobIdOf(response);
+        if (on_accepted) on_accepted(result.job_id);
+        if (options.detach) {
+          ctx.TryCancel();  // the job runs on without this call
+          stream->Finish().IgnoreError();
+          return result;
+        }
+      }
+      if (response.has_accepted()) {
+        start_attempt(response.accepted());
+      } else if (response.has_progress()) {
+        if (response.progress().stage() != v1::Progress::STAGE_UNSPECIFIED)
+          relay.FromServer(response.progress());
+      } else if (response.has_done()) {
+        result.stats = response.done().stats();
+      }
+    }
+    const grpc::Status end = stream->Finish();
+    if (!reached || !CoordinatorWentAway(end, ctx.GetServerTrailingMetadata()) ||
+        std::chrono::system_clock::now() >= deadline) {
+      if (!end.ok() || !made_again || transfers == nullptr) {
+        LACT_RETURN_IF_ERROR(EndWithTransfers(end, transfers.get()));
         return result;
       }
+      break;
     }
-    if (response.has_accepted()) {
-      const v1::JobAccepted& a = response.accepted();
-      result.shards.assign(a.shards().begin(), a.shards().end());
-      if (transfers != nullptr) {  // the job runs again on other workers
-        transfers->Cancel();
-        transfers->Join().IgnoreError();
-      }
-      // A job running again from its spool needs no context rows.
-      const bool send_context = context.file() == nullptr && !a.context_spooled();
-      transfers = std::make_unique<ShardTransfers>(
-          credentials_, a, send_context ? &context : nullptr, queries, &options.output, &result);
-      if (send_context) relay.StartUpload(a.context_tokens());
-      transfers->Start(ctx.deadline(), [&relay](int64_t sent) { relay.ContextSent(sent); });
-    } else if (response.has_progress()) {
-      relay.FromServer(response.progress());
-    } else if (response.has_done()) {
-      result.stats = response.done().stats();
-    }
+    // The coordinator went away; the job and its transfers run on.
+    relay.FromServer(CoordinatorAway(result.job_id));
+    made_again = true;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(2 * backoff, kMostBackoff);
   }
-  LACT_RETURN_IF_ERROR(EndWithTransfers(stream->Finish(), transfers.get()));
+  // A job followed through a restart: what its transfers did not bring (an
+  // attempt they missed), its workers kept.
+  if (transfers->Join().ok()) return result;
+  LACT_ASSIGN_OR_RETURN(const v1::JobInfo info, GetJob(result.job_id));
+  LACT_RETURN_IF_ERROR(FetchKept(info, options.output, &result));
   return result;
+}
+
+bool LactClient::Reached(std::chrono::system_clock::time_point deadline) {
+  if (*reached_) return true;
+  const auto until =
+      std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  while (state == GRPC_CHANNEL_IDLE || state == GRPC_CHANNEL_CONNECTING) {
+    if (!channel_->WaitForStateChange(state, until)) break;
+    state = channel_->GetState(true);
+  }
+  if (state == GRPC_CHANNEL_READY) *reached_ = true;
+  return *reached_;
+}
+
+absl::Status LactClient::FetchKept(const v1::JobInfo& info, const OutputTarget& output,
+                                   JobResult* result) {
+  const v1::JobAccepted& a = info.accepted();
+  result->shards.assign(a.shards().begin(), a.shards().end());
+  std::unique_ptr<ShardTransfers> fetch = ShardTransfers::Fetch(
+      credentials_, a, a.output_in_band() && !info.outputs_retained(), result, &output);
+  fetch->Start(std::chrono::system_clock::now() + kDefaultFetchTimeout);
+  return fetch->Join();
 }
 
 absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {

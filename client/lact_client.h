@@ -6,7 +6,12 @@
 // Transfer stream per shard, in parallel, while the coordinator's stream
 // brings progress and the job's end; by reference (ContextInput::File,
 // OutputTarget::File, job_io.h) the workers read and write the files
-// themselves. Uses gRPC's default channel limits:
+// themselves. A Submit call whose coordinator goes away mid-job (a
+// restart) is made again, with the same JobSpec.request_id, until the
+// coordinator answers or the call's deadline passes (Progress
+// COORDINATOR_AWAY meanwhile); the call made again follows the job the
+// first admitted, the transfers running on, and what they did not bring
+// (an attempt they missed) is fetched from the workers. Uses gRPC's default channel limits:
 // every message it sends or receives stays under 4 MiB. A LactClient may be used from several
 // threads. Transfer streams (Submit's, Query's) run on a thread each.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
@@ -14,6 +19,7 @@
 
 #include <grpcpp/security/credentials.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -118,10 +124,22 @@ class LactClient {
   absl::Status WaitUntilReachable(std::chrono::milliseconds timeout);
 
  private:
+  // A finished job's results its workers kept, into `result` (outputs to
+  // `output`): what a Submit call that followed its job through a
+  // coordinator restart did not get over its transfers.
+  absl::Status FetchKept(const v1::JobInfo& info, const OutputTarget& output, JobResult* result);
+  // Whether this client has reached its coordinator (connecting now if it
+  // never has, until `deadline` or 10 s): a Submit call lost to a
+  // coordinator it reached is made again; one it never reached is an
+  // error at once.
+  bool Reached(std::chrono::system_clock::time_point deadline);
+
   std::string address_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // to the coordinator and the workers
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::CoordinatorService::Stub> stub_;
+  // Set once a call reached the coordinator (movable, as the client is).
+  std::unique_ptr<std::atomic<bool>> reached_ = std::make_unique<std::atomic<bool>>(false);
 };
 
 // The JobSpec Submit sends for `options`, `context` and `queries`.

@@ -249,9 +249,19 @@ absl::Status LocalCluster::StartCoordinator(std::vector<std::string> args) {
 }
 
 absl::Status LocalCluster::RestartCoordinator() {
+  KillCoordinator();
+  return StartCoordinatorAgain();
+}
+
+void LocalCluster::KillCoordinator() {
+  if (coordinator_ <= 0) return;
   kill(coordinator_, SIGKILL);
   waitpid(coordinator_, nullptr, 0);
   coordinator_ = -1;
+}
+
+absl::Status LocalCluster::StartCoordinatorAgain() {
+  if (coordinator_ > 0) return absl::FailedPreconditionError("the coordinator runs");
   // The same flags, on the ports it had: the workers and clients know them.
   std::vector<std::string> args = coordinator_args_;
   for (size_t i = 0; i + 1 < args.size(); ++i) {
@@ -268,9 +278,10 @@ absl::Status LocalCluster::RestartCoordinator() {
   return WaitForWorkers(static_cast<int>(workers_.size()));
 }
 
-absl::Status LocalCluster::RestartWorker(int i) {
+absl::Status LocalCluster::RestartWorker(int i, bool await_registration) {
   if (workers_[i] > 0) KillWorker(i);
   LACT_ASSIGN_OR_RETURN(workers_[i], Spawn(worker_commands_[i], -1));
+  if (!await_registration) return absl::OkStatus();
   return WaitForWorkers(static_cast<int>(workers_.size()));
 }
 

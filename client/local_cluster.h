@@ -69,12 +69,17 @@ class LocalCluster {
   // SIGKILLs worker i (fault injection) and reaps it.
   void KillWorker(int i);
   // Starts worker i again (killing it first if it runs), with the flags it
-  // had; returns once it has registered.
-  absl::Status RestartWorker(int i);
+  // had; returns once it has registered (at once, with
+  // `await_registration` false: its coordinator may be down).
+  absl::Status RestartWorker(int i, bool await_registration = true);
   // Kills the coordinator (SIGKILL, as a crash would) and starts it again
   // with the same flags on the same ports; returns once every worker has
   // registered with it again.
   absl::Status RestartCoordinator();
+  // The two halves of that: SIGKILL and reap; start again (once it has
+  // exited, by a kill or a signal it got) and await every worker.
+  void KillCoordinator();
+  absl::Status StartCoordinatorAgain();
   // Sends worker i `signal` (SIGSTOP and SIGCONT to stall it and let it go).
   void SignalWorker(int i, int signal);
   void SignalCoordinator(int signal);

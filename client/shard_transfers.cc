@@ -119,12 +119,13 @@ ShardTransfers::~ShardTransfers() {
 
 std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(
     std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
-    bool without_outputs, JobResult* result) {
+    bool without_outputs, JobResult* result, const OutputTarget* output) {
   static const std::vector<Tensor> kNoQueries;
   static const OutputTarget kMemory = OutputTarget::Memory();
   const bool outputs = accepted.output_in_band() && !without_outputs;
-  auto fetch = std::make_unique<ShardTransfers>(std::move(credentials), accepted, nullptr,
-                                                kNoQueries, outputs ? &kMemory : nullptr, result);
+  auto fetch = std::make_unique<ShardTransfers>(
+      std::move(credentials), accepted, nullptr, kNoQueries,
+      outputs ? (output != nullptr ? output : &kMemory) : nullptr, result);
   fetch->fetch_ = true;
   fetch->without_outputs_ = without_outputs;
   return fetch;

@@ -46,10 +46,11 @@ class ShardTransfers {
                  const std::vector<Tensor>& queries, const OutputTarget* output, JobResult* result);
   // For a finished job's results (JobInfo.accepted); `without_outputs`:
   // only rank 0's query outputs and fused state (the context's outputs are
-  // gone, JobInfo.outputs_retained).
+  // gone, JobInfo.outputs_retained). The outputs go to `output` (which
+  // must outlive Join()), or null: result->output.
   static std::unique_ptr<ShardTransfers> Fetch(
       std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
-      bool without_outputs, JobResult* result);
+      bool without_outputs, JobResult* result, const OutputTarget* output = nullptr);
   ~ShardTransfers();
 
   // Starts the streams, each with `deadline`. `on_context_sent`, if set,

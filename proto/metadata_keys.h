@@ -8,6 +8,10 @@ namespace lact {
 // returns, so the coordinator can tell a worker's own failure from a broken
 // transport (the worker is gone) by type, not by reading the message.
 inline constexpr char kWorkerStatusKey[] = "lact-worker-status";
+// On every Submit call's trailing metadata: the call's status is the
+// coordinator's. A status without it means the coordinator went away (a
+// restart): the job runs on, and its client follows it with WatchJob.
+inline constexpr char kCoordinatorStatusKey[] = "lact-coordinator-status";
 
 }  // namespace lact
 

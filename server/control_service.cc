@@ -71,6 +71,12 @@ absl::Status ControlService::Heartbeat(const grpc::ServerContext& context,
   response->set_known(registry_->Heartbeat(request.worker_id()));
   for (const v1::DroppedResults& dropped : request.dropped())
     jobs_->ResultsDropped(dropped.job_id(), dropped.state(), dropped.why());
+  // A held shard is followed again only by a job taken back after a
+  // restart; every other one is let go (its job ended, was cancelled, or
+  // runs again elsewhere).
+  for (const v1::HeldShard& held : request.held_shards()) {
+    if (!jobs_->WantsHeldShard(held.job_id(), held.attempt())) *response->add_drop_shards() = held;
+  }
   return absl::OkStatus();
 }
 

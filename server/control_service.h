@@ -2,7 +2,8 @@
 // heartbeats into the WorkerRegistry, rendezvous KV into the KvStore. Only
 // workers that present the cluster secret are served (UNAUTHENTICATED
 // otherwise), so no one else can register an address to receive a job's
-// tokens or touch a job's rendezvous keys.
+// tokens or touch a job's rendezvous keys. Heartbeats answer which of the
+// shards a worker holds (its coordinator call ended) to let go.
 #ifndef LACT_SERVER_CONTROL_SERVICE_H_
 #define LACT_SERVER_CONTROL_SERVICE_H_
 

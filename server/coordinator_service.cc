@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "proto/metadata_keys.h"
 #include "proto/status_conversion.h"
 #include "proto/write_call.h"
 #include "server/worker_streams.h"
@@ -47,6 +48,7 @@ absl::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::J
 
 grpc::ServerWriteReactor<v1::SubmitResponse>* CoordinatorService::Submit(
     grpc::CallbackServerContext* context, const v1::SubmitRequest* request) {
+  context->AddTrailingMetadata(kCoordinatorStatusKey, "1");
   return SubmitCall::Start(context, [c = c_, context, request](SubmitCall& call) {
     absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
     if (!caller.ok()) return caller.status();

@@ -69,6 +69,8 @@ struct Coordinator {
   JobSpool* spool;              // in-band contexts, for re-runs (job_spool.h)
   CoordinatorMetrics* metrics;  // what Prometheus scrapes (coordinator_metrics.h)
   CallCaps* queries = nullptr;  // running Query calls per tenant; none: uncapped
+  // When it began to serve: its workers register within a few heartbeats.
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
 using SubmitCall = WriteCall<v1::SubmitResponse>;

@@ -48,6 +48,12 @@ absl::StatusOr<std::unique_ptr<JobJournal>> JobJournal::Open(const std::string& 
   if (sqlite3_exec(db, setup, nullptr, nullptr, nullptr) != SQLITE_OK) {
     return journal->Error("creating its table");
   }
+  // A journal written before jobs outlived the coordinator has no `run`.
+  if (sqlite3_exec(db, "SELECT run FROM jobs LIMIT 0", nullptr, nullptr, nullptr) != SQLITE_OK &&
+      sqlite3_exec(db, "ALTER TABLE jobs ADD COLUMN run BLOB NOT NULL DEFAULT x''", nullptr,
+                   nullptr, nullptr) != SQLITE_OK) {
+    return journal->Error("adding its run column");
+  }
   return journal;
 }
 
@@ -61,7 +67,7 @@ absl::Status JobJournal::Error(const char* what) const {
 absl::Status JobJournal::Put(const JournalRecord& r) {
   Statement stmt(db_,
                  "INSERT OR REPLACE INTO jobs (id, sequence, info, model, worker, expires_us,"
-                 " forget_after_us) VALUES (?, ?, ?, ?, ?, ?, ?)");
+                 " forget_after_us, run) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
   if (stmt.get() == nullptr) return Error("preparing a write");
   const std::string info = r.info.SerializeAsString();
   sqlite3_bind_text(stmt.get(), 1, r.id.data(), static_cast<int>(r.id.size()), SQLITE_STATIC);
@@ -72,6 +78,7 @@ absl::Status JobJournal::Put(const JournalRecord& r) {
                     SQLITE_STATIC);
   sqlite3_bind_int64(stmt.get(), 6, r.expires_us);
   sqlite3_bind_int64(stmt.get(), 7, r.forget_after_us);
+  sqlite3_bind_blob(stmt.get(), 8, r.run.data(), static_cast<int>(r.run.size()), SQLITE_STATIC);
   if (sqlite3_step(stmt.get()) != SQLITE_DONE) return Error("writing a record");
   return absl::OkStatus();
 }
@@ -85,9 +92,10 @@ absl::Status JobJournal::Erase(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<JournalRecord>> JobJournal::LoadAll() {
-  Statement stmt(db_,
-                 "SELECT id, sequence, info, model, worker, expires_us, forget_after_us FROM jobs"
-                 " ORDER BY sequence");
+  Statement stmt(
+      db_,
+      "SELECT id, sequence, info, model, worker, expires_us, forget_after_us, run FROM jobs"
+      " ORDER BY sequence");
   if (stmt.get() == nullptr) return Error("preparing a read");
   std::vector<JournalRecord> records;
   int rc;
@@ -103,6 +111,7 @@ absl::StatusOr<std::vector<JournalRecord>> JobJournal::LoadAll() {
     r.worker = Column(stmt.get(), 4);
     r.expires_us = sqlite3_column_int64(stmt.get(), 5);
     r.forget_after_us = sqlite3_column_int64(stmt.get(), 6);
+    r.run = Column(stmt.get(), 7);
     records.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return Error("reading the records");

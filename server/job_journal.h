@@ -1,10 +1,12 @@
 // The coordinator's job records on disk: one SQLite database
 // (STATE_DIR/jobs.sqlite3, write-ahead log) holding each record's JobInfo,
-// where its retained fused state is (model, worker) and until when, and
-// when the record may be forgotten. The JobStore writes a record at every
-// change of status or retention and reads them all back when the
-// coordinator starts, so job records and retained states outlive a
-// coordinator restart (the states themselves stay on their workers).
+// where its retained fused state is (model, worker) and until when, when
+// the record may be forgotten, and its JobRecord (job_record.proto: what
+// a restarted coordinator needs to take a live job back, and the request
+// id a client's Submit made again names). The JobStore writes a record at every change of status,
+// retention or attempt and reads them all back when the coordinator
+// starts, so job records, retained states and running jobs outlive a
+// coordinator restart (the states and the shards stay on their workers).
 // Thread-compatible: the JobStore calls it under its own lock.
 #ifndef LACT_SERVER_JOB_JOURNAL_H_
 #define LACT_SERVER_JOB_JOURNAL_H_
@@ -28,6 +30,7 @@ struct JournalRecord {
   std::string model, worker;    // of the retained state; empty = none
   int64_t expires_us = 0;       // the state's expiry, microseconds since the epoch
   int64_t forget_after_us = 0;  // the record's, once the job ended; 0 = not yet
+  std::string run;              // a serialized JobRecord (empty in older journals)
 };
 
 class JobJournal {

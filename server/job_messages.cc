@@ -30,6 +30,7 @@ std::vector<v1::ShardSpec> ShardSpecs(const AttemptFacts& f) {
     // Per attempt: a dead attempt's shards, still waiting in the store,
     // never meet (or set keys for) the next attempt's.
     s.set_rendezvous_prefix(absl::StrCat(f.job_id, "/", f.attempt, "/"));
+    s.set_attempt(f.attempt);
     s.set_collective_timeout_ms(f.collective_timeout_ms);
     s.set_dtype(spec.dtype());
     s.set_token_width(spec.token_width());

@@ -49,7 +49,17 @@ v1::Progress QueuedProgress(int position) {
 
 }  // namespace
 
+void SetJobCanceller(const Coordinator& c, const std::string& id,
+                     std::shared_ptr<JobMachine> machine) {
+  c.jobs->SetCanceller(id, [machine, registry = c.registry](CancelCause cause) {
+    const bool cancelled = machine->Cancel(cause);
+    registry->WakeWaiters();
+    return cancelled;
+  });
+}
+
 absl::Status JobRun::Run() {
+  Record();
   const absl::Status status = RunAttempts();
   if (!spool_path_.empty()) c_.spool->Remove(job_.id);
   c_.kv->EndJob(job_.id);
@@ -91,12 +101,15 @@ bool JobRun::PrepareRerun(const absl::Status& failed) {
   // Before the next lease, so it is not chosen again.
   if (!gone.empty()) c_.registry->MarkFailed(gone);
   ForgetEarlierAttempt(gone);
+  running_attempt_ = -1;
+  c_.jobs->Adopted(job_.id);  // the attempt's shards still held are let go
   if (AllRanksSpooled()) {
     // From now on the job reads its context by reference, from its spool.
     job_.spec.mutable_context_ref()->set_path(spool_path_);
     context_from_spool_ = true;
   }
   stats_.set_reruns(stats_.reruns() + 1);
+  Record();
   Log(LogLevel::kWarn, "job_rerun",
       {{"job", job_.id},
        {"cause", failed.message()},
@@ -107,6 +120,11 @@ bool JobRun::PrepareRerun(const absl::Status& failed) {
 }
 
 absl::Status JobRun::Execute() {
+  if (!resume_.empty()) {
+    const std::vector<std::string> workers = std::move(resume_);
+    resume_.clear();
+    return Resume(workers);
+  }
   const auto until_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
       call_->capped_deadline() - std::chrono::system_clock::now());
   WorkerRegistry::Wait wait{
@@ -145,13 +163,17 @@ absl::Status JobRun::RunLeased(const std::vector<std::string>& workers) {
                                   job_.plan.config.output_width(), job_.spec.output_ref().replace(),
                                   job_.spec.has_context_ref() ? &job_.files.context_id : nullptr));
   }
+  running_attempt_ = stats_.reruns();
+  Record();
   std::shared_ptr<AttemptStreams> streams = transport_->Streams(workers);
   machine_->SetCancelAction([streams] { streams->Cancel(); });
   const AttemptFacts facts = Facts(ticket);
   const v1::SubmitResponse accepted = Accepted(facts, workers);
   v1::JobAccepted shown = accepted.accepted();
-  shown.clear_ticket();  // the Transfer ticket is this call's client's alone
-  c_.jobs->Start(job_.id, shown);
+  shown.clear_ticket();  // the Transfer ticket is the job's Submit calls' alone
+  // A Submit call made again (its client lost the first, or a job taken
+  // back) hears of the attempt from the job's record.
+  c_.jobs->Start(job_.id, shown, ticket);
   Log(LogLevel::kInfo, "job_started", {{"job", job_.id}, {"workers", workers}});
   if (absl::Status opened = streams->Open(ShardSpecs(facts), call_->capped_deadline());
       !opened.ok()) {
@@ -160,12 +182,95 @@ absl::Status JobRun::RunLeased(const std::vector<std::string>& workers) {
     streams->Cancel();
     return machine_->outcome();
   }
-  if (machine_->Started()) accepted_sent_ = call_->Write(accepted);
+  if (machine_->Started()) accepted_sent_ = call_->Write(accepted) || taken_back_;
   if (!accepted_sent_) OnCallEnded();
-  AttemptReaders readers(streams.get(), machine_.get(), Events());
+  return ReadAttempt(streams.get());
+}
+
+absl::Status JobRun::Resume(const std::vector<std::string>& workers) {
+  c_.registry->Claim(workers);
+  WorkerLease lease(c_.registry, workers);
+  if (!machine_->Leased(workers)) {
+    c_.jobs->Adopted(job_.id);
+    return machine_->outcome();
+  }
+  lease_addresses_ = workers;
+  running_attempt_ = stats_.reruns();
+  std::shared_ptr<AttemptStreams> streams = transport_->Follow(workers, job_.id, running_attempt_);
+  machine_->SetCancelAction([streams] { streams->Cancel(); });
+  Log(LogLevel::kInfo, "job_taken_back",
+      {{"job", job_.id}, {"attempt", running_attempt_}, {"workers", workers}});
+  if (absl::Status opened = streams->Open({}, call_->capped_deadline()); !opened.ok()) {
+    CheckCall();
+    machine_->StartFailed(streams->broken_rank(), opened);
+    streams->Cancel();
+    c_.jobs->Adopted(job_.id);
+    return machine_->outcome();
+  }
+  machine_->Started();
+  const absl::Status status = ReadAttempt(streams.get());
+  c_.jobs->Adopted(job_.id);  // its shards held from now on are let go
+  return status;
+}
+
+absl::Status JobRun::ReadAttempt(AttemptStreams* streams) {
+  AttemptReaders readers(streams, machine_.get(), Events());
   AddShardStats(readers.ReadAll(), job_.plan, &stats_);
   stats_.set_tokens_per_second(job_.spec.context_tokens() / std::max(1e-9, SecondsSince(start_)));
   return machine_->outcome();
+}
+
+void JobRun::TakeBack(const JobRecord& r) {
+  taken_back_ = true;
+  accepted_sent_ = true;  // the client had it, or follows the job with WatchJob
+  fetch_ticket_ = r.fetch_ticket();
+  spool_path_ = r.spool_path();
+  context_from_spool_ = r.context_from_spool();
+  attempt_spooled_ = r.attempt_spooled();
+  if (r.output_made()) {
+    output_ = ReadyFile{
+        FileId{static_cast<dev_t>(r.output_device()), static_cast<ino_t>(r.output_inode())},
+        r.output_created()};
+  }
+  stats_.set_reruns(r.reruns());
+  stats_.set_spooled(AllRanksSpooled());
+  admitted_unix_seconds_ = r.admitted_unix_seconds();
+  start_ -= std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, UnixNow() - admitted_unix_seconds_)));
+  if (r.attempt() >= 0) {
+    resume_.assign(r.workers().begin(), r.workers().end());
+    lease_addresses_ = resume_;
+    running_attempt_ = r.attempt();
+  }
+}
+
+void JobRun::Record() const {
+  JobRecord r;
+  *r.mutable_spec() = job_.spec;
+  r.set_context_path(job_.files.context.relative);
+  r.set_context_device(job_.files.context_id.device);
+  r.set_context_inode(job_.files.context_id.inode);
+  r.set_output_path(job_.files.output.relative);
+  if (output_) {
+    r.set_output_made(true);
+    r.set_output_created(output_->created);
+    r.set_output_device(output_->id.device);
+    r.set_output_inode(output_->id.inode);
+  }
+  r.set_deadline_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                             call_->capped_deadline().time_since_epoch())
+                             .count());
+  r.set_admitted_unix_seconds(admitted_unix_seconds_);
+  r.set_attempt(running_attempt_);
+  if (running_attempt_ >= 0)
+    *r.mutable_workers() = {lease_addresses_.begin(), lease_addresses_.end()};
+  r.set_fetch_ticket(fetch_ticket_);
+  r.set_spool_path(spool_path_);
+  r.set_context_from_spool(context_from_spool_);
+  r.set_attempt_spooled(attempt_spooled_);
+  for (const auto& [begin, tokens] : job_.plan.shards) r.add_shard_tokens(tokens);
+  r.set_reruns(stats_.reruns());
+  c_.jobs->SetRecord(job_.id, r);
 }
 
 AttemptEvents JobRun::Events() {
@@ -181,6 +286,7 @@ AttemptEvents JobRun::Events() {
           .all_spooled =
               [this] {
                 attempt_spooled_ = true;
+                Record();
                 c_.jobs->SetSpooled(job_.id);
               },
           // A client that vanished from its Submit call and its Transfer

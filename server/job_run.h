@@ -11,6 +11,12 @@
 // its context can be read again (a file by reference, or a spool every
 // rank filled) or sent again by its client, and its query sets, if any,
 // sent again: by their client, if it is still there.
+//
+// Restarts: the run keeps its JobRecord in the job's record (the journal,
+// with --state-dir) at admission and at every attempt, so that a
+// coordinator started again takes the job back (TakeBack): the attempt
+// that ran follows its shards again where they run (AttachShard), or, when
+// it cannot, runs again as above; a queued job queues again.
 #ifndef LACT_SERVER_JOB_RUN_H_
 #define LACT_SERVER_JOB_RUN_H_
 
@@ -30,6 +36,7 @@
 #include "server/job_flows.h"
 #include "server/job_machine.h"
 #include "server/job_messages.h"
+#include "server/job_record.pb.h"
 #include "server/job_transport.h"
 
 namespace lact::server {
@@ -41,6 +48,15 @@ struct AdmittedJob {
   JobFiles files;
   JobPlan plan;
 };
+
+// How CancelJob and DeleteJob reach the job's machine (JobStore::SetCanceller);
+// a cancel wakes the queue, which looks at it only then.
+void SetJobCanceller(const Coordinator& c, const std::string& id,
+                     std::shared_ptr<JobMachine> machine);
+
+inline double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 class JobRun {
  public:
@@ -56,6 +72,10 @@ class JobRun {
   // its done message went to the call; else the failure, the job's record
   // finished with it and what it left behind cleaned up.
   absl::Status Run();
+  // Before Run, for a job the last coordinator admitted: where it stood
+  // (its JobRecord). Its first attempt is the record's, followed again on
+  // its workers, if one was running.
+  void TakeBack(const JobRecord& record);
   // The call ended before the job did: its deadline bounds the job; the
   // client going away ends it only if the job is bound to its call.
   // Callable from any thread.
@@ -70,6 +90,12 @@ class JobRun {
   absl::Status Execute();
   // The leased attempt: streams opened, accepted, every rank read.
   absl::Status RunLeased(const std::vector<std::string>& workers);
+  // The taken-back attempt: its shards followed again on `workers`.
+  absl::Status Resume(const std::vector<std::string>& workers);
+  // Every rank read to its end, the attempt's statistics added.
+  absl::Status ReadAttempt(AttemptStreams* streams);
+  // The job's JobRecord as it stands, to its record.
+  void Record() const;
   // What the attempt's readers report: progress, spooling, a rank's failure.
   AttemptEvents Events();
   void FinishFailed(const absl::Status& status);
@@ -89,7 +115,8 @@ class JobRun {
   const Coordinator& c_;
   JobTransport* const transport_;
   JobCall* const call_;
-  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double admitted_unix_seconds_ = UnixNow();
   AdmittedJob job_;
   std::shared_ptr<JobMachine> machine_;
   std::vector<std::string> lease_addresses_;
@@ -100,6 +127,9 @@ class JobRun {
   bool context_from_spool_ = false;
   bool queue_failed_ = false;  // the last attempt got no workers
   std::atomic<bool> attempt_spooled_{false};
+  int running_attempt_ = -1;         // the attempt with workers, while it has them
+  std::vector<std::string> resume_;  // a taken-back attempt's workers, by rank
+  bool taken_back_ = false;
   v1::JobStats stats_;
 };
 

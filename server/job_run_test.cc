@@ -125,11 +125,17 @@ class FakeTransport final : public JobTransport {
     attempts.push_back(std::make_shared<FakeStreams>(std::move(addresses), std::move(ranks)));
     return attempts.back();
   }
+  std::shared_ptr<AttemptStreams> Follow(std::vector<std::string> addresses, const std::string&,
+                                         int attempt) override {
+    followed.push_back(attempt);
+    return Streams(std::move(addresses));
+  }
   void Forget(const std::string& job_id, const std::string&,
               const std::vector<std::string>& workers) override {
     forgotten.insert(forgotten.end(), workers.begin(), workers.end());
   }
 
+  std::vector<int> followed;  // the attempts followed again, in order
   std::vector<std::shared_ptr<FakeStreams>> attempts;
   std::vector<std::string> forgotten;
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -16,7 +17,7 @@ constexpr char kSuffix[] = ".spool.npy";
 
 }  // namespace
 
-absl::Status JobSpool::Open() {
+absl::Status JobSpool::Open(const std::set<std::string>& keep) {
   if (dir_.empty()) return absl::OkStatus();
   namespace fs = std::filesystem;
   std::error_code error;
@@ -27,7 +28,17 @@ absl::Status JobSpool::Open() {
   }
   fs::permissions(dir_, fs::perms::owner_all, fs::perm_options::replace, error);
   for (const fs::directory_entry& entry : fs::directory_iterator(dir_, error)) {
-    if (absl::EndsWith(entry.path().filename().string(), kSuffix)) fs::remove(entry.path(), error);
+    const std::string name = entry.path().filename().string();
+    if (!absl::EndsWith(name, kSuffix)) continue;
+    const std::string job_id = name.substr(0, name.size() - std::strlen(kSuffix));
+    if (keep.count(job_id) == 0) {
+      fs::remove(entry.path(), error);
+      continue;
+    }
+    const auto bytes = static_cast<int64_t>(fs::file_size(entry.path(), error));
+    absl::MutexLock lock(&mu_);
+    bytes_[job_id] = bytes;
+    used_ += bytes;
   }
   if (error) {
     return absl::FailedPreconditionError(absl::StrCat("--spool-dir ", dir_, ": ", error.message()));

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -29,8 +30,9 @@ class JobSpool {
   JobSpool(std::string dir, int64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
 
   // Makes `dir` (0700) and deletes spool files a previous coordinator left
-  // behind (their jobs ended with it).
-  absl::Status Open();
+  // behind, but those of the jobs in `keep` (taken back: their files are
+  // counted against the bytes again).
+  absl::Status Open(const std::set<std::string>& keep = {});
 
   bool enabled() const { return !dir_.empty(); }
   // The path of `job_id`'s new spool file for `tokens` x `width` tokens of

@@ -58,6 +58,7 @@ absl::StatusOr<std::string> JobStore::Create(const v1::JobSpec& spec) {
   r.info.set_status(v1::JobInfo::QUEUED);
   r.info.set_context_tokens(spec.context_tokens());
   r.info.set_submitted_unix_seconds(UnixSeconds(std::chrono::system_clock::now()));
+  r.request_id = spec.request_id();
   PersistLocked(r);
   return id;
 }
@@ -74,11 +75,13 @@ void JobStore::SetCanceller(const std::string& id, std::function<bool(CancelCaus
   cancel(CancelCause::kDeleted);  // deleted before the job could register its canceller
 }
 
-void JobStore::Start(const std::string& id, const v1::JobAccepted& accepted) {
+void JobStore::Start(const std::string& id, const v1::JobAccepted& accepted,
+                     const std::string& ticket) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Record& r = it->second;
+  r.ticket = ticket;
   if (r.info.status() == v1::JobInfo::QUEUED) r.info.set_status(v1::JobInfo::RUNNING);
   r.info.set_context_tokens(accepted.context_tokens());
   r.info.set_workers(accepted.shards_size());
@@ -88,12 +91,31 @@ void JobStore::Start(const std::string& id, const v1::JobAccepted& accepted) {
   PersistLocked(r);
 }
 
+std::optional<std::string> JobStore::FindRequest(const std::string& tenant,
+                                                 const std::string& request_id) const {
+  if (request_id.empty()) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, r] : jobs_) {
+    if (r.request_id == request_id && r.info.tenant() == tenant) return id;
+  }
+  return std::nullopt;
+}
+
+void JobStore::SetRecord(const std::string& id, const JobRecord& record) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || Ended(it->second.info)) return;
+  it->second.run = record.SerializeAsString();
+  PersistLocked(it->second);
+}
+
 void JobStore::Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
                       const v1::JobStats& stats) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   Record& r = it->second;
+  r.adopting = -1;
   if (!Ended(r.info)) r.info.set_status(status);
   if (r.info.error().empty()) r.info.set_error(error);
   *r.info.mutable_stats() = stats;
@@ -160,11 +182,13 @@ void JobStore::SetSpooled(const std::string& id) {
   if (it == jobs_.end()) return;
   it->second.info.mutable_stats()->set_spooled(true);
   ChangedLocked(it->second);
+  PersistLocked(it->second);
 }
 
 absl::StatusOr<v1::JobInfo> JobStore::WaitForChange(const std::string& id, uint64_t* seen,
                                                     std::chrono::milliseconds wait,
-                                                    const std::atomic<bool>* stop) {
+                                                    const std::atomic<bool>* stop,
+                                                    bool with_ticket) {
   absl::MutexLock lock(&mu_);
   const auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (stop != nullptr && stop->load()) return true;
@@ -175,7 +199,10 @@ absl::StatusOr<v1::JobInfo> JobStore::WaitForChange(const std::string& id, uint6
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Unknown(id);
   *seen = it->second.version;
-  return it->second.info;
+  v1::JobInfo info = it->second.info;
+  if (with_ticket && !it->second.ticket.empty())
+    info.mutable_accepted()->set_ticket(it->second.ticket);
+  return info;
 }
 
 absl::StatusOr<v1::JobInfo> JobStore::Get(const std::string& id) const {
@@ -328,8 +355,8 @@ std::chrono::system_clock::time_point FromMicros(int64_t us) {
 
 void JobStore::PersistLocked(const Record& r) {
   if (journal_ == nullptr) return;
-  JournalRecord j{r.info.job_id(),       r.sequence, r.info, "", "", Micros(r.expires),
-                  Micros(r.forget_after)};
+  JournalRecord j{r.info.job_id(),        r.sequence, r.info, "", "", Micros(r.expires),
+                  Micros(r.forget_after), r.run};
   if (r.state) {
     j.model = r.state->model;
     j.worker = r.state->worker;
@@ -359,9 +386,17 @@ absl::Status JobStore::Restore(JobJournal* journal) {
     r.expires = FromMicros(j.expires_us);
     r.forget_after = FromMicros(j.forget_after_us);
     next_ = std::max(next_, j.sequence + 1);
-    if (!Ended(r.info)) {
-      // Its flow died with the coordinator; its workers dropped the shards
-      // when their streams broke.
+    JobRecord record;
+    const bool recorded = !j.run.empty() && record.ParseFromString(j.run);
+    r.run = std::move(j.run);
+    if (recorded) r.request_id = record.spec().request_id();
+    if (!Ended(r.info) && recorded) {
+      // Taken back: its shards run on on their workers meanwhile.
+      r.adopting = r.info.status() == v1::JobInfo::RUNNING ? record.attempt() : -1;
+      restored_.push_back({r.info, std::move(record)});
+    } else if (!Ended(r.info)) {
+      // Nothing to take it back with (a journal written before jobs
+      // outlived the coordinator).
       const std::string was = v1::JobInfo::Status_Name(r.info.status());
       r.info.set_status(v1::JobInfo::FAILED);
       r.info.set_error(
@@ -382,6 +417,27 @@ absl::Status JobStore::Restore(JobJournal* journal) {
   }
   ExpireLocked();
   return absl::OkStatus();
+}
+
+std::vector<RestoredJob> JobStore::TakeRestored() {
+  absl::MutexLock lock(&mu_);
+  return std::move(restored_);
+}
+
+bool JobStore::WantsHeldShard(const std::string& id, int attempt) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  return it != jobs_.end() && !Ended(it->second.info) && it->second.adopting == attempt;
+}
+
+void JobStore::Adopted(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = jobs_.find(id); it != jobs_.end()) it->second.adopting = -1;
+}
+
+void JobStore::HandOver() {
+  absl::MutexLock lock(&mu_);
+  journal_ = nullptr;
 }
 
 }  // namespace lact::server

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "lact/v1/coordinator.pb.h"
 #include "server/job_journal.h"
 #include "server/job_machine.h"
+#include "server/job_record.pb.h"
 #include "server/tenant_tokens.h"
 
 namespace lact::server {
@@ -31,6 +33,13 @@ namespace lact::server {
 struct RetainedState {
   std::string model;
   std::string worker;  // address
+};
+
+// A job that was queued or running when the last coordinator stopped, as
+// its journal holds it: the job's run takes it back (job_recovery.h).
+struct RestoredJob {
+  v1::JobInfo info;
+  JobRecord record;
 };
 
 class JobStore {
@@ -46,8 +55,18 @@ class JobStore {
   // How Cancel (CancelJob) and Delete stop the job: false if it had already
   // ended. Called at once if the job was deleted before this call.
   void SetCanceller(const std::string& id, std::function<bool(CancelCause)> cancel);
-  // The job has workers: RUNNING, and where its shards run.
-  void Start(const std::string& id, const v1::JobAccepted& accepted);
+  // The job has workers: RUNNING, and where its shards run; `ticket`, the
+  // attempt's Transfer ticket, for a Submit call that follows the job
+  // (WaitForChange's with_ticket).
+  void Start(const std::string& id, const v1::JobAccepted& accepted,
+             const std::string& ticket = "");
+  // The job `tenant` submitted with `request_id` (JobSpec.request_id), if
+  // its record is still kept.
+  std::optional<std::string> FindRequest(const std::string& tenant,
+                                         const std::string& request_id) const;
+  // What a restarted coordinator needs to take the running job back
+  // (kept in the journal until the job ends).
+  void SetRecord(const std::string& id, const JobRecord& record);
   void Finish(const std::string& id, v1::JobInfo::Status status, const std::string& error,
               const v1::JobStats& stats);
   // The finished job's fused state is kept (and, if `results`, its in-band
@@ -71,9 +90,12 @@ class JobStore {
   // waiting up to `wait`, or until *stop is set and Wake() called; *seen
   // becomes the version returned. NOT_FOUND if the job is unknown or was
   // deleted.
+  // `with_ticket`: JobInfo.accepted carries the Transfer ticket given to
+  // Start.
   absl::StatusOr<v1::JobInfo> WaitForChange(const std::string& id, uint64_t* seen,
                                             std::chrono::milliseconds wait,
-                                            const std::atomic<bool>* stop = nullptr);
+                                            const std::atomic<bool>* stop = nullptr,
+                                            bool with_ticket = false);
   // Makes every WaitForChange look at its stop flag.
   void Wake() { absl::MutexLock lock(&mu_); }
   // The jobs `caller` owns, oldest first.
@@ -104,10 +126,25 @@ class JobStore {
 
   // Keeps every record in `journal` (which must outlive the store) from now
   // on, after taking in the ones it holds: a job that was queued or running
-  // when the last coordinator stopped ends FAILED, saying so; a retained
-  // state whose TTL has not passed is retained again. Call before any other
-  // method. A failed write later is reported on stderr; the job goes on.
+  // when the last coordinator stopped stays so, to be taken back
+  // (TakeRestored), unless its record lacks what that needs (then it ends
+  // FAILED, saying so); a retained state whose TTL has not passed is
+  // retained again. Call before any other method. A failed write later is
+  // logged; the job goes on.
   absl::Status Restore(JobJournal* journal);
+  // The jobs Restore kept live, oldest first (once).
+  std::vector<RestoredJob> TakeRestored();
+  // Whether a worker's held shard (job_id, attempt) is one a restored job
+  // will follow again: the job lives, runs that attempt, and has not yet
+  // followed its shards (Adopted).
+  bool WantsHeldShard(const std::string& id, int attempt) const;
+  // The restored job follows its shards again (or gave them up): held
+  // shards of it are let go from now on.
+  void Adopted(const std::string& id);
+  // The coordinator hands its live jobs over to the next one (a rollout):
+  // their records are written no more, so they stay live in the journal
+  // whatever this process does to them as it stops.
+  void HandOver();
 
  private:
   struct Record {
@@ -118,6 +155,10 @@ class JobStore {
     std::chrono::system_clock::time_point forget_after;  // of the record, once finished
     uint64_t version = 1;                                // bumped at every change
     uint64_t sequence = 0;                               // order of creation
+    std::string run;                                     // the serialized JobRecord
+    std::string request_id;                              // JobSpec.request_id
+    std::string ticket;  // the running attempt's Transfer ticket, for WatchJob
+    int adopting = -1;   // a restored job's attempt whose held shards it will follow
   };
   void ChangedLocked(Record& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the record to the journal (if any), or erases it there.
@@ -132,6 +173,7 @@ class JobStore {
   std::map<std::string, Record> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 1;
   JobJournal* journal_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<RestoredJob> restored_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lact::server

@@ -47,6 +47,11 @@ class JobTransport {
   virtual ~JobTransport() = default;
   // Streams to `addresses`, one rank each, not yet open.
   virtual std::shared_ptr<AttemptStreams> Streams(std::vector<std::string> addresses) = 0;
+  // Streams that follow again the shards of attempt `attempt` of `job_id`
+  // that `addresses` hold, one rank each (a job taken back after a
+  // restart); Open ignores its specs.
+  virtual std::shared_ptr<AttemptStreams> Follow(std::vector<std::string> addresses,
+                                                 const std::string& job_id, int attempt) = 0;
   // Has each worker drop what it retained of the job, best effort.
   virtual void Forget(const std::string& job_id, const std::string& fetch_ticket,
                       const std::vector<std::string>& workers) = 0;

@@ -2,8 +2,12 @@
 // Control service on the same port or its own (--control-port; 0 picks a
 // free one). Prints "lact-coordinator listening on HOST:PORT" once ready
 // (then "lact-coordinator control on HOST:PORT" for a port of its own).
-// On SIGINT/SIGTERM it drains: refuses new jobs, lets running ones finish
-// (up to --drain-seconds), then stops (in-flight calls get 10 s more). Off loopback
+// With --state-dir it takes back the jobs a coordinator before it left
+// queued or running (job_recovery.h), and on SIGINT/SIGTERM hands its own
+// over to the next: it stops at once, its jobs running on on their
+// workers. Without, on SIGINT/SIGTERM it drains: refuses new jobs, lets
+// running ones finish (up to --drain-seconds), then stops (in-flight calls
+// get 10 s more). Off loopback
 // it needs --auth-tokens (a file of "TENANT TOKEN" lines: clients' bearer
 // tokens), --cluster-secret-file (the secret workers present) and TLS
 // (--tls-cert and --tls-key: its certificate; --tls-ca: the CA that signs
@@ -14,8 +18,10 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +42,7 @@
 #include "server/coordinator_metrics.h"
 #include "server/coordinator_service.h"
 #include "server/job_journal.h"
+#include "server/job_recovery.h"
 
 namespace lact::server {
 namespace {
@@ -54,7 +61,8 @@ constexpr char kUsage[] =
     "                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
     "                    [--max-queries-per-tenant 16 (Query calls of one tenant at once)]\n"
     "                    [--max-job-records 100000] [--max-workers 10000]\n"
-    "                    [--state-dir DIR (job records kept on disk across restarts)]\n"
+    "                    [--state-dir DIR (job records and running jobs kept across restarts;\n"
+    "                    SIGTERM then hands the running jobs over to the next coordinator)]\n"
     "                    [--max-reruns 3 (a job whose worker is gone runs again)]\n"
     "                    [--spool-dir DIR (shared with the workers: in-band contexts kept so "
     "their\n"
@@ -62,7 +70,9 @@ constexpr char kUsage[] =
     "                    [--log-level debug|info|warn|error (JSON lines on stderr; default info)]\n"
     "                    [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a\n"
     "                    free port; none by default)]\n"
-    "                    [--drain-seconds 60 (on SIGTERM: no new jobs, running ones finish)]\n";
+    "                    [--drain-seconds 60 (without --state-dir, on SIGTERM: no new jobs, "
+    "running\n"
+    "                    ones finish)]\n";
 
 absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* port,
                           int64_t* heartbeat_ms) {
@@ -259,7 +269,11 @@ struct Records {
       }
       journal = *std::move(opened);
     }
-    LACT_RETURN_IF_ERROR(spool.Open());
+    restored = jobs.TakeRestored();
+    std::set<std::string> live;
+    for (const RestoredJob& job : restored) live.insert(job.info.job_id());
+    LACT_RETURN_IF_ERROR(spool.Open(live));
+    PrepareTakeBack(restored, &kv);
     return CheckSpoolOutsideDataRoot(f.options.spool_dir, f.options.data_root);
   }
 
@@ -268,7 +282,27 @@ struct Records {
   std::unique_ptr<JobJournal> journal;  // outlives the store that writes to it
   JobStore jobs;
   JobSpool spool;
+  std::vector<RestoredJob> restored;  // taken back once the coordinator serves
 };
+
+// With --state-dir, SIGTERM hands the live jobs over to the next
+// coordinator on the same state: their records are written no more, and
+// the process stops at once, as a crash would, so nothing it does on the
+// way out ends a job (its workers hold the shards until one follows them).
+[[noreturn]] void HandOver(JobStore& jobs, std::atomic<bool>* draining) {
+  *draining = true;
+  jobs.HandOver();
+  const JobStore::Counts counts = jobs.Count();
+  const auto live = [&](v1::JobInfo::Status s) {
+    auto it = counts.by_status.find(s);
+    return it == counts.by_status.end() ? 0 : it->second;
+  };
+  Log(LogLevel::kInfo, "handed_over",
+      {{"running", live(v1::JobInfo::RUNNING)}, {"queued", live(v1::JobInfo::QUEUED)}});
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(0);
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "lact-coordinator: %s\n", std::string(status.message()).c_str());
@@ -285,10 +319,12 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
   std::atomic<bool> draining{false};
   CallCaps queries(f.options.max_queries_per_tenant, "Query calls", "tenant",
                    "--max-queries-per-tenant");
-  CoordinatorService coordinator(
-      Coordinator{&records.registry, &records.kv, &records.jobs, f.options, &guards.tenants,
-                  ClusterLink{credentials.to_workers, guards.cluster_secret}, &draining,
-                  &records.spool, metrics, &queries});
+  const Coordinator c{&records.registry, &records.kv,
+                      &records.jobs,     f.options,
+                      &guards.tenants,   ClusterLink{credentials.to_workers, guards.cluster_secret},
+                      &draining,         &records.spool,
+                      metrics,           &queries};
+  CoordinatorService coordinator(c);
   ControlService control(&records.registry, &records.kv, &records.jobs, guards.cluster_secret);
   std::unique_ptr<grpc::Server> server =
       shared
@@ -310,8 +346,19 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
        {"tls", guards.tls.serves_tls()},
        {"tokens_required", !guards.tenants.open()},
        {"spool", !f.options.spool_dir.empty()},
-       {"state_dir", f.flags.Get("state-dir").value_or("")}});
+       {"state_dir", f.flags.Get("state-dir").value_or("")},
+       {"jobs_taken_back", static_cast<int64_t>(records.restored.size())}});
+  const bool hands_over = f.flags.Has("state-dir");
+  if (!hands_over) {
+    Log(LogLevel::kWarn, "no_state_dir",
+        {{"consequence",
+          "job records live in this process only: a restart ends every queued and running job "
+          "FAILED and forgets every record (give --state-dir DIR to keep them, and the running "
+          "jobs, across restarts)"}});
+  }
+  TakeBackJobs(c, std::move(records.restored));
   WaitForStopSignal();
+  if (hands_over) HandOver(records.jobs, &draining);
   Log(LogLevel::kInfo, "draining", {{"drain_seconds", f.options.drain_seconds}});
   draining = true;
   SetServing(*server, {"lact.v1.CoordinatorService"}, false);

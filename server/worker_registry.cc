@@ -181,6 +181,15 @@ void WorkerRegistry::WakeWaiters() {
   released_.SignalAll();
 }
 
+void WorkerRegistry::Claim(const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& a : addresses) {
+    WorkerEntry& w = workers_[a];
+    w.address = a;
+    w.busy = true;
+  }
+}
+
 void WorkerRegistry::Release(const std::vector<std::string>& addresses) {
   {
     absl::MutexLock lock(&mu_);

@@ -95,6 +95,10 @@ class WorkerRegistry {
     return Acquire(model, count, Wait{limit});
   }
   void Release(const std::vector<std::string>& addresses);
+  // Leases `addresses` as they are, registered or not (a job taken back
+  // after a restart holds the workers its shards run on); Release returns
+  // them.
+  void Claim(const std::vector<std::string>& addresses);
   // Makes every waiting Acquire look at its `cancelled` again: the caller
   // whose answer has turned true calls it.
   void WakeWaiters() ABSL_LOCKS_EXCLUDED(mu_);

@@ -41,10 +41,18 @@ absl::Status WorkerStreams::Open(const std::vector<v1::ShardSpec>& specs,
       contexts_.push_back(std::move(context));
       if (cancelled_) raw->TryCancel();
     }
-    v1::RunShardRequest request;
-    *request.mutable_spec() = specs[r];
     // A worker that cannot take the call shows in its stream's end
     // (Finish: not from the worker).
+    if (!follow_job_.empty()) {
+      v1::AttachShardRequest request;
+      request.set_job_id(follow_job_);
+      request.set_attempt(follow_attempt_);
+      request.set_rank(r);
+      streams_.push_back(stubs_.back()->AttachShard(raw, request));
+      continue;
+    }
+    v1::RunShardRequest request;
+    *request.mutable_spec() = specs[r];
     streams_.push_back(stubs_.back()->RunShard(raw, request));
   }
   return absl::OkStatus();

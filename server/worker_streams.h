@@ -35,13 +35,21 @@ std::shared_ptr<grpc::Channel> WorkerChannel(const ClusterLink& link, const std:
 void ForgetOnWorkers(const ClusterLink& link, const std::string& job_id,
                      const std::string& fetch_ticket, const std::vector<std::string>& workers);
 
-// The network's AttemptStreams: RunShard calls to the workers.
+// The network's AttemptStreams: RunShard calls to the workers, or
+// AttachShard calls that follow an attempt's held shards again.
 class WorkerStreams final : public AttemptStreams {
  public:
   using Stream = grpc::ClientReader<v1::RunShardResponse>;
 
   WorkerStreams(ClusterLink link, std::vector<std::string> addresses)
       : link_(std::move(link)), addresses_(std::move(addresses)) {}
+  // Streams that follow attempt `attempt` of `job_id` (AttachShard).
+  WorkerStreams(ClusterLink link, std::vector<std::string> addresses, std::string job_id,
+                int attempt)
+      : link_(std::move(link)),
+        addresses_(std::move(addresses)),
+        follow_job_(std::move(job_id)),
+        follow_attempt_(attempt) {}
 
   absl::Status Open(const std::vector<v1::ShardSpec>& specs,
                     std::chrono::system_clock::time_point deadline) override;
@@ -59,6 +67,8 @@ class WorkerStreams final : public AttemptStreams {
  private:
   const ClusterLink link_;
   std::vector<std::string> addresses_;
+  const std::string follow_job_;  // empty: RunShard
+  const int follow_attempt_ = 0;
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs_;
   absl::Mutex mu_;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts_ ABSL_GUARDED_BY(mu_);
@@ -72,6 +82,10 @@ class GrpcJobTransport final : public JobTransport {
   explicit GrpcJobTransport(ClusterLink link) : link_(std::move(link)) {}
   std::shared_ptr<AttemptStreams> Streams(std::vector<std::string> addresses) override {
     return std::make_shared<WorkerStreams>(link_, std::move(addresses));
+  }
+  std::shared_ptr<AttemptStreams> Follow(std::vector<std::string> addresses,
+                                         const std::string& job_id, int attempt) override {
+    return std::make_shared<WorkerStreams>(link_, std::move(addresses), job_id, attempt);
   }
   void Forget(const std::string& job_id, const std::string& fetch_ticket,
               const std::vector<std::string>& workers) override {

@@ -7,6 +7,16 @@
 #include "worker/collective/rendezvous_timeout.h"
 
 namespace lact {
+namespace {
+
+// The coordinator that keeps the rendezvous went away (a restart): its
+// keys with it, so the group cannot meet; the job runs again.
+RendezvousUnavailable Unreachable(const grpc::Status& s) {
+  return RendezvousUnavailable("the rendezvous store (the coordinator) cannot be reached: " +
+                               s.error_message());
+}
+
+}  // namespace
 
 void KvStoreClient::set(const std::string& key, const std::vector<char>& data) {
   grpc::ClientContext ctx;
@@ -16,6 +26,7 @@ void KvStoreClient::set(const std::string& key, const std::vector<char>& data) {
   request.set_value(std::string(data.begin(), data.end()));
   v1::KvSetResponse response;
   grpc::Status s = control_->KvSet(&ctx, request, &response);
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) throw Unreachable(s);
   if (!s.ok())
     throw std::runtime_error("rendezvous set '" + key + "' failed: " + s.error_message());
 }
@@ -33,6 +44,7 @@ std::vector<std::string> KvStoreClient::Get(const std::vector<std::string>& keys
     throw RendezvousTimeout("rendezvous: the group's other ranks did not come in time: " +
                             s.error_message());
   }
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) throw Unreachable(s);
   if (!s.ok()) throw std::runtime_error("rendezvous get failed: " + s.error_message());
   return {response.values().begin(), response.values().end()};
 }

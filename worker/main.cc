@@ -56,6 +56,9 @@ constexpr char kUsage[] =
     "               worker's certificate, served and shown to Control; the CA of the "
     "coordinator's)]\n"
     "               [--drain-seconds 60]\n"
+    "               [--coordinator-grace-seconds 300 (how long a shard runs on, and keeps its\n"
+    "               outcome, with no coordinator following it: a restarted coordinator takes it\n"
+    "               back within this; 0: a shard stops when its coordinator's call ends)]\n"
     "               [--max-pending-calls 1024] [--first-message-timeout-ms 30000] (Transfer\n"
     "               streams that have not sent their ticket: how many at once, for how long)\n"
     "               [--max-queries 64 (queries running here at once)]\n"
@@ -107,6 +110,7 @@ struct WorkerFlags {
   int64_t port = 0;
   BackendOptions backend;
   int64_t drain_seconds = 60;
+  int64_t coordinator_grace_seconds = 300;
   int64_t retain_bytes = 0;
   int64_t retain_tenant_bytes = 0;
   int64_t warm_bytes = 0;
@@ -134,6 +138,7 @@ constexpr const char* kFlagNames[] = {"coordinator",
                                       "tls-key",
                                       "tls-ca",
                                       "drain-seconds",
+                                      "coordinator-grace-seconds",
                                       "spool-dir",
                                       "no-huge-pages",
                                       "warm-bytes",
@@ -156,6 +161,8 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   LACT_ASSIGN_OR_RETURN(const int64_t tile, flags.Int("tile-tokens", 0, 0, 1 << 24));
   LACT_ASSIGN_OR_RETURN(const int64_t device, flags.Int("device", 0, 0, 1024));
   LACT_ASSIGN_OR_RETURN(f.drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
+  LACT_ASSIGN_OR_RETURN(f.coordinator_grace_seconds,
+                        flags.Int("coordinator-grace-seconds", 300, 0, 86400));
   LACT_ASSIGN_OR_RETURN(const int64_t pending, flags.Int("max-pending-calls", 1024, 1, 1 << 20));
   LACT_ASSIGN_OR_RETURN(const int64_t first_message,
                         flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
@@ -256,6 +263,7 @@ struct WorkerParts {
   std::string secret;
   TransferBoard transfers;
   std::unique_ptr<RetainedResults> results;
+  std::unique_ptr<ShardBoard> shards;  // what each running shard's coordinator follows
   std::unique_ptr<WorkerMetrics> metrics;
   std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.WorkerService's health
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;
@@ -265,10 +273,10 @@ struct WorkerParts {
 // and the probes told so, the running shards given up to --drain-seconds
 // to finish; then the server stops.
 int Serve(const WorkerFlags& f, const Guards& guards, WorkerParts& p) {
-  WorkerService service({p.models.get(), p.control, f.backend,
-                         f.flags.Get("data-root").value_or(""),
-                         f.flags.Get("spool-dir").value_or(""), &p.transfers, p.results.get(),
-                         p.secret, !f.flags.Has("no-huge-pages"), p.metrics.get(), f.max_queries});
+  WorkerService service(
+      {p.models.get(), p.control, f.backend, f.flags.Get("data-root").value_or(""),
+       f.flags.Get("spool-dir").value_or(""), &p.transfers, p.results.get(), p.secret,
+       !f.flags.Has("no-huge-pages"), p.metrics.get(), f.max_queries, p.shards.get()});
   DataService data(&p.transfers, p.results.get(), f.pending_calls, f.first_message);
   int bound_port = 0;
   std::unique_ptr<grpc::Server> server =
@@ -282,7 +290,7 @@ int Serve(const WorkerFlags& f, const Guards& guards, WorkerParts& p) {
   const std::string metrics_address =
       p.metrics_endpoint ? absl::StrCat(f.host, ":", p.metrics_endpoint->port()) : "";
   const v1::RegisterRequest registered = Registration(f, bound_port, metrics_address, *p.models);
-  Membership membership(p.control, registered, p.results.get());
+  Membership membership(p.control, registered, p.results.get(), p.shards.get());
   absl::StatusOr<std::string> id = membership.Join();
   if (!id.ok()) return Fail(id.status(), 1);
   SetServing(*server, served, true);
@@ -325,6 +333,11 @@ int Main(int argc, char** argv) {
   p.control = std::shared_ptr<v1::ControlService::Stub>(v1::ControlService::NewStub(
       MakeChannel(f->coordinator, guards->to_coordinator, args, p.secret)));
   p.results = std::make_unique<RetainedResults>(f->retain_bytes, f->retain_tenant_bytes);
+  p.shards = std::make_unique<ShardBoard>(
+      std::chrono::seconds(f->coordinator_grace_seconds),
+      [results = p.results.get()](const BoardShard& shard) {
+        results->Forget(shard.key().job_id, shard.fetch_ticket()).IgnoreError();
+      });
   p.metrics = std::make_unique<WorkerMetrics>(p.results.get(), DeviceMemoryReader(f->backend));
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = MetricsEndpoint::StartIfAsked(
       f->flags, f->host, p.metrics->registry(), [&p] { p.metrics->Refresh(); },

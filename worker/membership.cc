@@ -15,13 +15,15 @@ absl::StatusOr<std::string> Membership::Join() {
     absl::MutexLock lock(&mu_);
     id_ = *id;
   }
+  shards_->OnHeld([this] { Wake(); });
   thread_ = std::thread([this] { Heartbeats(); });
   return id;
 }
 
 void Membership::Leave() {
   if (stopping_.exchange(true)) return;
-  stop_.Notify();  // a heartbeat thread between beats ends at once
+  shards_->OnHeld(nullptr);
+  Wake();  // a heartbeat thread between beats ends at once
   if (thread_.joinable()) thread_.join();
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -56,8 +58,20 @@ absl::StatusOr<std::string> Membership::Register() {
       absl::StrCat("cannot register with the coordinator: ", last.error_message()));
 }
 
+void Membership::Wake() {
+  absl::MutexLock lock(&mu_);
+  wake_ = true;
+}
+
 void Membership::Heartbeats() {
-  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(interval_ms_.load()))) {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&wake_), absl::Milliseconds(interval_ms_.load()));
+      wake_ = false;
+    }
+    if (stopping_) return;
+    shards_->DropExpired();
     HeartbeatOnce();
   }
 }
@@ -77,9 +91,15 @@ void Membership::HeartbeatOnce() {
     d->set_state(dropped.state);
     d->set_why(dropped.why);
   }
+  for (v1::HeldShard& held : shards_->Held()) *request.add_held_shards() = std::move(held);
   v1::HeartbeatResponse response;
   const bool heard = control_->Heartbeat(&ctx, request, &response).ok();
   if (heard) unreported_.clear();
+  for (const v1::HeldShard& drop : response.drop_shards()) {
+    shards_->Drop({drop.job_id(), drop.attempt(), drop.rank()},
+                  "its coordinator let it go (the job ended, was cancelled, or runs again "
+                  "elsewhere)");
+  }
   if (heard && !response.known() && !stopping_) {
     absl::StatusOr<std::string> again = Register();
     absl::MutexLock lock(&mu_);

@@ -1,8 +1,10 @@
 // This worker's place in the coordinator's registry: Register once it
 // serves (retrying while the coordinator comes up), heartbeats that report
-// the results it dropped and register it again when the coordinator has
-// forgotten it (a restart), and Leave (heartbeats stopped, deregistered)
-// when it drains.
+// the results it dropped and the shards it holds (shard_board.h: dropping
+// those the coordinator lets go, and those held past the grace) and
+// register it again when the coordinator has forgotten it (a restart), and
+// Leave (heartbeats stopped, deregistered) when it drains. A shard that
+// becomes held is reported at once, not at the next beat.
 #ifndef LACT_WORKER_MEMBERSHIP_H_
 #define LACT_WORKER_MEMBERSHIP_H_
 
@@ -14,19 +16,23 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "lact/v1/control.grpc.pb.h"
 #include "worker/retained_results.h"
+#include "worker/shard_board.h"
 
 namespace lact {
 
 class Membership {
  public:
   // `request`: the address, metrics address, backend and models this
-  // worker registers with. `results` reports what it dropped.
+  // worker registers with. `results` reports what it dropped, `shards`
+  // what it holds.
   Membership(std::shared_ptr<v1::ControlService::Stub> control, v1::RegisterRequest request,
-             RetainedResults* results)
-      : control_(std::move(control)), request_(std::move(request)), results_(results) {}
+             RetainedResults* results, ShardBoard* shards)
+      : control_(std::move(control)),
+        request_(std::move(request)),
+        results_(results),
+        shards_(shards) {}
   ~Membership() { Leave(); }
 
   // Registers (up to ~30 s while the coordinator is unreachable; at once
@@ -38,6 +44,7 @@ class Membership {
   void Leave();
 
  private:
+  void Wake();
   absl::StatusOr<std::string> Register();
   void Heartbeats();
   void HeartbeatOnce();
@@ -45,13 +52,14 @@ class Membership {
   const std::shared_ptr<v1::ControlService::Stub> control_;
   const v1::RegisterRequest request_;
   RetainedResults* const results_;
+  ShardBoard* const shards_;
   std::atomic<int> interval_ms_{1000};
   std::atomic<bool> stopping_{false};
-  absl::Notification stop_;  // wakes the heartbeat thread to end
   std::thread thread_;
   absl::Mutex mu_;
-  std::string id_ ABSL_GUARDED_BY(mu_);  // a re-registration changes it
-  std::vector<DroppedJob> unreported_;   // the heartbeat thread's
+  std::string id_ ABSL_GUARDED_BY(mu_);     // a re-registration changes it
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;  // beat now: stopping, or a shard became held
+  std::vector<DroppedJob> unreported_;      // the heartbeat thread's
 };
 
 }  // namespace lact

@@ -68,23 +68,35 @@ absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeTransfer(const v1::ShardSpec&
   return transfer;
 }
 
-// What a shard tells the coordinator, as messages on its RunShard call.
+v1::RunShardResponse LayersMessage(int layers) {
+  v1::RunShardResponse r;
+  r.set_layers_done(layers);
+  return r;
+}
+
+v1::RunShardResponse SpooledMessage() {
+  v1::RunShardResponse r;
+  r.set_spooled(true);
+  return r;
+}
+
+// What a shard tells the coordinator, as messages on its RunShard call,
+// and to the board, for a coordinator that follows it again.
 class CallReports final : public ShardReports {
  public:
-  explicit CallReports(ShardCall* call) : call_(call) {}
+  CallReports(ShardCall* call, BoardShard* shard) : call_(call), shard_(shard) {}
   void LayersDone(int layers) override {
-    v1::RunShardResponse r;
-    r.set_layers_done(layers);
-    call_->Write(r);
+    shard_->LayersDone(layers);
+    call_->Write(LayersMessage(layers));
   }
   void Spooled() override {
-    v1::RunShardResponse r;
-    r.set_spooled(true);
-    call_->Write(r);
+    shard_->Spooled();
+    call_->Write(SpooledMessage());
   }
 
  private:
   ShardCall* const call_;
+  BoardShard* const shard_;
 };
 
 absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
@@ -106,6 +118,50 @@ absl::Status CheckShardSpec(const v1::ShardSpec& spec) {
 
 constexpr char kNoShardSpec[] = "RunShardRequest.spec is missing";
 
+// The shard's run, from the model to its delivery; `transfer` null when
+// nothing moves in band.
+absl::Status RunShardOnBoard(const WorkerContext& w, const v1::ShardSpec& spec, ShardCall& call,
+                             BoardShard* shard, const std::shared_ptr<ShardTransfer>& transfer,
+                             const std::atomic<bool>& cancelled, v1::ShardDone* stats) {
+  absl::StatusOr<v1::ShardDone> done = [&]() -> absl::StatusOr<v1::ShardDone> {
+    LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w.models, spec.model(), spec.options()));
+    if (job.config.input_width() != spec.token_width()) {
+      return absl::InvalidArgumentError(absl::StrCat("ShardSpec.token_width ", spec.token_width(),
+                                                     " but model '", spec.model(), "' takes ",
+                                                     job.config.input_width()));
+    }
+    KvStoreClient store(w.control, CollectiveTimeout(spec));
+    CallReports reports(&call, shard);
+    return ShardRun(
+               {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, &store}, spec,
+               std::move(job), &reports, [&cancelled] { return cancelled.load(); }, transfer)
+        .Run();
+  }();
+  if (!done.ok()) {
+    w.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
+    w.results->NotKept(spec.job_id(), absl::StrCat("not kept: its shard here ended ",
+                                                   absl::StatusCodeToString(done.status().code()),
+                                                   ": ", done.status().message().substr(0, 200)));
+  }
+  if (transfer != nullptr) {
+    if (!done.ok()) transfer->Abort(done.status());
+    w.transfers->Unregister(spec.job_id(), spec.rank(), transfer.get());
+    // A failure the client's stream caused (a bad chunk, a disconnect) is
+    // the transfer's; report that rather than what it led to here.
+    absl::Status cause = transfer->failure();
+    if (!done.ok() && !cause.ok()) done = cause;
+  }
+  shard->End(done);
+  // Delivered on the call that still follows; else held for the next.
+  if (!call.ended()) shard->Delivered();
+  if (!done.ok()) return done.status();
+  *stats = *done;
+  v1::RunShardResponse response;
+  *response.mutable_done() = *done;
+  call.Write(response);
+  return absl::OkStatus();
+}
+
 // `*stats`: the shard's ShardDone, when it succeeds.
 absl::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& request,
                           ShardCall& call, v1::ShardDone* stats) {
@@ -119,42 +175,57 @@ absl::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& req
   if (!transfer.ok()) return transfer.status();
   if (*transfer != nullptr) w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
   std::atomic<bool> cancelled{false};
-  ShardCall::EndWatch watch(&call, [&] {
+  const std::shared_ptr<BoardShard> shard =
+      w.shards->Begin({spec.job_id(), spec.attempt(), spec.rank()}, spec.fetch_ticket());
+  shard->SetCancelAction([&] {
     cancelled = true;
     if (*transfer != nullptr) (*transfer)->Cancel();
   });
-  absl::StatusOr<v1::ShardDone> done = [&]() -> absl::StatusOr<v1::ShardDone> {
-    LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w.models, spec.model(), spec.options()));
-    if (job.config.input_width() != spec.token_width()) {
-      return absl::InvalidArgumentError(absl::StrCat("ShardSpec.token_width ", spec.token_width(),
-                                                     " but model '", spec.model(), "' takes ",
-                                                     job.config.input_width()));
+  // The call's end stops the shard only on a worker that holds none;
+  // otherwise the shard runs on, held, until a coordinator says.
+  ShardCall::EndWatch watch(&call, [&] {
+    if (w.shards->grace().count() == 0) return shard->Drop();
+    shard->Unfollow();
+    w.shards->BecameHeld();
+  });
+  const absl::Status status =
+      RunShardOnBoard(w, spec, call, shard.get(), *transfer, cancelled, stats);
+  shard->SetCancelAction(nullptr);
+  w.shards->Finished(shard);
+  return status;
+}
+
+// Follows a held shard on `call` (AttachShard): its progress from where it
+// stands, then its end.
+absl::Status AttachShardFlow(const WorkerContext& w, const v1::AttachShardRequest& request,
+                             ShardCall& call) {
+  LACT_ASSIGN_OR_RETURN(std::shared_ptr<BoardShard> shard,
+                        w.shards->Find({request.job_id(), request.attempt(), request.rank()}));
+  if (!shard->Follow()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the shard of job ", request.job_id(), " (attempt ", request.attempt(),
+                     ", rank ", request.rank(), ") is followed by another call, or was dropped"));
+  }
+  ShardCall::EndWatch watch(&call, [&shard] { shard->Wake(); });
+  ShardView seen;
+  while (true) {
+    const ShardView now = shard->Await(seen);
+    if (now.layers_done != seen.layers_done) call.Write(LayersMessage(now.layers_done));
+    if (now.spooled && !seen.spooled) call.Write(SpooledMessage());
+    seen = now;
+    if (call.ended()) {
+      shard->Unfollow();
+      w.shards->BecameHeld();
+      return absl::CancelledError("the coordinator's AttachShard call ended");
     }
-    KvStoreClient store(w.control, CollectiveTimeout(spec));
-    CallReports reports(&call);
-    return ShardRun(
-               {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, &store}, spec,
-               std::move(job), &reports, [&cancelled] { return cancelled.load(); }, *transfer)
-        .Run();
-  }();
-  if (!done.ok()) {
-    w.results->Forget(spec.job_id(), spec.fetch_ticket()).IgnoreError();  // of no use now
-    w.results->NotKept(spec.job_id(), absl::StrCat("not kept: its shard here ended ",
-                                                   absl::StatusCodeToString(done.status().code()),
-                                                   ": ", done.status().message().substr(0, 200)));
+    if (shard->dropped()) return absl::CancelledError("the shard was dropped");
+    if (now.ended) break;
   }
-  if (*transfer != nullptr) {
-    if (!done.ok()) (*transfer)->Abort(done.status());
-    w.transfers->Unregister(spec.job_id(), spec.rank(), transfer->get());
-    // A failure the client's stream caused (a bad chunk, a disconnect) is
-    // the transfer's; report that rather than what it led to here.
-    absl::Status cause = (*transfer)->failure();
-    if (!done.ok() && !cause.ok()) done = cause;
-  }
-  if (!done.ok()) return done.status();
-  *stats = *done;
+  shard->Delivered();
+  w.shards->Remove(shard);
+  if (!seen.outcome.ok()) return seen.outcome.status();
   v1::RunShardResponse response;
-  *response.mutable_done() = *done;
+  *response.mutable_done() = *seen.outcome;
   call.Write(response);
   return absl::OkStatus();
 }
@@ -208,6 +279,26 @@ void LogShardEnd(const v1::RunShardRequest& request, const absl::Status& status,
 }
 
 }  // namespace
+
+WorkerService::WorkerService(WorkerContext context)
+    : w_(std::move(context)), queries_(w_.max_queries, "queries", "", "--max-queries") {
+  if (w_.shards == nullptr) {
+    own_shards_ = std::make_unique<ShardBoard>(
+        std::chrono::seconds(0), [results = w_.results](const BoardShard& shard) {
+          results->Forget(shard.key().job_id, shard.fetch_ticket()).IgnoreError();
+        });
+    w_.shards = own_shards_.get();
+  }
+}
+
+grpc::ServerWriteReactor<v1::RunShardResponse>* WorkerService::AttachShard(
+    grpc::CallbackServerContext* context, const v1::AttachShardRequest* request) {
+  context->AddTrailingMetadata(kWorkerStatusKey, "1");
+  return ShardCall::Start(context, [this, context, request](ShardCall& call) {
+    if (absl::Status s = CheckCoordinator(*context); !s.ok()) return s;
+    return AttachShardFlow(w_, *request, call);
+  });
+}
 
 grpc::ServerWriteReactor<v1::RunShardResponse>* WorkerService::RunShard(
     grpc::CallbackServerContext* context, const v1::RunShardRequest* request) {

@@ -6,6 +6,8 @@
 // band are retained too (retained_results.h), so a client that went away
 // can fetch them, and a shard whose client went away still succeeds.
 // RunQuery runs query sets against a kept state; Forget drops a job's.
+// A shard whose RunShard call ends (its coordinator stopped) runs on, held
+// for the coordinator that takes the job back (AttachShard; shard_board.h).
 // One shard at a time per worker is the coordinator's policy; the service
 // itself is re-entrant. The streaming calls run on gRPC's callback API
 // (proto/write_call.h): the coordinator's cancel reaches a shard when it
@@ -25,6 +27,7 @@
 #include "worker/backends.h"
 #include "worker/model_cache.h"
 #include "worker/retained_results.h"
+#include "worker/shard_board.h"
 #include "worker/shard_transfer.h"
 #include "worker/worker_metrics.h"
 
@@ -50,12 +53,14 @@ struct WorkerContext {
   // Queries running here at once (each holds a thread while it waits for
   // the client's Transfer); more are RESOURCE_EXHAUSTED.
   int max_queries = 64;
+  // The shards as their coordinator follows them (shard_board.h); null: a
+  // board with no grace (a shard stops when its RunShard call ends).
+  ShardBoard* shards = nullptr;
 };
 
 class WorkerService final : public v1::WorkerService::CallbackService {
  public:
-  explicit WorkerService(WorkerContext context)
-      : w_(std::move(context)), queries_(w_.max_queries, "queries", "", "--max-queries") {}
+  explicit WorkerService(WorkerContext context);
 
   grpc::ServerWriteReactor<v1::RunShardResponse>* RunShard(
       grpc::CallbackServerContext* context, const v1::RunShardRequest* request) override;
@@ -64,6 +69,8 @@ class WorkerService final : public v1::WorkerService::CallbackService {
   grpc::ServerUnaryReactor* Forget(grpc::CallbackServerContext* context,
                                    const v1::ForgetRequest* request,
                                    v1::ForgetResponse* response) override;
+  grpc::ServerWriteReactor<v1::RunShardResponse>* AttachShard(
+      grpc::CallbackServerContext* context, const v1::AttachShardRequest* request) override;
 
   // Takes no new shards or queries from now on (UNAVAILABLE, "draining");
   // those running go on.
@@ -79,7 +86,8 @@ class WorkerService final : public v1::WorkerService::CallbackService {
   void Leave();
 
   WorkerContext w_;
-  CallCaps queries_;  // RunQuery calls running (one key: the worker's)
+  std::unique_ptr<ShardBoard> own_shards_;  // when the context gives none
+  CallCaps queries_;                        // RunQuery calls running (one key: the worker's)
   absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int running_ ABSL_GUARDED_BY(mu_) = 0;

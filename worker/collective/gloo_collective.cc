@@ -36,6 +36,8 @@ absl::Status Guard(const char* what, Fn fn) {
     return absl::OkStatus();
   } catch (const RendezvousTimeout& e) {
     return absl::DeadlineExceededError(absl::StrCat("gloo ", what, " timed out: ", e.what()));
+  } catch (const RendezvousUnavailable& e) {
+    return absl::UnavailableError(absl::StrCat("gloo ", what, " failed: ", e.what()));
   } catch (const gloo::IoException& e) {
     // Gloo's transport has no timeout type: its timeouts say so.
     if (absl::StrContains(e.what(), "Timed out")) {
