@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/shard_transfers.h"
+#include "client/submit_session.h"
 #include "common/model.h"
 #include "common/status_macros.h"
 #include "common/wire_limits.h"
@@ -29,49 +30,6 @@ void SetTimeout(grpc::ClientContext* ctx, std::chrono::milliseconds timeout, Def
   ctx->set_deadline(std::chrono::system_clock::now() +
                     (timeout.count() > 0 ? timeout : std::chrono::milliseconds(otherwise)));
 }
-
-// Passes the client's upload progress on, at most every 500 ms and at its
-// end, until the coordinator's own progress takes over; and the
-// coordinator's. One at a time, from the Transfer streams' threads and
-// Submit's.
-class ProgressRelay {
- public:
-  explicit ProgressRelay(const LactClient::ProgressFn& progress) : progress_(progress) {}
-
-  void StartUpload(int64_t total) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    total_ = total;
-    start_ = std::chrono::steady_clock::now();
-    uploading_ = progress_ != nullptr;
-  }
-  void ContextSent(int64_t sent) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (!uploading_ || (sent < total_ && now - last_report_ < std::chrono::milliseconds(500))) {
-      return;
-    }
-    last_report_ = now;
-    v1::Progress p;
-    p.set_stage(v1::Progress::UPLOAD);
-    p.set_tokens_done(sent);
-    p.set_tokens_total(total_);
-    p.set_elapsed_seconds(std::chrono::duration<double>(now - start_).count());
-    progress_(p);
-  }
-  void FromServer(const v1::Progress& p) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    uploading_ = false;
-    if (progress_) progress_(p);
-  }
-
- private:
-  const LactClient::ProgressFn& progress_;
-  absl::Mutex mu_;
-  bool uploading_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t total_ ABSL_GUARDED_BY(mu_) = 0;
-  std::chrono::steady_clock::time_point start_ ABSL_GUARDED_BY(mu_);
-  std::chrono::steady_clock::time_point last_report_ ABSL_GUARDED_BY(mu_);
-};
 
 absl::Status CheckShapes(const ContextInput& context, const std::vector<Tensor>& queries) {
   LACT_RETURN_IF_ERROR(context.Check());
@@ -125,17 +83,6 @@ bool CoordinatorWentAway(const grpc::Status& status,
   return !status.ok() && metadata.count(kCoordinatorStatusKey) == 0 &&
          status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
          status.error_code() != grpc::StatusCode::CANCELLED;
-}
-
-v1::Progress CoordinatorAway(const std::string& job_id) {
-  v1::Progress p;
-  p.set_stage(v1::Progress::COORDINATOR_AWAY);
-  p.set_job_id(job_id);
-  return p;
-}
-
-const std::string& JobIdOf(const v1::SubmitResponse& response) {
-  return response.has_accepted() ? response.accepted().job_id() : response.progress().job_id();
 }
 
 // The end of a call whose bytes `transfers` (null: none) moved: they are
@@ -209,26 +156,9 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
   *request.mutable_spec() = MakeJobSpec(options, context, queries);
   // Names the submission, so a call made again follows the job it admitted.
   if (request.spec().request_id().empty()) request.mutable_spec()->set_request_id(RandomHex(16));
-  JobResult result;
-  std::unique_ptr<ShardTransfers> transfers;
-  ProgressRelay relay(progress);
-  std::string ticket;  // of the attempt whose transfers run
-  // Each attempt's bytes move over transfers of its own.
-  const auto start_attempt = [&](const v1::JobAccepted& a) {
-    result.shards.assign(a.shards().begin(), a.shards().end());
-    if (a.ticket() == ticket) return;  // announced again by a call made again
-    ticket = a.ticket();
-    if (transfers != nullptr) {  // the job runs again on other workers
-      transfers->Cancel();
-      transfers->Join().IgnoreError();
-    }
-    // A job running again from its spool needs no context rows.
-    const bool send_context = context.file() == nullptr && !a.context_spooled();
-    transfers = std::make_unique<ShardTransfers>(credentials_, a, send_context ? &context : nullptr,
-                                                 queries, &options.output, &result);
-    if (send_context) relay.StartUpload(a.context_tokens());
-    transfers->Start(deadline, [&relay](int64_t sent) { relay.ContextSent(sent); });
-  };
+  SubmitSession session(credentials_,
+                        {options.output, options.detach, context, queries, progress, on_accepted},
+                        deadline);
   bool made_again = false;  // the first call was lost to the coordinator going away
   std::chrono::milliseconds backoff = kFirstBackoff;
   while (true) {
@@ -238,46 +168,26 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
     // A coordinator this client reached may go away mid-call; one never
     // reached is an error at once.
     const bool reached = made_again || Reached(deadline);
-    auto stream = stub_->Submit(&ctx, request);
-    v1::SubmitResponse response;
-    while (stream->Read(&response)) {
-      *reached_ = true;
-      if (result.job_id.empty() && !JobIdOf(response).empty()) {
-        result.job_id = JobIdOf(response);
-        if (on_accepted) on_accepted(result.job_id);
-        if (options.detach) {
-          ctx.TryCancel();  // the job runs on without this call
-          stream->Finish().IgnoreError();
-          return result;
-        }
-      }
-      if (response.has_accepted()) {
-        start_attempt(response.accepted());
-      } else if (response.has_progress()) {
-        if (response.progress().stage() != v1::Progress::STAGE_UNSPECIFIED)
-          relay.FromServer(response.progress());
-      } else if (response.has_done()) {
-        result.stats = response.done().stats();
-      }
-    }
-    const grpc::Status end = stream->Finish();
-    if (!reached || !CoordinatorWentAway(end, ctx.GetServerTrailingMetadata()) ||
+    const SubmitSession::CallEnd end = session.Read(stub_->Submit(&ctx, request).get(), &ctx);
+    if (end.answered) *reached_ = true;
+    if (end.detached) return session.TakeResult();
+    if (!reached || !CoordinatorWentAway(end.status, ctx.GetServerTrailingMetadata()) ||
         std::chrono::system_clock::now() >= deadline) {
-      if (!end.ok() || !made_again || transfers == nullptr) {
-        LACT_RETURN_IF_ERROR(EndWithTransfers(end, transfers.get()));
-        return result;
-      }
-      break;
+      if (end.status.ok() && made_again && session.transfers() != nullptr) break;
+      LACT_RETURN_IF_ERROR(EndWithTransfers(end.status, session.transfers()));
+      return session.TakeResult();
     }
-    // The coordinator went away; the job and its transfers run on.
-    relay.FromServer(CoordinatorAway(result.job_id));
+    session.CoordinatorAway();  // the job and its transfers run on
     made_again = true;
+    request.set_follow_only(!session.job_id().empty());  // never a second job
     std::this_thread::sleep_for(backoff);
     backoff = std::min(2 * backoff, kMostBackoff);
   }
   // A job followed through a restart: what its transfers did not bring (an
   // attempt they missed), its workers kept.
-  if (transfers->Join().ok()) return result;
+  const bool moved = session.transfers()->Join().ok();
+  JobResult result = session.TakeResult();
+  if (moved) return result;
   LACT_ASSIGN_OR_RETURN(const v1::JobInfo info, GetJob(result.job_id));
   LACT_RETURN_IF_ERROR(FetchKept(info, options.output, &result));
   return result;

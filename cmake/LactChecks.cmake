@@ -47,6 +47,7 @@ if(LACT_CLANGXX)
   add_test(NAME thread_safety_analysis
            COMMAND ${LACT_CLANGXX} -fsyntax-only -std=c++20 -Wthread-safety -Werror=thread-safety
                    -Wno-unknown-warning-option -I${PROJECT_SOURCE_DIR} -I${PROJECT_BINARY_DIR}/proto/gen
+                   -I${PROJECT_BINARY_DIR}/server/gen
                    -isystem ${PROJECT_SOURCE_DIR}/tools/cuda-emu/include ${locked})
   set_tests_properties(thread_safety_analysis PROPERTIES LABELS check)
 else()

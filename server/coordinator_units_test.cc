@@ -399,6 +399,60 @@ TEST(WorkerRegistry, EntriesAreBoundedDroppingSilentWorkers) {
   EXPECT_EQ(registry.CountHolding("preset:small"), 1) << "a and b were dropped";
 }
 
+// With their JobRecord, a running and a queued job stay live across a
+// restart, to be taken back: the running one's held shards of its
+// recorded attempt are wanted until it follows them (Adopted), no other
+// attempt's; a Submit made again finds the job by its request_id.
+TEST(JobStore, LiveJobsWithARecordAreTakenBackAfterARestart) {
+  const std::string dir = ::testing::TempDir() + "/lact_taken_back_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  v1::JobSpec spec;
+  spec.set_model("preset:small");
+  spec.set_tenant("t");
+  std::string running, queued;
+  {
+    absl::StatusOr<std::unique_ptr<JobJournal>> journal = JobJournal::Open(dir);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    JobStore jobs;
+    ASSERT_TRUE(jobs.Restore(journal->get()).ok());
+    spec.set_request_id("first-submission");
+    running = *jobs.Create(spec);
+    jobs.Start(running, v1::JobAccepted(), "ticket");
+    JobRecord record;
+    *record.mutable_spec() = spec;
+    record.set_attempt(1);
+    record.add_workers("w:1");
+    jobs.SetRecord(running, record);
+    spec.set_request_id("second-submission");
+    queued = *jobs.Create(spec);
+    record.set_attempt(-1);
+    record.clear_workers();
+    *record.mutable_spec() = spec;
+    jobs.SetRecord(queued, record);
+  }
+  absl::StatusOr<std::unique_ptr<JobJournal>> journal = JobJournal::Open(dir);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  JobStore jobs;
+  ASSERT_TRUE(jobs.Restore(journal->get()).ok());
+  const std::vector<RestoredJob> restored = jobs.TakeRestored();
+  ASSERT_EQ(restored.size(), 2u);
+  EXPECT_EQ(restored[0].info.job_id(), running);
+  EXPECT_EQ(restored[0].info.status(), v1::JobInfo::RUNNING);
+  EXPECT_EQ(restored[0].record.attempt(), 1);
+  EXPECT_EQ(restored[1].info.status(), v1::JobInfo::QUEUED);
+  EXPECT_TRUE(jobs.WantsHeldShard(running, 1));
+  EXPECT_FALSE(jobs.WantsHeldShard(running, 0)) << "an earlier attempt's shards are let go";
+  EXPECT_FALSE(jobs.WantsHeldShard(queued, -1));
+  jobs.Adopted(running);
+  EXPECT_FALSE(jobs.WantsHeldShard(running, 1));
+  EXPECT_EQ(jobs.FindRequest("t", "first-submission"), running);
+  EXPECT_EQ(jobs.FindRequest("t", "second-submission"), queued);
+  EXPECT_EQ(jobs.FindRequest("other", "first-submission"), std::nullopt)
+      << "a request id is its tenant's";
+  EXPECT_TRUE(jobs.TakeRestored().empty()) << "taken once";
+  std::filesystem::remove_all(dir);
+}
+
 TEST(JobStore, RecordsAndRetainedStatesOutliveTheStoreThroughItsJournal) {
   const std::string dir = ::testing::TempDir() + "/lact_journal_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);

@@ -190,7 +190,9 @@ class JobRunTest : public ::testing::Test {
     return job;
   }
 
-  absl::Status Run(AdmittedJob job, FakeTransport* transport, FakeCall* call) {
+  // `record`, when given: the job is taken back from it (TakeBack).
+  absl::Status Run(AdmittedJob job, FakeTransport* transport, FakeCall* call,
+                   const JobRecord* record = nullptr) {
     Coordinator c{.registry = &registry_,
                   .kv = &kv_,
                   .jobs = &jobs_,
@@ -201,6 +203,7 @@ class JobRunTest : public ::testing::Test {
                   .metrics = nullptr};
     auto machine = std::make_shared<JobMachine>(job.id);
     JobRun run(c, transport, call, std::move(job), std::move(machine));
+    if (record != nullptr) run.TakeBack(*record);
     const absl::Status status = run.Run();
     stats_ = run.stats();
     return status;
@@ -300,6 +303,49 @@ TEST_F(JobRunTest, StatisticsTakeTheSlowestRankAndSumTheAllReduce) {
   EXPECT_EQ(stats_.coordinator_payload_bytes(), 0);
   EXPECT_TRUE(stats_.results_delivered());
   EXPECT_EQ(stats_.layers(), PresetConfig("small")->n_layers);
+}
+
+// A job taken back after a restart: where its record says attempt 2 ran
+// (on c:3 and d:4), it follows that attempt's shards there again, and runs
+// no new attempt when they succeed.
+TEST_F(JobRunTest, ATakenBackJobFollowsItsRecordedAttemptWhereItRuns) {
+  FakeTransport transport({{Succeeds(), Succeeds()}});
+  FakeCall call;
+  JobRecord record;
+  record.set_attempt(2);
+  record.set_reruns(2);
+  record.add_workers("c:3");
+  record.add_workers("d:4");
+  record.set_fetch_ticket("kept-fetch-ticket");
+  const absl::Status status = Run(Job(), &transport, &call, &record);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(transport.followed, ::testing::ElementsAre(2));
+  ASSERT_EQ(transport.attempts.size(), 1u);
+  EXPECT_THAT(transport.attempts[0]->addresses(), ::testing::ElementsAre("c:3", "d:4"));
+  EXPECT_EQ(stats_.reruns(), 2) << "no attempt was added";
+}
+
+// When the followed attempt cannot go on (a worker lost while the
+// coordinator was away), the job runs again as a new attempt, numbered
+// past every attempt before it, without the lost worker.
+TEST_F(JobRunTest, ATakenBackJobWhoseWorkerWasLostRunsAgainUnderANewAttempt) {
+  FakeTransport transport(
+      {{ReportsGroupBroken(), Gone(absl::Milliseconds(100))}, {Succeeds(), Succeeds()}});
+  FakeCall call;
+  JobRecord record;
+  record.set_attempt(1);
+  record.set_reruns(1);
+  record.add_workers("a:1");
+  record.add_workers("b:2");
+  const absl::Status status = Run(Job(), &transport, &call, &record);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_THAT(transport.followed, ::testing::ElementsAre(1));
+  ASSERT_EQ(transport.attempts.size(), 2u);
+  EXPECT_THAT(transport.attempts[1]->addresses(), Not(Contains("b:2")));
+  ASSERT_EQ(transport.attempts[1]->specs().size(), 2u);
+  EXPECT_EQ(transport.attempts[1]->specs()[0].attempt(), 2);
+  EXPECT_THAT(transport.attempts[1]->specs()[0].rendezvous_prefix(), HasSubstr("/2/"));
+  EXPECT_EQ(stats_.reruns(), 2);
 }
 
 }  // namespace

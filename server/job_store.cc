@@ -427,7 +427,8 @@ std::vector<RestoredJob> JobStore::TakeRestored() {
 bool JobStore::WantsHeldShard(const std::string& id, int attempt) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(id);
-  return it != jobs_.end() && !Ended(it->second.info) && it->second.adopting == attempt;
+  return it != jobs_.end() && !Ended(it->second.info) && it->second.adopting >= 0 &&
+         it->second.adopting == attempt;
 }
 
 void JobStore::Adopted(const std::string& id) {

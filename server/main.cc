@@ -285,6 +285,16 @@ struct Records {
   std::vector<RestoredJob> restored;  // taken back once the coordinator serves
 };
 
+// What a coordinator without --state-dir loses when it stops, said at its
+// start.
+void WarnNoStateDir() {
+  Log(LogLevel::kWarn, "no_state_dir",
+      {{"consequence",
+        "job records live in this process only: a restart forgets every job, and the queued and "
+        "running ones end with it (give --state-dir DIR to keep them, and the running jobs, "
+        "across restarts)"}});
+}
+
 // With --state-dir, SIGTERM hands the live jobs over to the next
 // coordinator on the same state: their records are written no more, and
 // the process stops at once, as a crash would, so nothing it does on the
@@ -349,13 +359,7 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
        {"state_dir", f.flags.Get("state-dir").value_or("")},
        {"jobs_taken_back", static_cast<int64_t>(records.restored.size())}});
   const bool hands_over = f.flags.Has("state-dir");
-  if (!hands_over) {
-    Log(LogLevel::kWarn, "no_state_dir",
-        {{"consequence",
-          "job records live in this process only: a restart ends every queued and running job "
-          "FAILED and forgets every record (give --state-dir DIR to keep them, and the running "
-          "jobs, across restarts)"}});
-  }
+  if (!hands_over) WarnNoStateDir();
   TakeBackJobs(c, std::move(records.restored));
   WaitForStopSignal();
   if (hands_over) HandOver(records.jobs, &draining);

@@ -131,6 +131,12 @@ absl::Status RunSubmitFlow(const Coordinator& c, const v1::SubmitRequest& reques
           c.jobs->FindRequest(request.spec().tenant(), request.spec().request_id())) {
     return FollowSubmitted(c, *known, call);
   }
+  if (request.follow_only()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no job of request_id '", request.spec().request_id(),
+        "' is known here: the coordinator restarted without --state-dir (it forgets its jobs "
+        "when it stops), or the job's record is gone"));
+  }
   absl::StatusOr<AdmittedJob> job = Admit(c, request, folder);
   if (!job.ok()) return job.status();
   auto machine = std::make_shared<JobMachine>(job->id);

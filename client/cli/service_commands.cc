@@ -76,7 +76,7 @@ class ProgressLine {
   void Update(const v1::Progress& p) {
     const auto now = std::chrono::steady_clock::now();
     if (!tty_ && now - last_ < std::chrono::seconds(5) && p.stage() != v1::Progress::QUERIES &&
-        p.stage() != v1::Progress::QUEUED) {
+        p.stage() != v1::Progress::QUEUED && p.stage() != v1::Progress::COORDINATOR_AWAY) {
       return;
     }
     last_ = now;
@@ -100,6 +100,8 @@ class ProgressLine {
                              p.queue_position() == 1
                                  ? std::string("next in line")
                                  : absl::StrCat(p.queue_position() - 1, " jobs ahead"));
+    } else if (p.stage() == v1::Progress::COORDINATOR_AWAY) {
+      text = "waiting for the coordinator (it went away; the job runs on on its workers)";
     }
     if (p.stage() == v1::Progress::UPLOAD) upload_end_ = p.elapsed_seconds();
     std::fprintf(stderr, tty_ ? "\r\033[K[%6.1f s] %s" : "[%6.1f s] %s\n", p.elapsed_seconds(),

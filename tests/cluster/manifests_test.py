@@ -11,6 +11,9 @@ Then, from a "node" namespace:
 - every golden case runs through the cluster on both workers, in band, and
   one by reference (context and output files on the shared data volume,
   written by the workers' user), within 1e-4 of the golden files;
+- the coordinator rolled out (preStop, SIGTERM, a new one on the same
+  state volume) under a running job: the job goes on and its `lact
+  submit` exits 0 with the output of an undisturbed run;
 - each pod stops as the kubelet stops it: its preStop hook runs, then
   SIGTERM drains it within terminationGracePeriodSeconds, exit status 0.
 
@@ -87,6 +90,47 @@ def submit(node, lact, work, case, server, tls_ca, token_file, extra):
         raise AssertionError(f"lact submit {case.name} failed ({run.returncode}):\n"
                              f"{run.stderr[-2000:]}")
     return out
+
+
+def rollout(node, lact, work, case, server, tls_ca, token_file, coordinator, start):
+    """A rollout of the coordinator under a running job: preStop, SIGTERM (it
+    hands the job over, stopping at once), a new coordinator on the same
+    state volume. The job's shards run on on the workers
+    (--coordinator-grace-seconds), its `lact submit` rides the restart out,
+    exits 0, and writes what an undisturbed run writes, bit for bit."""
+    width = np.load(case.context).shape[1]
+    context = os.path.join(work, "rollout-context.npy")
+    np.save(context, np.random.default_rng(7).standard_normal((262144, width)).astype(np.float32))
+    rolled = argparse.Namespace(name=case.name, context=context, queries=[],
+                                job_flags=case.job_flags)
+    undisturbed = submit(node, lact, work, rolled, server, tls_ca, token_file, [])
+    out = os.path.join(work, "rollout-out.safetensors")
+    argv = [lact, "submit", "--server", server, "--model", case.name, "--workers", "2",
+            "--token-file", token_file, "--tls-ca", tls_ca, "--timeout", "300",
+            *case.job_flags(), "--context", context, "--out", out]
+    if coordinator.pre_stop() != 0:  # it only waits for the Service to let the pod go
+        raise AssertionError("coordinator: preStop hook failed")
+    job = subprocess.Popen(node.exec_argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    time.sleep(1.0)  # the job admitted and running
+    exit_code, took = coordinator.stop()
+    if exit_code != 0 or took > 10:
+        raise AssertionError(f"coordinator: SIGTERM -> exit {exit_code} after {took:.1f} s; "
+                             f"with --state-dir it hands its jobs over at once\n{coordinator.logs()}")
+    coordinator.start()
+    coordinator.wait_started(node)
+    _, stderr = job.communicate(timeout=600)
+    if job.returncode != 0:
+        raise AssertionError(f"lact submit through the rollout failed ({job.returncode}):\n"
+                             f"{stderr[-2000:]}")
+    got, _ = golden.safetensors_io.read(out)
+    want, _ = golden.safetensors_io.read(undisturbed)
+    if sorted(got) != sorted(want) or any(not np.array_equal(got[k], want[k]) for k in want):
+        raise AssertionError("the job rolled over differs from its undisturbed run")
+    away = "waiting for the coordinator" in stderr
+    step(f"coordinator rolled out under a running job (SIGTERM: exit 0 in {took:.1f} s): "
+         f"its client {'rode the restart out' if away else 'finished first'}, output equal to "
+         f"an undisturbed run's", start)
 
 
 def main():
@@ -189,6 +233,8 @@ def main():
             if error > golden.TOLERANCE:
                 raise AssertionError(f"{case.name}: {tensor} off by {error:.3g}")
             step(f"golden {case.name} on 2 workers: worst error {error:.2e} ({tensor})", start)
+
+        rollout(node, lact, results, cases[0], server, ca.cert, token_file, coordinator, start)
 
         case = cases[0]
         # With tokens, a tenant's files are in its own folder of the volume,

@@ -69,7 +69,9 @@ def check_pod(where, obj, objects):
         check("memory" in res.get("limits", {}), cw, "a memory limit")
         check("preStop" in c.get("lifecycle", {}), cw, "a preStop hook")
         args = c.get("args", [])
-        drain = int(flag(args, "--drain-seconds") or 60)
+        # With --state-dir the coordinator hands its jobs over at once;
+        # otherwise SIGTERM drains for --drain-seconds.
+        drain = 0 if flag(args, "--state-dir") else int(flag(args, "--drain-seconds") or 60)
         check(spec.get("terminationGracePeriodSeconds", 30) >= drain + 10, cw,
               f"terminationGracePeriodSeconds covers --drain-seconds {drain} and 10 s more")
         for tls in ("--tls-cert", "--tls-key", "--tls-ca", "--cluster-secret-file"):
@@ -125,6 +127,11 @@ def check_overlay(overlay):
         args = spec["containers"][0]["args"]
         check(".lact-worker." in (flag(args, "--advertise-host") or ""), where,
               "workers register their stable DNS names")
+        check(int(flag(args, "--coordinator-grace-seconds") or 0) >= 60, where,
+              "workers hold their shards a minute or more while the coordinator is away "
+              "(--coordinator-grace-seconds): a rollout costs running jobs nothing")
+        check(int(flag(args, "--warm-bytes") or 0) > 0, where,
+              "workers warm their heap before their first job (--warm-bytes)")
         model_dir = flag(args, "--model-dir")
         mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
         volumes = {v["name"]: v for v in spec["volumes"]}

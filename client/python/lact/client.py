@@ -35,6 +35,11 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # A coordinator back from a restart is reached within 2 s, not after
+    # gRPC's default backoff of up to 2 minutes.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 _MIN_TOKEN_BYTES = 16  # proto/auth.h kMinSecretBytes
 
@@ -147,6 +152,20 @@ class Client:
         self._lock = threading.Lock()
         self._channels: Dict[str, grpc.Channel] = {}
         self._coordinator = coordinator_pb2_grpc.CoordinatorServiceStub(self._channel_for(address))
+        self._reached_once = False  # a call reached the coordinator
+
+    def _reached(self, deadline: float) -> bool:
+        """Whether this client has reached its coordinator (connecting now, for
+        up to 10 s, if it never has): a Submit call lost to a coordinator it
+        reached is made again; one it never reached is an error at once."""
+        if not self._reached_once:
+            try:
+                grpc.channel_ready_future(self._channel_for(self._address)).result(
+                    timeout=max(0.0, min(10.0, deadline - time.monotonic())))
+                self._reached_once = True
+            except grpc.FutureTimeoutError:
+                pass
+        return self._reached_once
 
     def _channel_for(self, address: str) -> grpc.Channel:
         """The (shared) channel to ``address``, TLS if the client has a CA."""

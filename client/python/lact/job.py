@@ -7,6 +7,7 @@ coordinator's stream. Job's methods may be called from any thread.
 """
 
 import dataclasses
+import secrets
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -20,13 +21,31 @@ from .v1 import coordinator_pb2
 
 _STAGES = coordinator_pb2.Progress.Stage
 
+# How often a Submit call lost to its coordinator going away is made again:
+# after 0.1 s, doubling to at most 2 s, until the job's deadline.
+_FIRST_BACKOFF, _MOST_BACKOFF = 0.1, 2.0
+# On every status of the coordinator's own (proto/metadata_keys.h).
+_COORDINATOR_STATUS_KEY = "lact-coordinator-status"
+
+
+def _coordinator_went_away(error: grpc.RpcError) -> bool:
+    """Whether a Submit call lost its coordinator, rather than hearing its
+    job's end or running out of time."""
+    code = error.code() if hasattr(error, "code") else None
+    if code in (None, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return False
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    return not any(key == _COORDINATOR_STATUS_KEY for key, _ in (trailing or ()))
+
 
 @dataclasses.dataclass(frozen=True)
 class Progress:
     """One progress event. ``stage``: "UPLOAD" (tokens_done of tokens_total
     context tokens handed to the workers: the client's own count), "QUEUED"
     (queue_position: 1 = next), "LAYERS" (layers_done of layers_total
-    finished on every worker) or "QUERIES". ``elapsed``: seconds since submit.
+    finished on every worker), "QUERIES", or "COORDINATOR_AWAY" (the
+    coordinator went away, a restart: the client waits for it to answer
+    again while the job runs on). ``elapsed``: seconds since submit.
 
     ``tokens_per_second``: the stage's rate so far, as the client saw it:
     context tokens sent (UPLOAD), or context tokens through every layer
@@ -114,6 +133,9 @@ class Job:
         self._started = time.monotonic()
         self._upload = None  # [sent, total, last report time, start] while the client's count leads
         self._compute_from: Optional[float] = None  # when the workers had their context
+        self._ticket = ""  # of the attempt whose transfers run
+        if not spec.request_id:  # names the submission, for a call made again
+            spec.request_id = secrets.token_hex(16)
         self._thread = threading.Thread(target=self._run, daemon=True, name="lact-submit")
         self._thread.start()
 
@@ -160,42 +182,86 @@ class Job:
         raises LactError CANCELLED. Returns the JobStatus CancelJob answered."""
         return self._client.cancel(self.id)
 
-    # The Submit call, on the job's thread.
+    # The Submit call, on the job's thread. A call lost to the coordinator
+    # going away (a restart) is made again, with the spec's request_id,
+    # until the coordinator answers or the job's deadline: the call made
+    # again follows the job the first admitted, its transfers running on;
+    # what they did not bring (an attempt they missed), its workers kept.
     def _run(self):
         transfers, stats, shards, error = None, None, [], None
-        try:
-            call = self._client._coordinator.Submit(
-                coordinator_pb2.SubmitRequest(spec=self._spec), timeout=self._timeout,
-                metadata=self._client._metadata)
-            for response in call:
-                kind = response.WhichOneof("kind")
-                if kind == "accepted":
-                    shards = list(response.accepted.shards)
-                    transfers = self._accepted(response.accepted, transfers)
-                elif kind == "progress":
-                    self._server_progress(response.progress)
-                elif kind == "done":
-                    stats = response.done.stats
-        except grpc.RpcError as e:
-            error = from_rpc_error(e)
+        deadline = self._started + self._timeout
+        made_again, backoff = False, _FIRST_BACKOFF
+        reached = self._client._reached(deadline)
+        while True:
+            try:
+                call = self._client._coordinator.Submit(
+                    # Once the job has an id, a call made again never admits a second.
+                    coordinator_pb2.SubmitRequest(spec=self._spec,
+                                                  follow_only=made_again and self._id is not None),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                    metadata=self._client._metadata, wait_for_ready=made_again)
+                for response in call:
+                    self._client._reached_once = True
+                    kind = response.WhichOneof("kind")
+                    if kind == "accepted":
+                        shards = list(response.accepted.shards)
+                        transfers = self._accepted(response.accepted, transfers)
+                    elif kind == "progress":
+                        self._server_progress(response.progress)
+                    elif kind == "done":
+                        stats = response.done.stats
+                break
+            except grpc.RpcError as e:
+                if not (reached and _coordinator_went_away(e) and time.monotonic() < deadline):
+                    error = from_rpc_error(e)
+                    break
+                self._away()
+                made_again = True
+                time.sleep(backoff)
+                backoff = min(2 * backoff, _MOST_BACKOFF)
         if transfers is None:
             error = error or LactError(grpc.StatusCode.INTERNAL, "the job ended without JobAccepted")
         elif error is not None:
             transfers.cancel()
+        result = None
         try:
             if transfers is not None:
                 transfers.join()
         except LactError as e:
-            error = error or e
-        result = None if error else results_from(transfers, self._id, self._torch_out, stats,
-                                                 shards)
+            if error is None and made_again:
+                result = self._fetch_kept(stats, shards)
+            error = error or (None if result else e)
+        if error is None and result is None:
+            result = results_from(transfers, self._id, self._torch_out, stats, shards)
         with self._cond:
             self._error, self._result, self._finished = error, result, True
+            self._cond.notify_all()
+
+    def _fetch_kept(self, stats, shards) -> Optional[Result]:
+        """The results a followed job's workers kept, or None."""
+        try:
+            r = self._client.fetch(self._id)
+        except LactError:
+            return None
+        if self._torch_out:
+            r.output = None if r.output is None else codec.to_user(r.output, True)
+            r.queries = [codec.to_user(q, True) for q in r.queries]
+            r.state = {k: codec.to_user(v, True) for k, v in r.state.items()}
+        return r
+
+    def _away(self):
+        """A COORDINATOR_AWAY event: the coordinator went away; the job runs on."""
+        with self._cond:
+            self._events.append(Progress("COORDINATOR_AWAY", elapsed=time.monotonic() - self._started,
+                                         job_id=self._id or ""))
             self._cond.notify_all()
 
     def _accepted(self, accepted, previous: Optional[ShardTransfers]) -> ShardTransfers:
         """Starts the transfers of a JobAccepted, cancelling a previous run's."""
         self._set_id(accepted.job_id)
+        if previous is not None and accepted.ticket == self._ticket:
+            return previous  # announced again by a call made again
+        self._ticket = accepted.ticket
         if previous is not None:  # the job runs again on other workers
             previous.cancel()
             try:
@@ -224,6 +290,8 @@ class Job:
 
     def _server_progress(self, p):
         self._set_id(p.job_id)
+        if p.stage == _STAGES.STAGE_UNSPECIFIED:
+            return  # only the job's id
         with self._cond:
             now = time.monotonic()
             self._upload = None  # the server's progress takes over

@@ -9,6 +9,8 @@ def _describe(p) -> str:
             "queued (next in line)"
     if p.stage == "QUERIES":
         return "running query sets"
+    if p.stage == "COORDINATOR_AWAY":
+        return "waiting for the coordinator (the job runs on)"
     return p.stage.lower()
 
 
