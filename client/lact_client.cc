@@ -70,6 +70,10 @@ grpc::ChannelArguments CoordinatorChannelArguments() {
   return args;
 }
 
+// How long a cluster with no workers may take to show some: a coordinator
+// just started (a restart) has them back within a few heartbeats.
+constexpr std::chrono::seconds kWorkersRegisterWithin(10);
+
 // How often a Submit call lost to its coordinator going away is made
 // again: after 100 ms, doubling to at most 2 s, until the call's deadline.
 constexpr std::chrono::milliseconds kFirstBackoff(100), kMostBackoff(2000);
@@ -382,12 +386,20 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> LactClient::ListWorkers() {
 }
 
 absl::StatusOr<ModelConfig> LactClient::FindModel(const std::string& model) {
-  LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, ListModels());
   const std::string key = ModelKey(model);
+  // A coordinator that just started (a restart) lists no models until its
+  // workers register, within a few heartbeats.
+  const auto until = std::chrono::steady_clock::now() + kWorkersRegisterWithin;
   std::vector<std::string> names;
-  for (const v1::ModelInfo& m : models) {
-    if (m.name() == key) return ParseModelConfig(m.config_json());
-    names.push_back(m.name());
+  while (true) {
+    LACT_ASSIGN_OR_RETURN(std::vector<v1::ModelInfo> models, ListModels());
+    names.clear();
+    for (const v1::ModelInfo& m : models) {
+      if (m.name() == key) return ParseModelConfig(m.config_json());
+      names.push_back(m.name());
+    }
+    if (!names.empty() || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return absl::NotFoundError(absl::StrCat("the cluster serves no model '", model,
                                           "' (available: ", absl::StrJoin(names, ", "), ")"));

@@ -115,7 +115,9 @@ class LactClient {
   absl::StatusOr<std::vector<v1::ModelInfo>> ListModels();
   // Every worker the coordinator knows (address, backend, models, health, lease).
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
-  // The config of a model the cluster serves (NOT_FOUND naming the others).
+  // The config of a model the cluster serves (NOT_FOUND naming the others;
+  // a cluster that lists no model at all is asked again for up to 10 s:
+  // its coordinator may have just started).
   absl::StatusOr<ModelConfig> FindModel(const std::string& model);
   // OK once the coordinator's channel is connected; UNAVAILABLE naming the
   // address when it is not within `timeout` (nothing listening there, or

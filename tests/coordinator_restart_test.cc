@@ -10,14 +10,18 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/lact_client.h"
 #include "client/local_cluster.h"
 #include "common/npy.h"
+#include "common/safetensors.h"
 #include "tests/random_model.h"
 #include "tests/service_support.h"
 
@@ -103,6 +107,23 @@ struct Jobs {
   JobResult in_band, by_reference, queued;  // undisturbed
 };
 
+// What a `lact submit` command that exited `rc` wrote to `out`: its output.
+absl::StatusOr<JobResult> CommandResult(int rc, const std::string& out) {
+  if (rc != 0) {
+    std::ifstream log(out + ".log");
+    std::stringstream text;
+    text << log.rdbuf();
+    return absl::InternalError(absl::StrCat("lact submit exited ", rc, ": ", text.str()));
+  }
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out);
+  if (!file.ok()) return file.status();
+  JobResult result;
+  absl::StatusOr<Tensor> output = file->ReadFloat("output");
+  if (!output.ok()) return output.status();
+  result.output = *std::move(output);
+  return result;
+}
+
 // Where in job A's life a run kills the coordinator.
 enum class Moment { kUpload, kCompute, kOutput, kRerunRendezvous, kAnywhere };
 
@@ -154,6 +175,7 @@ TEST(CoordinatorRestarts, KillNineAtRandomMomentsLosesNoJob) {
   ASSERT_TRUE(client.Submit(by_ref, file, {}).ok());
   absl::StatusOr<Tensor> by_ref_want = ReadNpy(folder.data() + "/undisturbed.npy");
   ASSERT_TRUE(by_ref_want.ok());
+  ASSERT_TRUE(WriteNpy(folder.path() + "/small.npy", jobs.small).ok());
   absl::StatusOr<JobResult> b = client.Submit(Options(), jobs.small, {});
   ASSERT_TRUE(b.ok()) << b.status();
   jobs.queued = *b;
@@ -178,7 +200,21 @@ TEST(CoordinatorRestarts, KillNineAtRandomMomentsLosesNoJob) {
           [&](const std::string&) { watched.admitted = true; });
     });
     EXPECT_TRUE(WaitFor([&] { return watched.admitted.load(); }));
-    std::thread job_b([&] { second = SubmitFollowing(client, Options(), jobs.small, {}); });
+    // Every other B is `lact submit`, which must exit 0 with its --out written.
+    const bool command = run % 4 == 1;
+    const std::string out = absl::StrCat(folder.path(), "/b", run, ".safetensors");
+    int command_rc = -1;
+    std::thread job_b([&] {
+      if (command) {
+        command_rc = std::system(
+            absl::StrCat(LACT_CLI_PATH, " submit --server ", cluster->address(), " --model ",
+                         kModel, " --workers 2 --timeout 180 --context ", folder.path(),
+                         "/small.npy --out ", out, " > ", out, ".log 2>&1")
+                .c_str());
+      } else {
+        second = SubmitFollowing(client, Options(), jobs.small, {});
+      }
+    });
     const auto uniform = [&](double from, double to) {
       return std::chrono::duration<double>(std::uniform_real_distribution<double>(from, to)(rng));
     };
@@ -203,6 +239,7 @@ TEST(CoordinatorRestarts, KillNineAtRandomMomentsLosesNoJob) {
     const std::string what = absl::StrCat("run ", run, " (", MomentName(moment), ")");
     ASSERT_TRUE(back.ok()) << what << ": " << back;
     ASSERT_TRUE(first.result.ok()) << what << " A: " << first.result.status();
+    if (command) second.result = CommandResult(command_rc, out);
     ASSERT_TRUE(second.result.ok()) << what << " B: " << second.result.status();
     if (in_band) {
       ExpectSame(*first.result, jobs.in_band, what + " A");
@@ -211,7 +248,11 @@ TEST(CoordinatorRestarts, KillNineAtRandomMomentsLosesNoJob) {
       ASSERT_TRUE(got.ok()) << got.status();
       EXPECT_TRUE(got->data == by_ref_want->data) << what << " A: output file differs";
     }
-    ExpectSame(*second.result, jobs.queued, what + " B");
+    if (command) {
+      EXPECT_TRUE(second.result->output.data == jobs.queued.output.data) << what << " B (lact)";
+    } else {
+      ExpectSame(*second.result, jobs.queued, what + " B");
+    }
     succeeded += 2;
     rode_out += first.rode_out + second.rode_out;
     if (first.rode_out) (first.result->stats.reruns() == 0 ? continued : reran) += 1;
