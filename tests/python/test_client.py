@@ -537,6 +537,77 @@ class RerunTest(unittest.TestCase):
             cluster.stop()
 
 
+class RestartTest(unittest.TestCase):
+    """A coordinator with --state-dir killed (SIGKILL) mid-job and started
+    again on its port: the job's shards ran on, held on their workers; the
+    Job's Submit call, lost to the kill, is made again and follows the job,
+    reporting COORDINATOR_AWAY meanwhile, and returns the results of an
+    undisturbed run, bit for bit."""
+
+    def _coordinator(self, port):
+        """A coordinator on `port` (0: any) and its address."""
+        out = self.dir / f"coordinator-{time.monotonic_ns()}.out"
+        with open(out, "w") as f:
+            process = subprocess.Popen(
+                [str(BIN_DIR / "lact-coordinator"), "--port", str(port), "--heartbeat-ms", "300",
+                 "--state-dir", str(self.dir / "state"), "--spool-dir", str(self.dir / "spool")],
+                stdout=f, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # "lact-coordinator listening on HOST:PORT"
+            for line in out.read_text().splitlines():
+                if "listening on" in line:
+                    return process, line.split()[-1]
+            time.sleep(0.05)
+        process.kill()
+        raise RuntimeError("the coordinator did not start")
+
+    def test_coordinator_killed_mid_job(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="lact-restart-", dir=_TMP))
+        (self.dir / "state").mkdir()
+        coordinator, address = self._coordinator(0)
+        workers = [subprocess.Popen(
+            [str(BIN_DIR / "lact-worker"), "--coordinator", address, "--threads", "1",
+             "--spool-dir", str(self.dir / "spool"), "--coordinator-grace-seconds", "60"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+        try:
+            client = lact.Client(address)
+            rng = np.random.default_rng(12)
+            context = rng.standard_normal((8192, 256), dtype=np.float32)
+            queries = [rng.standard_normal((16, 256), dtype=np.float32)]
+            options = dict(workers=2, return_state=True, timeout=120)
+            deadline = time.monotonic() + 60
+            while True:  # the workers registered
+                try:
+                    undisturbed = client.submit("preset:small:3", context, queries,
+                                                **options).result()
+                    break
+                except lact.LactError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            job = client.submit("preset:small:3", context, queries, **options)
+            events = job.progress()
+            for p in events:
+                if p.stage == "LAYERS":  # one layer of two done
+                    break
+            coordinator.kill()
+            coordinator.wait()
+            coordinator, _ = self._coordinator(int(address.rsplit(":", 1)[1]))
+            stages = [p.stage for p in events]
+            result = job.result(timeout=120)
+            self.assertIn("COORDINATOR_AWAY", stages)
+            np.testing.assert_array_equal(result.output, undisturbed.output)
+            np.testing.assert_array_equal(result.queries[0], undisturbed.queries[0])
+            self.assertEqual(sorted(result.state), sorted(undisturbed.state))
+            for name, want in undisturbed.state.items():
+                np.testing.assert_array_equal(result.state[name], want, name)
+            client.close()
+        finally:
+            for process in [coordinator, *workers]:
+                process.kill()
+                process.wait()
+
+
 class TlsTest(unittest.TestCase):
     """A cluster with TLS on every port: the client trusts its CA (tls_ca or $LACT_TLS_CA)."""
 
