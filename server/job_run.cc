@@ -61,8 +61,6 @@ void SetJobCanceller(const Coordinator& c, const std::string& id,
 absl::Status JobRun::Run() {
   Record();
   const absl::Status status = RunAttempts();
-  if (!spool_path_.empty()) c_.spool->Remove(job_.id);
-  c_.kv->EndJob(job_.id);
   if (std::optional<int> gone = machine_->gone_rank();
       gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
     c_.registry->MarkFailed(lease_addresses_[*gone]);
@@ -74,6 +72,10 @@ absl::Status JobRun::Run() {
   } else {
     FinishFailed(status);
   }
+  // Once the end is recorded: a coordinator that stops before then takes
+  // the job back, and may need its spool to run it again.
+  if (!spool_path_.empty()) c_.spool->Remove(job_.id);
+  c_.kv->EndJob(job_.id);
   return status;
 }
 

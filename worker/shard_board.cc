@@ -52,6 +52,7 @@ void BoardShard::Unfollow() {
 void BoardShard::Delivered() {
   absl::MutexLock lock(&mu_);
   delivered_ = true;
+  followed_ = false;  // a coordinator that missed the outcome may follow it again
 }
 
 ShardView BoardShard::Await(const ShardView& seen) {
@@ -115,6 +116,7 @@ void ShardBoard::Finished(const std::shared_ptr<BoardShard>& shard) {
     // Held, or followed again (AttachShard): it stays until delivered.
     if (!dropped && grace_.count() > 0 && !shard->delivered()) return;
     shards_.erase(it);
+    if (!dropped && grace_.count() > 0) RememberDeliveredLocked(shard);
   }
   if (dropped) forget_(*shard);
 }
@@ -122,12 +124,22 @@ void ShardBoard::Finished(const std::shared_ptr<BoardShard>& shard) {
 void ShardBoard::Remove(const std::shared_ptr<BoardShard>& shard) {
   absl::MutexLock lock(&mu_);
   auto it = shards_.find(shard->key());
-  if (it != shards_.end() && it->second == shard) shards_.erase(it);
+  if (it == shards_.end() || it->second != shard) return;
+  shards_.erase(it);
+  if (grace_.count() > 0) RememberDeliveredLocked(shard);
+}
+
+void ShardBoard::RememberDeliveredLocked(std::shared_ptr<BoardShard> shard) {
+  delivered_.emplace_back(std::chrono::steady_clock::now(), std::move(shard));
+  if (delivered_.size() > kRememberedDelivered) delivered_.pop_front();
 }
 
 absl::StatusOr<std::shared_ptr<BoardShard>> ShardBoard::Find(const ShardKey& key) const {
   absl::MutexLock lock(&mu_);
   if (auto it = shards_.find(key); it != shards_.end()) return it->second;
+  for (auto it = delivered_.rbegin(); it != delivered_.rend(); ++it) {
+    if (it->second->key() == key) return it->second;
+  }
   const std::string name = absl::StrCat("shard of job ", key.job_id, " (attempt ", key.attempt,
                                         ", rank ", key.rank, ")");
   for (auto it = drops_.rbegin(); it != drops_.rend(); ++it) {
@@ -188,6 +200,7 @@ void ShardBoard::DropExpired() {
   std::vector<std::shared_ptr<BoardShard>> dropped;
   {
     absl::MutexLock lock(&mu_);
+    while (!delivered_.empty() && now - delivered_.front().first >= grace_) delivered_.pop_front();
     for (auto it = shards_.begin(); it != shards_.end();) {
       auto next = std::next(it);
       std::optional<std::chrono::steady_clock::time_point> since = it->second->held_since();

@@ -120,11 +120,12 @@ class ShardBoard {
 
   // A new shard, followed by its RunShard call.
   std::shared_ptr<BoardShard> Begin(const ShardKey& key, const std::string& fetch_ticket);
-  // The shard's RunShard flow is over: a shard that was delivered or
-  // dropped leaves the board (a dropped one's kept results forgotten); one
-  // held stays for a coordinator to follow or drop.
+  // The shard's RunShard flow is over: a shard that was dropped leaves the
+  // board (its kept results forgotten), one delivered is remembered as
+  // such; one held stays for a coordinator to follow or drop.
   void Finished(const std::shared_ptr<BoardShard>& shard);
-  // A follower delivered the outcome of a shard that had ended: it leaves.
+  // A follower delivered the outcome of a shard that had ended: it is
+  // remembered as delivered.
   void Remove(const std::shared_ptr<BoardShard>& shard);
   // The shard under `key`, or why there is none: FAILED_PRECONDITION with
   // the reason it was dropped, UNAVAILABLE when this worker never had it.
@@ -140,20 +141,28 @@ class ShardBoard {
   void OnHeld(std::function<void()> on_held);
   void BecameHeld();
 
-  // Dropped shards remembered for AttachShard's answer.
+  // Dropped shards remembered for AttachShard's answer, and delivered ones
+  // (for the grace: a coordinator that stopped after their outcome reached
+  // it, before it recorded it, follows them again to the same outcome).
   static constexpr size_t kRememberedDrops = 1024;
+  static constexpr size_t kRememberedDelivered = 1024;
 
  private:
   void DropLocked(std::map<ShardKey, std::shared_ptr<BoardShard>>::iterator it,
                   const std::string& why, std::vector<std::shared_ptr<BoardShard>>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AfterDrops(const std::vector<std::shared_ptr<BoardShard>>& dropped);
+  void RememberDeliveredLocked(std::shared_ptr<BoardShard> shard)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::chrono::seconds grace_;
   const ForgetKept forget_;
   mutable absl::Mutex mu_;
   std::map<ShardKey, std::shared_ptr<BoardShard>> shards_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<ShardKey, std::string>> drops_ ABSL_GUARDED_BY(mu_);  // newest last
+  // Delivered shards and when, newest last.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<BoardShard>>>
+      delivered_ ABSL_GUARDED_BY(mu_);
   std::function<void()> on_held_ ABSL_GUARDED_BY(mu_);
 };
 

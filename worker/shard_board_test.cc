@@ -80,8 +80,16 @@ TEST(ShardBoard, AHeldShardIsFollowedAgainToItsOutcome) {
   EXPECT_TRUE(board.Find({"job-b", 0, 1}).ok()) << "kept until delivered";
   (*found)->Delivered();
   board.Remove(*found);
-  EXPECT_FALSE(board.Find({"job-b", 0, 1}).ok());
   EXPECT_TRUE(forgotten.jobs.empty()) << "a delivered shard's results stay retained";
+  // A coordinator that stopped before it recorded the outcome follows the
+  // shard again, to the same outcome.
+  absl::StatusOr<std::shared_ptr<BoardShard>> again = board.Find({"job-b", 0, 1});
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Follow());
+  const ShardView view = (*again)->Await(ShardView());
+  ASSERT_TRUE(view.ended && view.outcome.ok());
+  EXPECT_EQ(view.outcome->compute_seconds(), 3.5);
+  EXPECT_TRUE(board.Held().empty()) << "a delivered shard is not held";
 }
 
 TEST(ShardBoard, AShardHeldPastTheGraceIsDroppedSayingWhy) {
