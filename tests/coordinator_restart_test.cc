@@ -265,22 +265,35 @@ TEST(CoordinatorRestarts, KillNineAtRandomMomentsLosesNoJob) {
   EXPECT_GT(continued, 0) << "no job continued through a restart: the test proved nothing";
 }
 
+// A kept cluster, its client, and the undisturbed run of an in-band job
+// (context, a query set, the state).
+class KeptCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster = StartKeptCluster(folder_);
+    ASSERT_NE(cluster, nullptr);
+    client = std::make_unique<LactClient>(cluster->address());
+    absl::StatusOr<JobResult> want = client->Submit(Options(), jobs.context, jobs.queries);
+    ASSERT_TRUE(want.ok()) << want.status();
+    want_ = *std::move(want);
+  }
+
+  Folder folder_{"kept"};
+  std::unique_ptr<LocalCluster> cluster;
+  std::unique_ptr<LactClient> client;
+  Jobs jobs;
+  JobResult want_;
+};
+
 // A rollout: SIGTERM hands the running and queued jobs over, the next
 // coordinator takes them back; none fails.
-TEST(CoordinatorRestarts, RolloutHandsJobsOver) {
-  Folder folder("rollout");
-  std::unique_ptr<LocalCluster> cluster = StartKeptCluster(folder);
-  ASSERT_NE(cluster, nullptr);
-  LactClient client(cluster->address());
-  Jobs jobs;
-  absl::StatusOr<JobResult> want = client.Submit(Options(), jobs.context, jobs.queries);
-  ASSERT_TRUE(want.ok()) << want.status();
+TEST_F(KeptCluster, RolloutHandsJobsOver) {
   for (int run = 0; run < 4; ++run) {
     Followed first, second;
     std::thread job_a(
-        [&] { first = SubmitFollowing(client, Options(), jobs.context, jobs.queries); });
+        [&] { first = SubmitFollowing(*client, Options(), jobs.context, jobs.queries); });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::thread job_b([&] { second = SubmitFollowing(client, Options(), jobs.context, {}); });
+    std::thread job_b([&] { second = SubmitFollowing(*client, Options(), jobs.context, {}); });
     std::this_thread::sleep_for(std::chrono::milliseconds(200 + 300 * run));
     cluster->SignalCoordinator(SIGTERM);
     EXPECT_TRUE(cluster->CoordinatorExits(std::chrono::seconds(10)))
@@ -291,25 +304,18 @@ TEST(CoordinatorRestarts, RolloutHandsJobsOver) {
     ASSERT_TRUE(back.ok()) << back;
     ASSERT_TRUE(first.result.ok()) << "run " << run << ": " << first.result.status();
     ASSERT_TRUE(second.result.ok()) << "run " << run << ": " << second.result.status();
-    ExpectSame(*first.result, *want, absl::StrCat("run ", run));
-    EXPECT_TRUE(second.result->output.data == want->output.data) << "run " << run;
+    ExpectSame(*first.result, want_, absl::StrCat("run ", run));
+    EXPECT_TRUE(second.result->output.data == want_.output.data) << "run " << run;
   }
 }
 
 // A worker lost (killed, and started again empty) while the coordinator
 // is down: the job taken back finds its shard gone there and runs again.
-TEST(CoordinatorRestarts, WorkerLostMeanwhileRunsAgain) {
-  Folder folder("worker_lost");
-  std::unique_ptr<LocalCluster> cluster = StartKeptCluster(folder);
-  ASSERT_NE(cluster, nullptr);
-  LactClient client(cluster->address());
-  Jobs jobs;
-  absl::StatusOr<JobResult> want = client.Submit(Options(), jobs.context, jobs.queries);
-  ASSERT_TRUE(want.ok()) << want.status();
+TEST_F(KeptCluster, WorkerLostMeanwhileRunsAgain) {
   Followed run;
   std::atomic<bool> computing{false};
   std::thread job([&] {
-    run.result = client.Submit(Options(), jobs.context, jobs.queries, [&](const v1::Progress& p) {
+    run.result = client->Submit(Options(), jobs.context, jobs.queries, [&](const v1::Progress& p) {
       if (p.stage() == v1::Progress::LAYERS) computing = true;
       if (p.stage() == v1::Progress::COORDINATOR_AWAY) run.rode_out = true;
     });
@@ -326,7 +332,7 @@ TEST(CoordinatorRestarts, WorkerLostMeanwhileRunsAgain) {
   ASSERT_TRUE(run.result.ok()) << run.result.status();
   EXPECT_TRUE(run.rode_out);
   EXPECT_GE(run.result->stats.reruns(), 1) << "the lost worker's shard cannot have continued";
-  ExpectSame(*run.result, *want, "the job run again");
+  ExpectSame(*run.result, want_, "the job run again");
 }
 
 // The coordinator away longer than the workers' grace: they drop the held

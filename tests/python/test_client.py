@@ -503,6 +503,16 @@ class ClusterTest(unittest.TestCase):
             self.assertLessEqual(relative_error(q, case.expected[f"query_{k}"]), TOLERANCE)
 
 
+def assert_same_results(test, result, undisturbed):
+    """`result` holds the output, the first query set's output and the state
+    of `undisturbed`, bit for bit."""
+    np.testing.assert_array_equal(result.output, undisturbed.output)
+    np.testing.assert_array_equal(result.queries[0], undisturbed.queries[0])
+    test.assertEqual(sorted(result.state), sorted(undisturbed.state))
+    for name, want in undisturbed.state.items():
+        np.testing.assert_array_equal(result.state[name], want, name)
+
+
 class RerunTest(unittest.TestCase):
     """A job whose worker dies runs again from the coordinator's spool: the
     client gets a second JobAccepted, sends only the query sets again, and
@@ -527,11 +537,7 @@ class RerunTest(unittest.TestCase):
             self.assertGreaterEqual(result.stats["reruns"], 1, "the kill came after the job ended")
             self.assertNotIn(rank0, [s.worker for s in result.shards])
             # Two workers again, the same split: the same arithmetic.
-            np.testing.assert_array_equal(result.output, undisturbed.output)
-            np.testing.assert_array_equal(result.queries[0], undisturbed.queries[0])
-            self.assertEqual(sorted(result.state), sorted(undisturbed.state))
-            for name, want in undisturbed.state.items():
-                np.testing.assert_array_equal(result.state[name], want, name)
+            assert_same_results(self, result, undisturbed)
             client.close()
         finally:
             cluster.stop()
@@ -596,11 +602,7 @@ class RestartTest(unittest.TestCase):
             stages = [p.stage for p in events]
             result = job.result(timeout=120)
             self.assertIn("COORDINATOR_AWAY", stages)
-            np.testing.assert_array_equal(result.output, undisturbed.output)
-            np.testing.assert_array_equal(result.queries[0], undisturbed.queries[0])
-            self.assertEqual(sorted(result.state), sorted(undisturbed.state))
-            for name, want in undisturbed.state.items():
-                np.testing.assert_array_equal(result.state[name], want, name)
+            assert_same_results(self, result, undisturbed)
             client.close()
         finally:
             for process in [coordinator, *workers]:
