@@ -169,13 +169,12 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
     ctx.set_wait_for_ready(made_again);  // through a restart's refused connections
-    // A coordinator this client reached may go away mid-call; one never
-    // reached is an error at once.
-    const bool reached = made_again || Reached(deadline);
     const SubmitSession::CallEnd end = session.Read(stub_->Submit(&ctx, request).get(), &ctx);
-    if (end.answered) *reached_ = true;
+    if (end.keeps_jobs) *keeps_jobs_ = true;
     if (end.detached) return session.TakeResult();
-    if (!reached || !CoordinatorWentAway(end.status, ctx.GetServerTrailingMetadata()) ||
+    // A call lost to a coordinator that keeps its jobs is made again; to
+    // one that does not (or never said), it is an error at once.
+    if (!*keeps_jobs_ || !CoordinatorWentAway(end.status, ctx.GetServerTrailingMetadata()) ||
         std::chrono::system_clock::now() >= deadline) {
       if (end.status.ok() && made_again && session.transfers() != nullptr) break;
       LACT_RETURN_IF_ERROR(EndWithTransfers(end.status, session.transfers()));
@@ -197,17 +196,8 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
   return result;
 }
 
-bool LactClient::Reached(std::chrono::system_clock::time_point deadline) {
-  if (*reached_) return true;
-  const auto until =
-      std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
-  while (state == GRPC_CHANNEL_IDLE || state == GRPC_CHANNEL_CONNECTING) {
-    if (!channel_->WaitForStateChange(state, until)) break;
-    state = channel_->GetState(true);
-  }
-  if (state == GRPC_CHANNEL_READY) *reached_ = true;
-  return *reached_;
+void LactClient::NoteKeepsJobs(grpc::ClientContext& ctx) {
+  if (ctx.GetServerInitialMetadata().count(kKeepsJobsKey) > 0) *keeps_jobs_ = true;
 }
 
 absl::Status LactClient::FetchKept(const v1::JobInfo& info, const OutputTarget& output,
@@ -371,7 +361,9 @@ absl::StatusOr<std::vector<v1::ModelInfo>> LactClient::ListModels() {
   LACT_ASSIGN_OR_RETURN(v1::ListModelsResponse response,
                         Unary<v1::ListModelsResponse>(address_, v1::ListModelsRequest(),
                                                       [&](auto* c, const auto& q, auto* r) {
-                                                        return stub_->ListModels(c, q, r);
+                                                        grpc::Status s = stub_->ListModels(c, q, r);
+                                                        if (s.ok()) NoteKeepsJobs(*c);
+                                                        return s;
                                                       }));
   return std::vector<v1::ModelInfo>(response.models().begin(), response.models().end());
 }

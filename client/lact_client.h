@@ -7,8 +7,8 @@
 // brings progress and the job's end; by reference (ContextInput::File,
 // OutputTarget::File, job_io.h) the workers read and write the files
 // themselves. A Submit call whose coordinator goes away mid-job (a
-// restart) is made again, with the same JobSpec.request_id, until the
-// coordinator answers or the call's deadline passes (Progress
+// restart), when that coordinator keeps its jobs (--state-dir), is made again, with the same
+// JobSpec.request_id, until the coordinator answers or the call's deadline passes (Progress
 // COORDINATOR_AWAY meanwhile); the call made again follows the job the
 // first admitted, the transfers running on, and what they did not bring
 // (an attempt they missed) is fetched from the workers. Uses gRPC's default channel limits:
@@ -130,18 +130,16 @@ class LactClient {
   // `output`): what a Submit call that followed its job through a
   // coordinator restart did not get over its transfers.
   absl::Status FetchKept(const v1::JobInfo& info, const OutputTarget& output, JobResult* result);
-  // Whether this client has reached its coordinator (connecting now if it
-  // never has, until `deadline` or 10 s): a Submit call lost to a
-  // coordinator it reached is made again; one it never reached is an
-  // error at once.
-  bool Reached(std::chrono::system_clock::time_point deadline);
+  // A call's answer said the coordinator keeps its jobs across restarts.
+  void NoteKeepsJobs(grpc::ClientContext& ctx);
 
   std::string address_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // to the coordinator and the workers
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::CoordinatorService::Stub> stub_;
-  // Set once a call reached the coordinator (movable, as the client is).
-  std::unique_ptr<std::atomic<bool>> reached_ = std::make_unique<std::atomic<bool>>(false);
+  // Set once an answer said the coordinator keeps its jobs across restarts
+  // (movable, as the client is): only then is a lost Submit call made again.
+  std::unique_ptr<std::atomic<bool>> keeps_jobs_ = std::make_unique<std::atomic<bool>>(false);
 };
 
 // The JobSpec Submit sends for `options`, `context` and `queries`.

@@ -1,5 +1,7 @@
 #include "client/submit_session.h"
 
+#include "proto/metadata_keys.h"
+
 namespace lact {
 namespace {
 
@@ -14,7 +16,7 @@ SubmitSession::CallEnd SubmitSession::Read(grpc::ClientReader<v1::SubmitResponse
   CallEnd end;
   v1::SubmitResponse response;
   while (stream->Read(&response)) {
-    end.answered = true;
+    end.keeps_jobs = ctx->GetServerInitialMetadata().count(kKeepsJobsKey) > 0;
     if (result_.job_id.empty() && !JobIdOf(response).empty()) {
       result_.job_id = JobIdOf(response);
       if (in_.on_accepted) in_.on_accepted(result_.job_id);

@@ -93,8 +93,8 @@ class SubmitSession {
   // How one call ended.
   struct CallEnd {
     grpc::Status status;
-    bool answered = false;  // the coordinator sent something
-    bool detached = false;  // the job's id came and SubmitOptions.detach ended the call
+    bool keeps_jobs = false;  // the coordinator keeps its jobs across restarts (kKeepsJobsKey)
+    bool detached = false;    // the job's id came and SubmitOptions.detach ended the call
   };
   CallEnd Read(grpc::ClientReader<v1::SubmitResponse>* stream, grpc::ClientContext* ctx);
   // A Progress COORDINATOR_AWAY: the call was lost, the job runs on.

@@ -12,6 +12,10 @@ inline constexpr char kWorkerStatusKey[] = "lact-worker-status";
 // coordinator's. A status without it means the coordinator went away (a
 // restart): the job runs on, and its client follows it with WatchJob.
 inline constexpr char kCoordinatorStatusKey[] = "lact-coordinator-status";
+// On every Submit and ListModels answer's initial metadata of a
+// coordinator that keeps its jobs across restarts (--state-dir): a client
+// makes a Submit call lost to such a coordinator going away again.
+inline constexpr char kKeepsJobsKey[] = "lact-coordinator-keeps-jobs";
 
 }  // namespace lact
 

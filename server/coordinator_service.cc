@@ -49,6 +49,7 @@ absl::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::J
 grpc::ServerWriteReactor<v1::SubmitResponse>* CoordinatorService::Submit(
     grpc::CallbackServerContext* context, const v1::SubmitRequest* request) {
   context->AddTrailingMetadata(kCoordinatorStatusKey, "1");
+  if (c_.options.keeps_jobs) context->AddInitialMetadata(kKeepsJobsKey, "1");
   return SubmitCall::Start(context, [c = c_, context, request](SubmitCall& call) {
     absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
     if (!caller.ok()) return caller.status();
@@ -128,6 +129,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListModels(grpc::CallbackServerCon
                                                          v1::ListModelsResponse* response) {
   absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
   if (!caller.ok()) return Reply(context, caller.status());
+  if (c_.options.keeps_jobs) context->AddInitialMetadata(kKeepsJobsKey, "1");
   return Reply(context, ListModels(response));
 }
 

@@ -54,6 +54,7 @@ struct CoordinatorOptions {
   int64_t drain_seconds = 60;               // on SIGTERM, the longest wait for running jobs
   std::string spool_dir;                    // in-band contexts kept for re-runs; empty = none
   int64_t spool_bytes = int64_t{64} << 30;  // the most the spool holds
+  bool keeps_jobs = false;  // --state-dir: jobs outlive this process (job_recovery.h)
 };
 
 struct Coordinator {

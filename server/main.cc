@@ -110,6 +110,7 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
   LACT_ASSIGN_OR_RETURN(o->drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
   o->max_reruns = static_cast<int>(reruns);
   o->spool_dir = flags.Get("spool-dir").value_or("");
+  o->keeps_jobs = flags.Has("state-dir");
   LACT_ASSIGN_OR_RETURN(o->spool_bytes,
                         flags.Int("spool-bytes", o->spool_bytes, 0, int64_t{1} << 50));
   return absl::OkStatus();

@@ -375,5 +375,32 @@ TEST(CoordinatorRestarts, AwayPastTheGraceFailsTheJobSayingWhy) {
   EXPECT_TRUE(next.ok()) << next.status();
 }
 
+// Without --state-dir nothing outlives the coordinator, as the start-up
+// log says: a client whose coordinator is killed mid-job is told so at
+// once, and does not wait for a coordinator that would not know its job.
+TEST(CoordinatorRestarts, WithoutAStateDirTheClientIsToldAtOnce) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  LactClient client(cluster->address());
+  Jobs jobs;
+  absl::StatusOr<JobResult> job = absl::UnknownError("not run");
+  std::atomic<bool> computing{false};
+  std::atomic<bool> away{false};
+  std::thread submit([&] {
+    job = client.Submit(Options(), RandomTokens(8192, 256, 96), {}, [&](const v1::Progress& p) {
+      if (p.stage() == v1::Progress::LAYERS) computing = true;
+      if (p.stage() == v1::Progress::COORDINATOR_AWAY) away = true;
+    });
+  });
+  EXPECT_TRUE(WaitFor([&] { return computing.load(); }, std::chrono::seconds(60)));
+  const auto killed = std::chrono::steady_clock::now();
+  cluster->KillCoordinator();
+  submit.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10));
+  EXPECT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable) << job.status();
+  EXPECT_FALSE(away.load()) << "it waited for a coordinator that keeps no jobs";
+}
+
 }  // namespace
 }  // namespace lact::testing

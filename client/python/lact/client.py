@@ -152,20 +152,7 @@ class Client:
         self._lock = threading.Lock()
         self._channels: Dict[str, grpc.Channel] = {}
         self._coordinator = coordinator_pb2_grpc.CoordinatorServiceStub(self._channel_for(address))
-        self._reached_once = False  # a call reached the coordinator
-
-    def _reached(self, deadline: float) -> bool:
-        """Whether this client has reached its coordinator (connecting now, for
-        up to 10 s, if it never has): a Submit call lost to a coordinator it
-        reached is made again; one it never reached is an error at once."""
-        if not self._reached_once:
-            try:
-                grpc.channel_ready_future(self._channel_for(self._address)).result(
-                    timeout=max(0.0, min(10.0, deadline - time.monotonic())))
-                self._reached_once = True
-            except grpc.FutureTimeoutError:
-                pass
-        return self._reached_once
+        self._keeps_jobs = False  # an answer said the coordinator keeps its jobs (--state-dir)
 
     def _channel_for(self, address: str) -> grpc.Channel:
         """The (shared) channel to ``address``, TLS if the client has a CA."""

@@ -24,8 +24,10 @@ _STAGES = coordinator_pb2.Progress.Stage
 # How often a Submit call lost to its coordinator going away is made again:
 # after 0.1 s, doubling to at most 2 s, until the job's deadline.
 _FIRST_BACKOFF, _MOST_BACKOFF = 0.1, 2.0
-# On every status of the coordinator's own (proto/metadata_keys.h).
+# On every status of the coordinator's own, and on the answers of one that
+# keeps its jobs across restarts (proto/metadata_keys.h).
 _COORDINATOR_STATUS_KEY = "lact-coordinator-status"
+_KEEPS_JOBS_KEY = "lact-coordinator-keeps-jobs"
 
 
 def _coordinator_went_away(error: grpc.RpcError) -> bool:
@@ -191,7 +193,6 @@ class Job:
         transfers, stats, shards, error = None, None, [], None
         deadline = self._started + self._timeout
         made_again, backoff = False, _FIRST_BACKOFF
-        reached = self._client._reached(deadline)
         while True:
             try:
                 call = self._client._coordinator.Submit(
@@ -201,7 +202,8 @@ class Job:
                     timeout=max(0.0, deadline - time.monotonic()),
                     metadata=self._client._metadata, wait_for_ready=made_again)
                 for response in call:
-                    self._client._reached_once = True
+                    if any(k == _KEEPS_JOBS_KEY for k, _ in call.initial_metadata() or ()):
+                        self._client._keeps_jobs = True
                     kind = response.WhichOneof("kind")
                     if kind == "accepted":
                         shards = list(response.accepted.shards)
@@ -212,7 +214,9 @@ class Job:
                         stats = response.done.stats
                 break
             except grpc.RpcError as e:
-                if not (reached and _coordinator_went_away(e) and time.monotonic() < deadline):
+                # Made again only for a coordinator that keeps its jobs.
+                if not (self._client._keeps_jobs and _coordinator_went_away(e) and
+                        time.monotonic() < deadline):
                     error = from_rpc_error(e)
                     break
                 self._away()
