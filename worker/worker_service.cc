@@ -218,7 +218,11 @@ absl::Status AttachShardFlow(const WorkerContext& w, const v1::AttachShardReques
       w.shards->BecameHeld();
       return absl::CancelledError("the coordinator's AttachShard call ended");
     }
-    if (shard->dropped()) return absl::CancelledError("the shard was dropped");
+    // Not CANCELLED: the coordinator reads that as the client gone.
+    if (shard->dropped()) {
+      return absl::FailedPreconditionError(
+          "this worker dropped the shard while it was followed again");
+    }
     if (now.ended) break;
   }
   shard->Delivered();
