@@ -1,4 +1,5 @@
-// Durations every process agrees on, and elapsed time on the steady clock.
+// Durations every process agrees on, elapsed time on the steady clock, and
+// times as records show them.
 #ifndef LACT_COMMON_TIMING_H_
 #define LACT_COMMON_TIMING_H_
 
@@ -16,6 +17,13 @@ inline constexpr std::chrono::milliseconds kDefaultUploadIdleTimeout{60000};
 // Seconds from `start` to now.
 inline double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `t` (now by default) as seconds since the Unix epoch, as records show
+// times.
+inline double UnixSeconds(
+    std::chrono::system_clock::time_point t = std::chrono::system_clock::now()) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
 }  // namespace lact

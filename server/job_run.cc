@@ -238,7 +238,7 @@ void JobRun::TakeBack(const JobRecord& r) {
   stats_.set_spooled(AllRanksSpooled());
   admitted_unix_seconds_ = r.admitted_unix_seconds();
   start_ -= std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(0.0, UnixNow() - admitted_unix_seconds_)));
+      std::chrono::duration<double>(std::max(0.0, UnixSeconds() - admitted_unix_seconds_)));
   if (r.attempt() >= 0) {
     resume_.assign(r.workers().begin(), r.workers().end());
     lease_addresses_ = resume_;

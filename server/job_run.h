@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "common/data_files.h"
+#include "common/timing.h"
 #include "lact/v1/coordinator.pb.h"
 #include "server/attempt_readers.h"
 #include "server/job_admission.h"
@@ -53,10 +54,6 @@ struct AdmittedJob {
 // a cancel wakes the queue, which looks at it only then.
 void SetJobCanceller(const Coordinator& c, const std::string& id,
                      std::shared_ptr<JobMachine> machine);
-
-inline double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 class JobRun {
  public:
@@ -116,7 +113,7 @@ class JobRun {
   JobTransport* const transport_;
   JobCall* const call_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  double admitted_unix_seconds_ = UnixNow();
+  double admitted_unix_seconds_ = UnixSeconds();
   AdmittedJob job_;
   std::shared_ptr<JobMachine> machine_;
   std::vector<std::string> lease_addresses_;

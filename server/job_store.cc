@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/retention_text.h"
 #include "common/status_macros.h"
+#include "common/timing.h"
 #include "proto/auth.h"
 
 namespace lact::server {
@@ -14,10 +15,6 @@ namespace {
 
 absl::Status Unknown(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("no job '", id, "' (ListJobs shows the known ones)"));
-}
-
-double UnixSeconds(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration<double>(t.time_since_epoch()).count();
 }
 
 }  // namespace
