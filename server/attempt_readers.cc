@@ -20,6 +20,8 @@ v1::ShardDone AttemptReaders::ReadRank(int rank) {
   while (streams_->Read(rank, &response)) {
     if (response.has_layers_done()) {
       if (events_.layers_done) events_.layers_done(response.layers_done());
+    } else if (response.kind_case() == v1::RunShardResponse::kInLine) {
+      if (events_.in_line) events_.in_line(streams_->address(rank));
     } else if (response.has_done()) {
       done = response.done();
     } else if (response.kind_case() == v1::RunShardResponse::kSpooled) {

@@ -29,6 +29,8 @@ inline constexpr absl::Duration kPeerGrace = absl::Seconds(1);
 struct AttemptEvents {
   // Rank 0 finished `layers` layers (on the caller's thread).
   std::function<void(int layers)> layers_done;
+  // The rank's shard took its place in the line of its worker, at `address`.
+  std::function<void(const std::string& address)> in_line;
   // Every rank has spooled its in-band context rows.
   std::function<void()> all_spooled;
   // A rank's stream ended with an error, before the machine hears of it:

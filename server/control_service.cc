@@ -55,9 +55,9 @@ absl::Status ControlService::Register(const grpc::ServerContext& context,
     }
     models[m.name()] = *config;
   }
-  LACT_ASSIGN_OR_RETURN(std::string id,
-                        registry_->Register(request.address(), request.backend(), std::move(models),
-                                            request.metrics_address()));
+  LACT_ASSIGN_OR_RETURN(
+      std::string id, registry_->Register(request.address(), request.backend(), std::move(models),
+                                          request.metrics_address(), request.staging_bytes() > 0));
   response->set_worker_id(id);
   response->set_heartbeat_interval_ms(
       static_cast<int32_t>(registry_->heartbeat_interval().count()));

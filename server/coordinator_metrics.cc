@@ -107,7 +107,7 @@ void CoordinatorMetrics::Refresh() {
     draining += w.entry.leaving ? 1 : 0;
     healthy += !w.entry.leaving && w.healthy ? 1 : 0;
     unhealthy += !w.entry.leaving && !w.healthy ? 1 : 0;
-    leased += w.entry.busy ? 1 : 0;
+    leased += w.entry.busy() ? 1 : 0;
   }
   workers_by_state_.Add({{"state", "healthy"}}).Set(healthy);
   workers_by_state_.Add({{"state", "unhealthy"}}).Set(unhealthy);

@@ -194,7 +194,7 @@ absl::Status CoordinatorService::ListWorkers(v1::ListWorkersResponse* response) 
     info->set_backend(w.backend);
     for (const auto& [name, config] : w.models) info->add_models(name);
     info->set_healthy(listed.healthy);
-    info->set_leased(w.busy);
+    info->set_leased(w.busy());
     info->set_draining(w.leaving);
     info->set_seconds_since_heartbeat(std::chrono::duration<double>(now - w.last_seen).count());
     info->set_metrics_address(w.metrics_address);

@@ -125,7 +125,7 @@ TEST(WorkerRegistry, LeasesAreExclusiveAndWaitForRelease) {
   absl::StatusOr<std::vector<std::string>> second =
       registry.Acquire("preset:small", 1, milliseconds(30));
   EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(std::string(second.status().message()), HasSubstr("0 are idle"));
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("0 are free"));
   std::thread releaser([&] {
     std::this_thread::sleep_for(milliseconds(30));
     registry.Release(*first);
@@ -135,6 +135,53 @@ TEST(WorkerRegistry, LeasesAreExclusiveAndWaitForRelease) {
   EXPECT_TRUE(second.ok()) << second.status();
   EXPECT_THAT(std::string(registry.FindModel("other").status().message()),
               HasSubstr("unknown model 'other' (available: preset:small"));
+}
+
+// A worker that stages takes a second job only once the first is in line
+// there, never a third, and idle workers go first.
+TEST(WorkerRegistry, AStagingWorkerTakesOneJobBehindTheOneInLine) {
+  WorkerRegistry registry(milliseconds(10000));
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets(), "", /*stages=*/true).ok());
+  ASSERT_TRUE(registry.Register("b:2", "cpu", Presets(), "", /*stages=*/true).ok());
+  const auto acquire = [&](const std::string& job, int count, milliseconds wait) {
+    WorkerRegistry::Wait w{wait};
+    w.job = job;
+    return registry.Acquire("preset:small", count, w);
+  };
+  absl::StatusOr<std::vector<std::string>> a = acquire("A", 2, milliseconds(0));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(acquire("B", 2, milliseconds(30)).status().code(), absl::StatusCode::kResourceExhausted)
+      << "A is not in line on its workers yet";
+  registry.InLine("a:1", "A");
+  EXPECT_EQ(acquire("B", 2, milliseconds(30)).status().code(), absl::StatusCode::kResourceExhausted)
+      << "A is in line on one of the two";
+  registry.InLine("b:2", "A");
+  absl::StatusOr<std::vector<std::string>> b = acquire("B", 2, milliseconds(0));
+  ASSERT_TRUE(b.ok()) << b.status();
+  registry.InLine("a:1", "B");
+  registry.InLine("b:2", "B");
+  EXPECT_EQ(acquire("C", 1, milliseconds(30)).status().code(), absl::StatusCode::kResourceExhausted)
+      << "two jobs per worker at most";
+  registry.Release(*a, "A");
+  absl::StatusOr<std::vector<std::string>> c = acquire("C", 1, milliseconds(0));
+  EXPECT_TRUE(c.ok()) << "B computes now, and C may wait behind it: " << c.status();
+  registry.Release(*b, "B");
+  ASSERT_TRUE(registry.Register("c:3", "cpu", Presets(), "", /*stages=*/true).ok());
+  absl::StatusOr<std::vector<std::string>> d = acquire("D", 1, milliseconds(0));
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(d->front(), c->front()) << "an idle worker before one that computes";
+}
+
+TEST(WorkerRegistry, AWorkerThatDoesNotStageTakesOneJobAtATime) {
+  WorkerRegistry registry(milliseconds(10000));
+  ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());
+  WorkerRegistry::Wait first{milliseconds(0)}, second{milliseconds(30)};
+  first.job = "A";
+  second.job = "B";
+  ASSERT_TRUE(registry.Acquire("preset:small", 1, first).ok());
+  registry.InLine("a:1", "A");
+  EXPECT_EQ(registry.Acquire("preset:small", 1, second).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(WorkerRegistry, WaitersAreServedFirstComeFirstServed) {

@@ -87,7 +87,9 @@ void AddShardStats(const std::vector<v1::ShardDone>& dones, const JobPlan& plan,
   double allreduce = 0, waited = 0, upload = 0, download = 0, output_window = 0, in_bytes = 0,
          out_bytes = 0;
   bool delivered = true;
+  stats->clear_worker_idle_seconds();  // the last attempt's
   for (const v1::ShardDone& d : dones) {
+    stats->add_worker_idle_seconds(d.idle_before_seconds());
     stats->set_compute_seconds(std::max(stats->compute_seconds(), d.compute_seconds()));
     stats->add_worker_peak_rss_bytes(d.peak_rss_bytes());
     allreduce += d.allreduce_seconds();

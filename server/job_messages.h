@@ -45,7 +45,8 @@ v1::SubmitResponse Accepted(const AttemptFacts& facts, const std::vector<std::st
 
 // The job's statistics from its ranks' ShardDone: the slowest rank's
 // compute, upload and download, the all-reduce summed, each worker's peak
-// RSS; the rest of `*stats` is left as it was.
+// RSS, each rank's worker's idle time before its compute; the rest of
+// `*stats` is left as it was.
 void AddShardStats(const std::vector<v1::ShardDone>& dones, const JobPlan& plan,
                    v1::JobStats* stats);
 

@@ -19,14 +19,15 @@ constexpr absl::Duration kClientGoneGrace = absl::Seconds(2);
 // Returns leased workers to the registry at scope exit.
 class WorkerLease {
  public:
-  WorkerLease(WorkerRegistry* registry, std::vector<std::string> addresses)
-      : registry_(registry), addresses_(std::move(addresses)) {}
-  ~WorkerLease() { registry_->Release(addresses_); }
+  WorkerLease(WorkerRegistry* registry, std::vector<std::string> addresses, std::string job)
+      : registry_(registry), addresses_(std::move(addresses)), job_(std::move(job)) {}
+  ~WorkerLease() { registry_->Release(addresses_, job_); }
   const std::vector<std::string>& addresses() const { return addresses_; }
 
  private:
   WorkerRegistry* registry_;
   std::vector<std::string> addresses_;
+  std::string job_;
 };
 
 v1::JobInfo::Status InfoStatus(JobStage stage) {
@@ -136,7 +137,9 @@ absl::Status JobRun::Execute() {
         CheckCall();
         return machine_->cancel_requested();
       },
-      [this](int position) { WriteProgress(QueuedProgress(position)); }, job_.spec.tenant()};
+      [this](int position) { WriteProgress(QueuedProgress(position)); },
+      job_.spec.tenant(),
+      job_.id};
   absl::StatusOr<std::vector<std::string>> leased =
       c_.registry->Acquire(job_.spec.model(), job_.plan.workers, wait);
   if (!leased.ok()) {
@@ -145,7 +148,7 @@ absl::Status JobRun::Execute() {
     machine_->QueueFailed(leased.status());
     return machine_->outcome();
   }
-  WorkerLease lease(c_.registry, *leased);
+  WorkerLease lease(c_.registry, *leased, job_.id);
   if (!machine_->Leased(lease.addresses())) return machine_->outcome();
   lease_addresses_ = lease.addresses();
   return RunLeased(lease.addresses());
@@ -190,8 +193,8 @@ absl::Status JobRun::RunLeased(const std::vector<std::string>& workers) {
 }
 
 absl::Status JobRun::Resume(const std::vector<std::string>& workers) {
-  c_.registry->Claim(workers);
-  WorkerLease lease(c_.registry, workers);
+  c_.registry->Claim(workers, job_.id);
+  WorkerLease lease(c_.registry, workers, job_.id);
   if (!machine_->Leased(workers)) {
     c_.jobs->Adopted(job_.id);
     return machine_->outcome();
@@ -285,6 +288,7 @@ AttemptEvents JobRun::Events() {
                 p.set_tokens_total(job_.spec.context_tokens());
                 WriteProgress(std::move(p));
               },
+          .in_line = [this](const std::string& address) { c_.registry->InLine(address, job_.id); },
           .all_spooled =
               [this] {
                 attempt_spooled_ = true;

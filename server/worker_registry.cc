@@ -14,12 +14,13 @@ namespace lact::server {
 absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& address,
                                                      const std::string& backend,
                                                      std::map<std::string, ModelConfig> models,
-                                                     const std::string& metrics_address) {
+                                                     const std::string& metrics_address,
+                                                     bool stages) {
   absl::MutexLock lock(&mu_);
   if (workers_.count(address) == 0 && workers_.size() >= max_workers_) {
     for (auto it = workers_.begin(); it != workers_.end();) {
       const bool silent = std::chrono::steady_clock::now() - it->second.last_seen > 3 * interval_;
-      it = silent && !it->second.busy ? workers_.erase(it) : std::next(it);
+      it = silent && !it->second.busy() ? workers_.erase(it) : std::next(it);
     }
     if (workers_.size() >= max_workers_) {
       return absl::ResourceExhaustedError(absl::StrCat("the coordinator knows ", workers_.size(),
@@ -32,8 +33,9 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& address,
   w.backend = backend;
   w.models = std::move(models);
   w.metrics_address = metrics_address;
+  w.stages = stages;
   w.last_seen = std::chrono::steady_clock::now();
-  w.healthy = true;  // `busy` is kept: a job may still hold this address's lease
+  w.healthy = true;  // `leases` are kept: jobs may still hold this address
   w.leaving = false;
   released_.SignalAll();
   return w.id;
@@ -132,11 +134,7 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
   const uint64_t ticket = line_.Join(wait.tenant);
   std::vector<std::string> picked;
   const auto idle = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    picked.clear();
-    for (const auto& [address, w] : workers_) {
-      if (HealthyLocked(w) && !w.busy && w.models.count(key)) picked.push_back(address);
-    }
-    return static_cast<int>(picked.size()) >= count;
+    return PickLocked(key, count, wait.job, &picked);
   };
   const auto leave = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     line_.Leave(ticket);
@@ -164,13 +162,13 @@ absl::StatusOr<std::vector<std::string>> WorkerRegistry::Acquire(const std::stri
       idle();
       leave();
       return absl::ResourceExhaustedError(absl::StrCat(
-          "waited ", wait.limit.count(), " ms in line for ", count, " idle workers holding '",
-          model, "'; ", picked.size(), " are idle now; retry later or ask for fewer"));
+          "waited ", wait.limit.count(), " ms in line for ", count, " free workers holding '",
+          model, "'; ", picked.size(), " are free now; retry later or ask for fewer"));
     }
     released_.WaitWithTimeout(&mu_, absl::FromChrono(deadline - now));
   }
   picked.resize(count);
-  for (const std::string& a : picked) workers_[a].busy = true;
+  for (const std::string& a : picked) workers_[a].leases.push_back({wait.job, false});
   line_.Served(ticket);
   released_.SignalAll();
   return picked;
@@ -181,21 +179,53 @@ void WorkerRegistry::WakeWaiters() {
   released_.SignalAll();
 }
 
-void WorkerRegistry::Claim(const std::vector<std::string>& addresses) {
+bool WorkerRegistry::PickLocked(const std::string& key, int count, const std::string& job,
+                                std::vector<std::string>* picked) const {
+  picked->clear();
+  std::vector<std::string> behind;  // staging workers whose one job is in line
+  for (const auto& [address, w] : workers_) {
+    if (!HealthyLocked(w) || !w.models.count(key)) continue;
+    if (w.leases.empty()) {
+      picked->push_back(address);
+    } else if (w.stages && w.leases.size() == 1 && w.leases[0].in_line && w.leases[0].job != job) {
+      behind.push_back(address);
+    }
+  }
+  picked->insert(picked->end(), behind.begin(), behind.end());
+  return static_cast<int>(picked->size()) >= count;
+}
+
+void WorkerRegistry::Claim(const std::vector<std::string>& addresses, const std::string& job) {
   absl::MutexLock lock(&mu_);
   for (const std::string& a : addresses) {
     WorkerEntry& w = workers_[a];
     w.address = a;
-    w.busy = true;
+    w.leases.push_back({job, true});
   }
 }
 
-void WorkerRegistry::Release(const std::vector<std::string>& addresses) {
+void WorkerRegistry::Release(const std::vector<std::string>& addresses, const std::string& job) {
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& a : addresses) {
-      if (auto it = workers_.find(a); it != workers_.end()) it->second.busy = false;
+      auto it = workers_.find(a);
+      if (it == workers_.end()) continue;
+      std::vector<JobLease>& leases = it->second.leases;
+      auto lease = std::find_if(leases.begin(), leases.end(),
+                                [&job](const JobLease& l) { return l.job == job; });
+      if (lease == leases.end() && job.empty()) lease = leases.begin();
+      if (lease != leases.end()) leases.erase(lease);
     }
+  }
+  released_.SignalAll();
+}
+
+void WorkerRegistry::InLine(const std::string& address, const std::string& job) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(address);
+    if (it == workers_.end()) return;
+    for (JobLease& lease : it->second.leases) lease.in_line |= lease.job == job;
   }
   released_.SignalAll();
 }

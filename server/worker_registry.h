@@ -1,8 +1,12 @@
 // The workers the coordinator knows: their address, backend, models and
 // heartbeats. A worker silent for 3 heartbeat intervals, or reported failed
-// by a job, is unhealthy until its next heartbeat. Workers are leased to one
-// job at a time (a worker runs one shard at once, so two jobs never wait on
-// each other's collectives). Thread-safe.
+// by a job, is unhealthy until its next heartbeat. A worker is leased to
+// one job, and, if it stages (it registered staging bytes), to one more
+// behind it: the next job's bytes reach the worker while the first
+// computes. The second lease is given only once the first job's shard is
+// in line on the worker (InLine), so every worker holds its two jobs in
+// the order they were leased, and no two jobs wait on each other's
+// collectives. Thread-safe.
 #ifndef LACT_SERVER_WORKER_REGISTRY_H_
 #define LACT_SERVER_WORKER_REGISTRY_H_
 
@@ -21,6 +25,12 @@
 
 namespace lact::server {
 
+// A job's hold on a worker.
+struct JobLease {
+  std::string job;
+  bool in_line = false;  // the job's shard took its place in the worker's line
+};
+
 struct WorkerEntry {
   std::string id;
   std::string address;
@@ -29,7 +39,9 @@ struct WorkerEntry {
   std::string metrics_address;                // its Prometheus endpoint, if any
   std::chrono::steady_clock::time_point last_seen;
   bool healthy = true;
-  bool busy = false;
+  bool stages = false;           // takes a second job's bytes while it computes
+  std::vector<JobLease> leases;  // the computing job's first
+  bool busy() const { return !leases.empty(); }
   bool leaving = false;  // deregistered: never healthy again at this address until it registers
 };
 
@@ -50,7 +62,8 @@ class WorkerRegistry {
   // (naming --max-workers) if none are.
   absl::StatusOr<std::string> Register(const std::string& address, const std::string& backend,
                                        std::map<std::string, ModelConfig> models,
-                                       const std::string& metrics_address = "");
+                                       const std::string& metrics_address = "",
+                                       bool stages = false);
   // False if the id is unknown (the worker should register again).
   bool Heartbeat(const std::string& id);
   void MarkFailed(const std::string& address);
@@ -80,25 +93,31 @@ class WorkerRegistry {
     std::function<bool()> cancelled;
     std::function<void(int)> on_position;  // the caller's place in line (1 = next) when it changes
     std::string tenant;  // whose job; the line is fair across tenants (fair_line.h)
+    std::string job;     // the job the lease is for (Release, InLine)
   };
 
-  // Leases `count` idle healthy workers holding `model`, in the line's
-  // order (first come first served within a tenant, round robin across
+  // Leases `count` healthy workers holding `model`, in the line's order
+  // (first come first served within a tenant, round robin across
   // tenants): a caller waits behind every one ahead of it (so a job asking
   // for many workers is not overtaken by later small ones) until the
-  // workers are free. RESOURCE_EXHAUSTED at once when `max_waiting` callers already
-  // wait (naming the line's size), or after `limit` in line.
+  // workers are free, or, for a worker that stages, its one job is in line
+  // there (idle workers are taken first). RESOURCE_EXHAUSTED at once when `max_waiting` callers
+  // already wait (naming the line's size), or after `limit` in line.
   absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
                                                    const Wait& wait);
   absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
                                                    std::chrono::milliseconds limit) {
     return Acquire(model, count, Wait{limit});
   }
-  void Release(const std::vector<std::string>& addresses);
-  // Leases `addresses` as they are, registered or not (a job taken back
-  // after a restart holds the workers its shards run on); Release returns
-  // them.
-  void Claim(const std::vector<std::string>& addresses);
+  // Ends `job`'s leases of `addresses` (with no job named, each worker's
+  // first).
+  void Release(const std::vector<std::string>& addresses, const std::string& job = "");
+  // Leases `addresses` to `job` as they are, registered or not (a job taken
+  // back after a restart holds the workers its shards run on, in line
+  // there already); Release returns them.
+  void Claim(const std::vector<std::string>& addresses, const std::string& job = "");
+  // `job`'s shard took its place in the line of the worker at `address`.
+  void InLine(const std::string& address, const std::string& job);
   // Makes every waiting Acquire look at its `cancelled` again: the caller
   // whose answer has turned true calls it.
   void WakeWaiters() ABSL_LOCKS_EXCLUDED(mu_);
@@ -107,6 +126,10 @@ class WorkerRegistry {
 
  private:
   bool HealthyLocked(const WorkerEntry& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills `picked` with the workers `count` leases of `model` may take now,
+  // idle ones first; true when there are enough.
+  bool PickLocked(const std::string& key, int count, const std::string& job,
+                  std::vector<std::string>* picked) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::chrono::milliseconds interval_;
   const size_t max_workers_;

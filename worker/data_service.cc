@@ -155,6 +155,7 @@ absl::Status Serve(ShardTransfer& transfer, TransferCall& call) {
 
 absl::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
                           TransferCall& call) {
+  const auto arrived = std::chrono::steady_clock::now();  // where the upload's time starts
   v1::TransferTicket ticket;
   if (first.outer_field != kRequestTicket || !ticket.ParseFromString(first.head))
     return absl::InvalidArgumentError(kNoTicket);
@@ -162,7 +163,7 @@ absl::Status TransferFlow(TransferBoard& board, const TransferRequestIn& first,
       board.Find(ticket.job_id(), ticket.rank(), ticket.ticket(), kRegistrationWait);
   if (!transfer.ok()) return transfer.status();
   if (absl::Status s = (*transfer)->Attach([&call](const absl::Status& why) { call.EndWith(why); },
-                                           kRegistrationWait);
+                                           kRegistrationWait, arrived);
       !s.ok())
     return s;
   absl::Status status = Serve(**transfer, call);

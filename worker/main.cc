@@ -29,6 +29,7 @@
 #include "proto/keepalive.h"
 #include "proto/tls.h"
 #include "worker/backends.h"
+#include "worker/compute_line.h"
 #include "worker/cpu/cpu_runner.h"
 #include "worker/data_service.h"
 #include "worker/membership.h"
@@ -62,6 +63,9 @@ constexpr char kUsage[] =
     "               [--max-pending-calls 1024] [--first-message-timeout-ms 30000] (Transfer\n"
     "               streams that have not sent their ticket: how many at once, for how long)\n"
     "               [--max-queries 64 (queries running here at once)]\n"
+    "               [--staging-bytes N (the most memory, in decoded tokens, that shards waiting\n"
+    "               behind the one computing may take before their turn, so that the next job's\n"
+    "               upload overlaps this one's compute; default 4 GiB; 0: none)]\n"
     "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
     "               are written there so a job can run again)]\n"
     "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
@@ -114,6 +118,7 @@ struct WorkerFlags {
   int64_t retain_bytes = 0;
   int64_t retain_tenant_bytes = 0;
   int64_t warm_bytes = 0;
+  int64_t staging_bytes = 0;
   int pending_calls = 1024;
   std::chrono::milliseconds first_message{30000};
   int max_queries = 64;
@@ -147,7 +152,8 @@ constexpr const char* kFlagNames[] = {"coordinator",
                                       "log-level",
                                       "max-pending-calls",
                                       "first-message-timeout-ms",
-                                      "max-queries"};
+                                      "max-queries",
+                                      "staging-bytes"};
 
 absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   WorkerFlags f;
@@ -173,6 +179,8 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   LACT_ASSIGN_OR_RETURN(f.retain_tenant_bytes,
                         flags.Int("retain-bytes-per-tenant", f.retain_bytes, 0, int64_t{1} << 50));
   LACT_ASSIGN_OR_RETURN(f.warm_bytes, flags.Int("warm-bytes", 0, 0, kMaxWarmBytes));
+  LACT_ASSIGN_OR_RETURN(f.staging_bytes,
+                        flags.Int("staging-bytes", int64_t{4} << 30, 0, int64_t{1} << 50));
   LACT_RETURN_IF_ERROR(InitLogFromFlag("lact-worker", flags.Get("log-level")));
   f.pending_calls = static_cast<int>(pending);
   f.first_message = std::chrono::milliseconds(first_message);
@@ -201,6 +209,7 @@ v1::RegisterRequest Registration(const WorkerFlags& f, int bound_port,
   request.set_metrics_address(metrics_address);
   request.set_backend(f.backend.backend);
   request.set_threads(f.backend.threads);
+  request.set_staging_bytes(f.staging_bytes);
   for (const auto& [name, config] : models.Catalog()) {
     v1::WorkerModel* m = request.add_models();
     m->set_name(name);
@@ -264,6 +273,7 @@ struct WorkerParts {
   TransferBoard transfers;
   std::unique_ptr<RetainedResults> results;
   std::unique_ptr<ShardBoard> shards;  // what each running shard's coordinator follows
+  std::unique_ptr<ComputeLine> line;   // the shards' turns, and what waits for them
   std::unique_ptr<WorkerMetrics> metrics;
   std::atomic<bool> serving{false};  // what /readyz says: as lact.v1.WorkerService's health
   std::unique_ptr<MetricsEndpoint> metrics_endpoint;
@@ -273,10 +283,11 @@ struct WorkerParts {
 // and the probes told so, the running shards given up to --drain-seconds
 // to finish; then the server stops.
 int Serve(const WorkerFlags& f, const Guards& guards, WorkerParts& p) {
-  WorkerService service(
-      {p.models.get(), p.control, f.backend, f.flags.Get("data-root").value_or(""),
-       f.flags.Get("spool-dir").value_or(""), &p.transfers, p.results.get(), p.secret,
-       !f.flags.Has("no-huge-pages"), p.metrics.get(), f.max_queries, p.shards.get()});
+  WorkerService service({p.models.get(), p.control, f.backend,
+                         f.flags.Get("data-root").value_or(""),
+                         f.flags.Get("spool-dir").value_or(""), &p.transfers, p.results.get(),
+                         p.secret, !f.flags.Has("no-huge-pages"), p.metrics.get(), f.max_queries,
+                         p.shards.get(), p.line.get()});
   DataService data(&p.transfers, p.results.get(), f.pending_calls, f.first_message);
   int bound_port = 0;
   std::unique_ptr<grpc::Server> server =
@@ -338,7 +349,9 @@ int Main(int argc, char** argv) {
       [results = p.results.get()](const BoardShard& shard) {
         results->Forget(shard.key().job_id, shard.fetch_ticket()).IgnoreError();
       });
-  p.metrics = std::make_unique<WorkerMetrics>(p.results.get(), DeviceMemoryReader(f->backend));
+  p.line = std::make_unique<ComputeLine>(f->staging_bytes);
+  p.metrics = std::make_unique<WorkerMetrics>(p.results.get(), p.line.get(),
+                                              DeviceMemoryReader(f->backend));
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint = MetricsEndpoint::StartIfAsked(
       f->flags, f->host, p.metrics->registry(), [&p] { p.metrics->Refresh(); },
       [&p] { return p.serving.load(); }, "lact-worker");

@@ -64,23 +64,26 @@ std::chrono::milliseconds CollectiveTimeout(const v1::ShardSpec& spec) {
                                        : kDefaultCollectiveTimeout.count());
 }
 
+// The runner and its group are made while the shard may still wait for
+// its turn, so that its compute starts the moment the one before it ends.
 absl::StatusOr<v1::ShardDone> ShardRun::Run() {
-  const auto start = Clock::now();
+  LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner, MakeRunner());
+  LACT_RETURN_IF_ERROR(runner->JoinGroup({place_.store, spec_.rendezvous_prefix(), spec_.rank(),
+                                          spec_.world_size(), CollectiveTimeout(spec_)}));
+  LACT_RETURN_IF_ERROR(AwaitTurn());
   LACT_ASSIGN_OR_RETURN(Tensor shard, ObtainContext());
-  done_.set_upload_seconds(SecondsSince(start));
   if (spec_.has_output_ref()) {
     LACT_ASSIGN_OR_RETURN(output_file_,
                           OpenOutputRows(place_.data_root, spec_, job_.config.output_width()));
   }
-  LACT_ASSIGN_OR_RETURN(std::unique_ptr<ShardRunner> runner, MakeRunner());
-  LACT_RETURN_IF_ERROR(runner->JoinGroup({place_.store, spec_.rendezvous_prefix(), spec_.rank(),
-                                          spec_.world_size(), CollectiveTimeout(spec_)}));
   const auto compute_start = Clock::now();
+  if (place_.turn != nullptr) done_.set_idle_before_seconds(place_.turn->BeginCompute());
   FusedState state;
   LACT_ASSIGN_OR_RETURN(Tensor output, runner->RunContextShard(std::move(shard), spec_.begin(),
                                                                spec_.total_tokens(), &state));
   if (output.size() != 0) return absl::InternalError("the shard's outputs were not streamed");
   done_.set_compute_seconds(SecondsSince(compute_start));
+  if (place_.turn != nullptr) place_.turn->EndTurn();
   context_done_ = true;
   Log(LogLevel::kInfo, "shard_stages",
       {{"job", spec_.job_id()},
@@ -112,15 +115,28 @@ absl::StatusOr<std::unique_ptr<ShardRunner>> ShardRun::MakeRunner() {
   return MakeShardRunner(place_.backend, job_.model, job_.config, std::move(hooks));
 }
 
+absl::Status ShardRun::AwaitTurn() {
+  if (place_.turn == nullptr) return absl::OkStatus();
+  LACT_RETURN_IF_ERROR(place_.turn->AwaitTurn());
+  // A stream held back under the staging cap was idle through no fault of its own.
+  if (transfer_ != nullptr) transfer_->Touch();
+  return absl::OkStatus();
+}
+
+// The context's rows: read from the file (the read is the upload's time),
+// or received in band (the upload's time is the stream's, from its first
+// byte to its last).
 absl::StatusOr<Tensor> ShardRun::ObtainContext() {
   const int64_t width = job_.config.input_width();
   Tensor shard;
   if (spec_.has_context_ref()) {
+    const auto start = Clock::now();
     int64_t bytes = 0;
     LACT_ASSIGN_OR_RETURN(
         shard, ReadContextRows(spec_.context_from_spool() ? place_.spool_dir : place_.data_root,
                                spec_, width, place_.huge_pages, &bytes));
     done_.set_context_bytes(bytes);
+    done_.set_upload_seconds(SecondsSince(start));
   }
   if (transfer_ != nullptr && ShardTakesTokensInBand(spec_.has_context_ref(), spec_.rank(),
                                                      spec_.query_tokens_size() > 0)) {
@@ -128,6 +144,7 @@ absl::StatusOr<Tensor> ShardRun::ObtainContext() {
     if (!spec_.has_context_ref()) {
       shard = transfer_->receiver().TakeSet(0);
       done_.set_context_bytes(transfer_->context_bytes());
+      done_.set_upload_seconds(transfer_->upload_seconds());
       ReportSpooled();
     }
   }

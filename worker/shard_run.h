@@ -19,6 +19,7 @@
 #include "common/model.h"
 #include "lact/v1/worker.pb.h"
 #include "worker/backends.h"
+#include "worker/compute_line.h"
 #include "worker/model_cache.h"
 #include "worker/output_file_stream.h"
 #include "worker/retained_results.h"
@@ -61,6 +62,9 @@ struct ShardPlace {
   bool huge_pages = true;
   RetainedResults* results;
   gloo::rendezvous::Store* store;  // where the group meets; unused for a group of one
+  // The shard's place in the worker's compute line (compute_line.h): its
+  // context is taken and computed on its turn; null: at once.
+  ComputeLine::Place* turn = nullptr;
 };
 
 class ShardRun {
@@ -79,6 +83,8 @@ class ShardRun {
   absl::StatusOr<v1::ShardDone> Run();
 
  private:
+  // Waits for the shard's turn on the worker (staged meanwhile).
+  absl::Status AwaitTurn();
   absl::StatusOr<Tensor> ObtainContext();
   absl::StatusOr<std::unique_ptr<ShardRunner>> MakeRunner();
   absl::Status TakeOutputRows(RowSlice rows);

@@ -11,7 +11,8 @@ bool ShardTransfer::TicketMatches(const std::string& ticket) const {
 }
 
 absl::Status ShardTransfer::Attach(std::function<void(const absl::Status&)> end_stream,
-                                   std::chrono::milliseconds wait) {
+                                   std::chrono::milliseconds wait,
+                                   std::chrono::steady_clock::time_point arrived) {
   absl::MutexLock lock(&mu_);
   // A stream that ended may not have released the shard yet: it does so as
   // soon as its thread sees the end.
@@ -28,12 +29,19 @@ absl::Status ShardTransfer::Attach(std::function<void(const absl::Status&)> end_
   end_stream_ = std::move(end_stream);
   stage_ = Stage::kUploading;
   last_activity_ = std::chrono::steady_clock::now();
+  upload_began_ = arrived;
   return absl::OkStatus();
 }
 
 absl::Status ShardTransfer::Accept(int set, int64_t offset,
                                    const std::vector<absl::string_view>& data, int64_t bytes,
                                    std::shared_ptr<const void> owner) {
+  if (place_ != nullptr) {
+    if (absl::Status s = place_->Admit(receiver_.DecodedBytes(bytes)); !s.ok()) {
+      absl::MutexLock lock(&mu_);
+      return failure_.ok() ? s : failure_;
+    }
+  }
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
@@ -57,6 +65,7 @@ absl::Status ShardTransfer::EndUpload() {
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return failure_;
   stage_ = Stage::kUploaded;
+  upload_ended_ = std::chrono::steady_clock::now();
   if (spool_ != nullptr) spool_->UploadEnded();
   return absl::OkStatus();
 }
@@ -116,6 +125,16 @@ absl::Status ShardTransfer::AwaitUpload(std::chrono::milliseconds idle) {
       });
 }
 
+double ShardTransfer::upload_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return std::chrono::duration<double>(upload_ended_ - upload_began_).count();
+}
+
+void ShardTransfer::Touch() {
+  absl::MutexLock lock(&mu_);
+  last_activity_ = std::chrono::steady_clock::now();
+}
+
 void ShardTransfer::Publish(Item item) {
   absl::MutexLock lock(&mu_);
   items_.push_back(std::move(item));
@@ -154,7 +173,13 @@ bool ShardTransfer::Release() {
 
 void ShardTransfer::Fail(absl::Status status) {
   absl::MutexLock lock(&mu_);
-  if (failure_.ok()) failure_ = std::move(status);
+  FailLocked(std::move(status));
+}
+
+void ShardTransfer::FailLocked(absl::Status status) {
+  if (!failure_.ok()) return;
+  failure_ = std::move(status);
+  if (place_ != nullptr) place_->Close();  // a staged chunk's wait ends
 }
 
 void ShardTransfer::Abort(absl::Status status) {
@@ -169,13 +194,15 @@ void ShardTransfer::Cancel() {
   const bool uploading = stage_ == Stage::kWaiting || stage_ == Stage::kUploading;
   const char* when = publishing_done_ || !items_.empty() ? " while its outputs were sent"
                      : uploading                         ? " during the upload"
-                                                         : " while it computed";
+                     : place_ != nullptr && !place_->had_turn()
+                         ? " while it waited for the job before it on its worker"
+                         : " while it computed";
   AbortLocked(absl::CancelledError(absl::StrCat("the job was cancelled", when)));
 }
 
 void ShardTransfer::AbortLocked(absl::Status status) {
   if (!failure_.ok()) return;
-  failure_ = std::move(status);
+  FailLocked(std::move(status));
   if (end_stream_) end_stream_(failure_);
 }
 

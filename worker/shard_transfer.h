@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/tensor.h"
 #include "lact/v1/data.pb.h"
+#include "worker/compute_line.h"
 #include "worker/context_spool.h"
 #include "worker/result_item.h"
 #include "worker/token_receiver.h"
@@ -44,6 +45,11 @@ class ShardTransfer {
   // dtype), to `spool` (context_spool.h). Before the transfer is
   // registered.
   void SetSpool(std::unique_ptr<ContextSpool> spool) { spool_ = std::move(spool); }
+  // Admits every chunk through the shard's place in the worker's compute
+  // line (compute_line.h): while the shard is staged, a chunk waits for
+  // room under the staging cap. A failure closes the place. Before the
+  // transfer is registered.
+  void SetPlace(std::shared_ptr<ComputeLine::Place> place) { place_ = std::move(place); }
 
   // --- the Transfer side ---
   bool TicketMatches(const std::string& ticket) const;
@@ -53,16 +59,19 @@ class ShardTransfer {
   // the transfer's failure if it failed. `end_stream` (called under the
   // transfer's lock, so it must not call back) ends the stream with the
   // transfer's failure when it fails, its blocking reads with it; Detach()
-  // drops it before the stream ends.
-  absl::Status Attach(std::function<void(const absl::Status&)> end_stream,
-                      std::chrono::milliseconds wait);
+  // drops it before the stream ends. `arrived`: when the stream's first
+  // message reached this worker, where the upload's time starts.
+  absl::Status Attach(
+      std::function<void(const absl::Status&)> end_stream, std::chrono::milliseconds wait,
+      std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now());
   void Detach();
   // The attached stream ended (reset or broken) before it sent a chunk:
   // the shard is free for another stream with the same ticket, and waits
   // for it as for the first (the upload idle limit starts again). False,
   // releasing nothing, once a chunk arrived or the transfer failed.
   bool Release();
-  // Decodes a chunk; a bad chunk fails the transfer. `owner`, when given,
+  // Decodes a chunk (after the place admits it); a bad chunk fails the
+  // transfer. `owner`, when given,
   // keeps `data` alive, so the spool writes it from where it lies.
   absl::Status Accept(int set, int64_t offset, const std::vector<absl::string_view>& data,
                       int64_t bytes, std::shared_ptr<const void> owner = nullptr);
@@ -83,6 +92,12 @@ class ShardTransfer {
   // attached, or sent nothing, for `idle` fails it (DEADLINE_EXCEEDED).
   absl::Status AwaitUpload(std::chrono::milliseconds idle);
   TokenReceiver& receiver() { return receiver_; }  // after AwaitUpload OK
+  // From the first byte of the stream that brought the tokens to the last
+  // chunk: after AwaitUpload OK.
+  double upload_seconds() const;
+  // The idle limit counts from now: the shard's turn came after a wait in
+  // which its stream may have been held back.
+  void Touch();
   void Publish(Item item);
   void EndPublishing();
   // Blocks until the stream sent every item (OK), the transfer failed, or
@@ -107,6 +122,7 @@ class ShardTransfer {
  private:
   enum class Stage { kWaiting, kUploading, kUploaded, kDownloaded };
   void AbortLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `stage` or a failure. While `idle_applies` holds, the
   // transfer fails with DEADLINE_EXCEEDED `idle_error` once `idle` has
   // passed since the last activity; the wait wakes only for a change or
@@ -118,13 +134,16 @@ class ShardTransfer {
 
   const std::string ticket_;
   TokenReceiver receiver_;
-  std::unique_ptr<ContextSpool> spool_;  // set before the transfer is shared
+  std::unique_ptr<ContextSpool> spool_;        // set before the transfer is shared
+  std::shared_ptr<ComputeLine::Place> place_;  // likewise; null: admitted at once
   mutable absl::Mutex mu_;
   Stage stage_ ABSL_GUARDED_BY(mu_) = Stage::kWaiting;
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(const absl::Status&)> end_stream_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point last_activity_ ABSL_GUARDED_BY(mu_) =
       std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point upload_began_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point upload_ended_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
   bool publishing_done_ ABSL_GUARDED_BY(mu_) = false;

@@ -39,6 +39,8 @@ class TokenReceiver {
   absl::Status CheckComplete() const;
 
   int64_t bytes_received() const { return bytes_; }
+  // The memory `wire_bytes` of tokens take once decoded (float32).
+  int64_t DecodedBytes(int64_t wire_bytes) const { return wire_bytes / WireBytes(dtype_) * 4; }
   Tensor TakeSet(int set) { return std::move(sets_[set]); }
 
  private:

@@ -3,12 +3,14 @@
 #include "common/metric_families.h"
 #include "common/peak_rss.h"
 #include "proto/status_conversion.h"
+#include "worker/compute_line.h"
 #include "worker/retained_results.h"
 
 namespace lact {
-WorkerMetrics::WorkerMetrics(RetainedResults* results,
+WorkerMetrics::WorkerMetrics(RetainedResults* results, const ComputeLine* line,
                              std::function<std::optional<DeviceMemoryBytes>()> device_memory)
     : results_(results),
+      line_(line),
       shards_(CounterFamily(*registry_, "lact_worker_shards_total",
                             "Shards this worker ran, by the status code it ended with")),
       queries_(CounterFamily(*registry_, "lact_worker_query_runs_total",
@@ -31,6 +33,12 @@ WorkerMetrics::WorkerMetrics(RetainedResults* results,
                                "Results and fused states kept for FetchResult and Query")),
       peak_rss_bytes_(OneGauge(*registry_, "lact_worker_peak_rss_bytes",
                                "Peak resident memory of this process")),
+      staged_bytes_(OneGauge(*registry_, "lact_worker_staged_bytes",
+                             "Tokens (decoded) taken for shards waiting for their turn")),
+      staged_peak_bytes_(OneGauge(*registry_, "lact_worker_staged_bytes_peak",
+                                  "The most bytes staged at once (at most --staging-bytes)")),
+      idle_seconds_(OneCounter(*registry_, "lact_worker_compute_idle_seconds_total",
+                               "Time the compute stood idle between one shard and the next")),
       device_memory_(std::move(device_memory)) {
   if (device_memory_) {
     gpu_used_bytes_ = &OneGauge(*registry_, "lact_worker_gpu_memory_used_bytes",
@@ -52,6 +60,7 @@ void WorkerMetrics::ShardEnded(absl::StatusCode code, const v1::ShardDone* done)
   bytes_.Add({{"direction", "in"}}).Increment(static_cast<double>(done->context_bytes()));
   bytes_.Add({{"direction", "out"}}).Increment(static_cast<double>(done->output_bytes()));
   compute_seconds_.Increment(done->compute_seconds());
+  idle_seconds_.Increment(done->idle_before_seconds());
   allreduce_seconds_.Increment(done->allreduce_seconds());
   allreduce_waited_seconds_.Increment(done->allreduce_waited_seconds());
 }
@@ -63,6 +72,10 @@ void WorkerMetrics::QueryEnded(absl::StatusCode code) {
 void WorkerMetrics::Refresh() {
   if (results_ != nullptr) retained_bytes_.Set(static_cast<double>(results_->bytes()));
   peak_rss_bytes_.Set(static_cast<double>(PeakRssBytes()));
+  if (line_ != nullptr) {
+    staged_bytes_.Set(static_cast<double>(line_->staged_bytes()));
+    staged_peak_bytes_.Set(static_cast<double>(line_->peak_staged_bytes()));
+  }
   if (!device_memory_) return;
   if (std::optional<DeviceMemoryBytes> memory = device_memory_()) {
     gpu_used_bytes_->Set(static_cast<double>(memory->used));

@@ -2,7 +2,8 @@
 // shards and query runs by result, their stage times, the bytes it took
 // in and gave out, its all-reduce time and how much of it compute hid,
 // and, read at each scrape, the shards running and the bytes it retains
-// for FetchResult and Query, and a CUDA worker's device memory. Names start
+// for FetchResult and Query, the bytes staged for shards waiting for their
+// turn (now and at most), and a CUDA worker's device memory. Names start
 // with `lact_worker_`. Thread-safe.
 #ifndef LACT_WORKER_WORKER_METRICS_H_
 #define LACT_WORKER_WORKER_METRICS_H_
@@ -23,14 +24,16 @@
 
 namespace lact {
 
+class ComputeLine;
 class RetainedResults;
 
 class WorkerMetrics {
  public:
   // `device_memory`: a CUDA worker's (lact_worker_gpu_memory_{used,total}_bytes);
   // null for a CPU worker, which exports no GPU gauges.
-  explicit WorkerMetrics(RetainedResults* results,
-                         std::function<std::optional<DeviceMemoryBytes>()> device_memory = nullptr);
+  // `line`: the shards' compute line, whose staged bytes are exported.
+  WorkerMetrics(RetainedResults* results, const ComputeLine* line,
+                std::function<std::optional<DeviceMemoryBytes>()> device_memory = nullptr);
 
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
@@ -43,6 +46,7 @@ class WorkerMetrics {
 
  private:
   RetainedResults* const results_;
+  const ComputeLine* const line_;
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Counter>& shards_;
   prometheus::Family<prometheus::Counter>& queries_;
@@ -54,6 +58,9 @@ class WorkerMetrics {
   prometheus::Gauge& running_;
   prometheus::Gauge& retained_bytes_;
   prometheus::Gauge& peak_rss_bytes_;
+  prometheus::Gauge& staged_bytes_;
+  prometheus::Gauge& staged_peak_bytes_;
+  prometheus::Counter& idle_seconds_;
   const std::function<std::optional<DeviceMemoryBytes>()> device_memory_;
   prometheus::Gauge* gpu_used_bytes_ = nullptr;   // with device_memory_
   prometheus::Gauge* gpu_total_bytes_ = nullptr;  // with device_memory_

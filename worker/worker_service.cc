@@ -74,6 +74,12 @@ v1::RunShardResponse LayersMessage(int layers) {
   return r;
 }
 
+v1::RunShardResponse InLineMessage() {
+  v1::RunShardResponse r;
+  r.set_in_line(true);
+  return r;
+}
+
 v1::RunShardResponse SpooledMessage() {
   v1::RunShardResponse r;
   r.set_spooled(true);
@@ -122,7 +128,8 @@ constexpr char kNoShardSpec[] = "RunShardRequest.spec is missing";
 // nothing moves in band.
 absl::Status RunShardOnBoard(const WorkerContext& w, const v1::ShardSpec& spec, ShardCall& call,
                              BoardShard* shard, const std::shared_ptr<ShardTransfer>& transfer,
-                             const std::atomic<bool>& cancelled, v1::ShardDone* stats) {
+                             ComputeLine::Place* turn, const std::atomic<bool>& cancelled,
+                             v1::ShardDone* stats) {
   absl::StatusOr<v1::ShardDone> done = [&]() -> absl::StatusOr<v1::ShardDone> {
     LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w.models, spec.model(), spec.options()));
     if (job.config.input_width() != spec.token_width()) {
@@ -133,7 +140,7 @@ absl::Status RunShardOnBoard(const WorkerContext& w, const v1::ShardSpec& spec, 
     KvStoreClient store(w.control, CollectiveTimeout(spec));
     CallReports reports(&call, shard);
     return ShardRun(
-               {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, &store}, spec,
+               {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, &store, turn}, spec,
                std::move(job), &reports, [&cancelled] { return cancelled.load(); }, transfer)
         .Run();
   }();
@@ -173,12 +180,18 @@ absl::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& req
   absl::StatusOr<std::shared_ptr<ShardTransfer>> transfer =
       MakeTransfer(spec, spec.token_width(), w.spool_dir, w.huge_pages);
   if (!transfer.ok()) return transfer.status();
-  if (*transfer != nullptr) w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
+  const std::shared_ptr<ComputeLine::Place> turn = w.line->Join();
+  call.Write(InLineMessage());
+  if (*transfer != nullptr) {
+    (*transfer)->SetPlace(turn);
+    w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
+  }
   std::atomic<bool> cancelled{false};
   const std::shared_ptr<BoardShard> shard =
       w.shards->Begin({spec.job_id(), spec.attempt(), spec.rank()}, spec.fetch_ticket());
   shard->SetCancelAction([&] {
     cancelled = true;
+    turn->Close();
     if (*transfer != nullptr) (*transfer)->Cancel();
   });
   // The call's end stops the shard only on a worker that holds none;
@@ -189,7 +202,8 @@ absl::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& req
     w.shards->BecameHeld();
   });
   const absl::Status status =
-      RunShardOnBoard(w, spec, call, shard.get(), *transfer, cancelled, stats);
+      RunShardOnBoard(w, spec, call, shard.get(), *transfer, turn.get(), cancelled, stats);
+  turn->Leave();  // its staged bytes are freed now, whoever still holds its transfer
   shard->SetCancelAction(nullptr);
   w.shards->Finished(shard);
   return status;
@@ -292,6 +306,10 @@ WorkerService::WorkerService(WorkerContext context)
           results->Forget(shard.key().job_id, shard.fetch_ticket()).IgnoreError();
         });
     w_.shards = own_shards_.get();
+  }
+  if (w_.line == nullptr) {
+    own_line_ = std::make_unique<ComputeLine>(0);
+    w_.line = own_line_.get();
   }
 }
 

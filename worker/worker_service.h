@@ -8,10 +8,12 @@
 // RunQuery runs query sets against a kept state; Forget drops a job's.
 // A shard whose RunShard call ends (its coordinator stopped) runs on, held
 // for the coordinator that takes the job back (AttachShard; shard_board.h).
-// One shard at a time per worker is the coordinator's policy; the service
-// itself is re-entrant. The streaming calls run on gRPC's callback API
-// (proto/write_call.h): the coordinator's cancel reaches a shard when it
-// happens, through the call's end, with no thread polling for it.
+// Shards compute one at a time, in the order they came (compute_line.h);
+// one that comes while another computes is staged: its tokens are taken
+// ahead of its turn, up to the staging cap, and its group is joined, so
+// its compute starts the moment the one before it ends. The streaming calls run on gRPC's callback
+// API (proto/write_call.h): the coordinator's cancel reaches a shard when it happens, through the
+// call's end, with no thread polling for it.
 #ifndef LACT_WORKER_WORKER_SERVICE_H_
 #define LACT_WORKER_WORKER_SERVICE_H_
 
@@ -25,6 +27,7 @@
 #include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
 #include "worker/backends.h"
+#include "worker/compute_line.h"
 #include "worker/model_cache.h"
 #include "worker/retained_results.h"
 #include "worker/shard_board.h"
@@ -56,6 +59,9 @@ struct WorkerContext {
   // The shards as their coordinator follows them (shard_board.h); null: a
   // board with no grace (a shard stops when its RunShard call ends).
   ShardBoard* shards = nullptr;
+  // The shards' compute line and its staging cap; null: a line that stages
+  // nothing.
+  ComputeLine* line = nullptr;
 };
 
 class WorkerService final : public v1::WorkerService::CallbackService {
@@ -87,6 +93,7 @@ class WorkerService final : public v1::WorkerService::CallbackService {
 
   WorkerContext w_;
   std::unique_ptr<ShardBoard> own_shards_;  // when the context gives none
+  std::unique_ptr<ComputeLine> own_line_;   // likewise
   CallCaps queries_;                        // RunQuery calls running (one key: the worker's)
   absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
