@@ -72,6 +72,8 @@ absl::Status ComputeLine::Place::Admit(int64_t bytes) {
 void ComputeLine::Place::Close() {
   absl::MutexLock lock(&line_->mu_);
   closed_ = true;
+  line_->staged_ -= staged_;  // the shard will not compute: its tokens are of no use
+  staged_ = 0;
 }
 
 bool ComputeLine::Place::had_turn() const {

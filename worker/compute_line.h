@@ -80,7 +80,7 @@ class ComputeLine::Place {
   // the cap, then counts them as staged. CANCELLED once closed.
   absl::Status Admit(int64_t bytes);
   // Wakes the place's waits with CANCELLED, now and from now on (the
-  // shard was cancelled or failed).
+  // shard was cancelled or failed); its staged bytes count no more.
   void Close();
   // Leaves the line: closed, its staged bytes freed, its turn ended.
   void Leave();

@@ -128,7 +128,8 @@ v1::TokenChunk FloatChunk(int64_t offset, int64_t n) {
 }
 
 // A staged transfer's stream blocks at the cap (its client's sends with
-// it), and the shard's cancel lets it go with the cancel's status.
+// it), and the shard's cancel frees its staged bytes and lets the stream go
+// with the cancel's status.
 TEST(ComputeLine, AStagedTransfersChunkWaitsAtTheCapUntilItsShardIsCancelled) {
   ComputeLine line(8 * 4);  // eight float32 tokens of width 1
   std::shared_ptr<ComputeLine::Place> computing = line.Join();
@@ -143,6 +144,7 @@ TEST(ComputeLine, AStagedTransfersChunkWaitsAtTheCapUntilItsShardIsCancelled) {
   std::this_thread::sleep_for(milliseconds(50));
   EXPECT_EQ(line.staged_bytes(), 32) << "the chunk past the cap waits";
   transfer->Cancel();
+  EXPECT_EQ(line.staged_bytes(), 0) << "a cancelled shard's staged bytes count no more at once";
   stream.join();
   EXPECT_EQ(second.code(), absl::StatusCode::kCancelled);
   EXPECT_THAT(std::string(second.message()), HasSubstr("cancelled"));

@@ -107,13 +107,17 @@ absl::Status Serve(ShardTransfer& transfer, TransferCall& call) {
       const absl::Status bad =
           absl::InvalidArgumentError("after the TransferTicket, Transfer takes only token chunks");
       transfer.Fail(bad);
+      transfer.DropUpload();
       return bad;
     }
     // The spool, if any, keeps the chunk's slices until it has written them.
     absl::Status s = transfer.Accept(
         head.set(), head.offset(), request.data, request.data_size,
         std::make_shared<const std::vector<grpc::Slice>>(std::move(request.slices)));
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      transfer.DropUpload();
+      return s;
+    }
     request = TransferRequestIn();  // drops this stream's hold on the chunk just decoded
   }
   if (call.EndedAfterReads(!transfer.receiver().CheckComplete().ok())) {
@@ -127,6 +131,7 @@ absl::Status Serve(ShardTransfer& transfer, TransferCall& call) {
       failure = absl::CancelledError("the client went away during the upload");
       transfer.Fail(failure);
     }
+    transfer.DropUpload();
     return failure;
   }
   if (absl::Status s = transfer.EndUpload(); !s.ok()) return s;

@@ -16,7 +16,29 @@ RendezvousUnavailable Unreachable(const grpc::Status& s) {
                                s.error_message());
 }
 
+constexpr char kCancelled[] = "the shard was cancelled while its group met";
+
 }  // namespace
+
+void KvStoreClient::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (current_ != nullptr) current_->TryCancel();
+}
+
+grpc::Status KvStoreClient::Call(grpc::ClientContext& ctx,
+                                 const std::function<grpc::Status()>& call) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) throw std::runtime_error(kCancelled);
+    current_ = &ctx;
+  }
+  grpc::Status s = call();
+  absl::MutexLock lock(&mu_);
+  current_ = nullptr;
+  if (cancelled_) throw std::runtime_error(kCancelled);
+  return s;
+}
 
 void KvStoreClient::set(const std::string& key, const std::vector<char>& data) {
   grpc::ClientContext ctx;
@@ -25,7 +47,7 @@ void KvStoreClient::set(const std::string& key, const std::vector<char>& data) {
   request.set_key(key);
   request.set_value(std::string(data.begin(), data.end()));
   v1::KvSetResponse response;
-  grpc::Status s = control_->KvSet(&ctx, request, &response);
+  grpc::Status s = Call(ctx, [&] { return control_->KvSet(&ctx, request, &response); });
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) throw Unreachable(s);
   if (!s.ok())
     throw std::runtime_error("rendezvous set '" + key + "' failed: " + s.error_message());
@@ -39,7 +61,7 @@ std::vector<std::string> KvStoreClient::Get(const std::vector<std::string>& keys
   for (const std::string& k : keys) request.add_keys(k);
   request.set_timeout_ms(static_cast<int32_t>(timeout.count()));
   v1::KvGetResponse response;
-  grpc::Status s = control_->KvGet(&ctx, request, &response);
+  grpc::Status s = Call(ctx, [&] { return control_->KvGet(&ctx, request, &response); });
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     throw RendezvousTimeout("rendezvous: the group's other ranks did not come in time: " +
                             s.error_message());

@@ -70,6 +70,14 @@ absl::Status ShardTransfer::EndUpload() {
   return absl::OkStatus();
 }
 
+void ShardTransfer::DropUpload() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stage_ == Stage::kUploaded || stage_ == Stage::kDownloaded) return;
+  }
+  receiver_.Clear();
+}
+
 absl::StatusOr<std::optional<ShardTransfer::Item>> ShardTransfer::NextItem() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(

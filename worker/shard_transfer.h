@@ -81,6 +81,9 @@ class ShardTransfer {
   }
   // The client closed its side: checks every set is complete.
   absl::Status EndUpload();
+  // The upload failed (the stream's thread, which owns the receiver until
+  // the upload ends): the tokens received so far are freed now.
+  void DropUpload();
   // The next item to send; nullopt once RunShard has published everything
   // and it was taken; the failure if the transfer failed.
   absl::StatusOr<std::optional<Item>> NextItem();

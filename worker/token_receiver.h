@@ -42,6 +42,10 @@ class TokenReceiver {
   // The memory `wire_bytes` of tokens take once decoded (float32).
   int64_t DecodedBytes(int64_t wire_bytes) const { return wire_bytes / WireBytes(dtype_) * 4; }
   Tensor TakeSet(int set) { return std::move(sets_[set]); }
+  // Frees every set's memory (an upload that failed).
+  void Clear() {
+    for (Tensor& t : sets_) t = Tensor();
+  }
 
  private:
   std::vector<int64_t> lengths_, received_;

@@ -128,8 +128,8 @@ constexpr char kNoShardSpec[] = "RunShardRequest.spec is missing";
 // nothing moves in band.
 absl::Status RunShardOnBoard(const WorkerContext& w, const v1::ShardSpec& spec, ShardCall& call,
                              BoardShard* shard, const std::shared_ptr<ShardTransfer>& transfer,
-                             ComputeLine::Place* turn, const std::atomic<bool>& cancelled,
-                             v1::ShardDone* stats) {
+                             ComputeLine::Place* turn, KvStoreClient* store,
+                             const std::atomic<bool>& cancelled, v1::ShardDone* stats) {
   absl::StatusOr<v1::ShardDone> done = [&]() -> absl::StatusOr<v1::ShardDone> {
     LACT_ASSIGN_OR_RETURN(JobModel job, ResolveJobModel(*w.models, spec.model(), spec.options()));
     if (job.config.input_width() != spec.token_width()) {
@@ -137,10 +137,9 @@ absl::Status RunShardOnBoard(const WorkerContext& w, const v1::ShardSpec& spec, 
                                                      " but model '", spec.model(), "' takes ",
                                                      job.config.input_width()));
     }
-    KvStoreClient store(w.control, CollectiveTimeout(spec));
     CallReports reports(&call, shard);
     return ShardRun(
-               {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, &store, turn}, spec,
+               {w.backend, w.data_root, w.spool_dir, w.huge_pages, w.results, store, turn}, spec,
                std::move(job), &reports, [&cancelled] { return cancelled.load(); }, transfer)
         .Run();
   }();
@@ -187,10 +186,12 @@ absl::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& req
     w.transfers->Register(spec.job_id(), spec.rank(), *transfer);
   }
   std::atomic<bool> cancelled{false};
+  KvStoreClient store(w.control, CollectiveTimeout(spec));
   const std::shared_ptr<BoardShard> shard =
       w.shards->Begin({spec.job_id(), spec.attempt(), spec.rank()}, spec.fetch_ticket());
   shard->SetCancelAction([&] {
     cancelled = true;
+    store.Cancel();  // a group still meeting (the shard staged, or just begun) stops now
     turn->Close();
     if (*transfer != nullptr) (*transfer)->Cancel();
   });
@@ -202,7 +203,7 @@ absl::Status RunShardFlow(const WorkerContext& w, const v1::RunShardRequest& req
     w.shards->BecameHeld();
   });
   const absl::Status status =
-      RunShardOnBoard(w, spec, call, shard.get(), *transfer, turn.get(), cancelled, stats);
+      RunShardOnBoard(w, spec, call, shard.get(), *transfer, turn.get(), &store, cancelled, stats);
   turn->Leave();  // its staged bytes are freed now, whoever still holds its transfer
   shard->SetCancelAction(nullptr);
   w.shards->Finished(shard);

@@ -298,6 +298,19 @@ class ClusterTest(unittest.TestCase):
             torch_bits = torch.from_numpy(x).bfloat16().view(torch.int16).numpy().view("<u2")
             np.testing.assert_array_equal(lact.bf16_bits(x), torch_bits)
 
+    def test_chunks_written_by_hand_are_what_protobuf_writes(self):
+        # The client writes token chunks in the wire format itself, from the
+        # array's rows; protobuf's own messages are the oracle.
+        from lact import transfers
+        from lact.v1 import common_pb2, data_pb2
+        rows = np.random.default_rng(1).standard_normal((300, 7)).astype("<f4")
+        for set_index, offset, n in [(0, 0, 1), (0, 5, 299), (3, 1 << 40, 128), (200, 127, 0)]:
+            data = rows[:n]
+            want = data_pb2.TransferRequest(chunk=common_pb2.TokenChunk(
+                set=set_index, offset=offset, data=data.tobytes())).SerializeToString()
+            self.assertEqual(transfers.chunk_request(set_index, offset, data), want,
+                             (set_index, offset, n))
+
     def test_query_sets_later_and_fetch(self):
         case = max(self.cases, key=lambda c: len(c.queries))
         job = self.client.submit(case.name, case.context, workers=2, return_state=False,

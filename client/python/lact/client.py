@@ -40,6 +40,10 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # Bulk bytes in 4 MiB frames with 32 MiB in flight per stream, as the
+    # C++ client sends them (proto/bulk_transport.cc).
+    ("grpc.http2.max_frame_size", 4 << 20),
+    ("grpc.http2.lookahead_bytes", 32 << 20),
 ]
 _MIN_TOKEN_BYTES = 16  # proto/auth.h kMinSecretBytes
 

@@ -77,14 +77,15 @@ class Tokens:
         return self if dtype == self.dtype else Tokens(encode(self.to_float32(), dtype), dtype)
 
     def chunks(self, begin: int = 0, count: int = None):
-        """Yields (offset, rows, bytes) of rows [begin, begin + count), whole
+        """Yields (offset, rows, data) of rows [begin, begin + count), whole
         rows of at most MAX_CHUNK_BYTES each (one row if a row is larger);
-        offsets count from ``begin``."""
+        offsets count from ``begin``; ``data`` is a view of the rows, not a
+        copy (bytes(data) makes one)."""
         count = self.tokens - begin if count is None else count
         per_chunk = max(1, MAX_CHUNK_BYTES // (self.width * self.wire.itemsize))
         for first in range(0, count, per_chunk):
             rows = min(per_chunk, count - first)
-            yield first, rows, self.wire[begin + first:begin + first + rows].tobytes()
+            yield first, rows, self.wire[begin + first:begin + first + rows]
 
 
 def encode(values: np.ndarray, dtype: str) -> np.ndarray:

@@ -12,6 +12,11 @@ matching completion message is complete whatever status the stream ended
 with; one without it is not, even if it ended OK. Fetch mode asks
 ShardDataService.FetchResult for what a finished job's workers retained instead.
 
+Token chunks go out without protobuf messages: each TransferRequest is
+written in protobuf's wire format straight from the tokens' array, one copy
+(the message's bytes, which gRPC takes), so that the upload runs at the
+rate of the C++ client's.
+
 Not thread-safe itself: one owner starts, cancels and joins it. Results are
 complete only after join() returned without raising.
 """
@@ -25,7 +30,39 @@ import grpc
 import numpy as np
 
 from .errors import LactError, from_rpc_error
-from .v1 import common_pb2, data_pb2, data_pb2_grpc
+from .v1 import data_pb2, data_pb2_grpc
+
+
+_TRANSFER_METHOD = "/lact.v1.ShardDataService/Transfer"
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def chunk_request(set_index: int, offset: int, data) -> bytes:
+    """TransferRequest{chunk: TokenChunk{set, offset, data}} in protobuf's wire
+    format, as SerializeToString writes it; ``data`` is any buffer (a numpy
+    array's rows), copied once into the result."""
+    size = memoryview(data).nbytes
+    fields = b""
+    if set_index:
+        fields += b"\x08" + _varint(set_index)  # TokenChunk.set = 1, varint
+    if offset:
+        fields += b"\x10" + _varint(offset)  # TokenChunk.offset = 2, varint
+    fields += b"\x1a" + _varint(size)  # TokenChunk.data = 3, bytes
+    head = b"\x12" + _varint(len(fields) + size) + fields  # TransferRequest.chunk = 2
+    return b"".join((head, data))
+
+
+def _serialize_request(request) -> bytes:
+    """A TransferRequest message, or one chunk_request already in wire format."""
+    return request if isinstance(request, bytes) else request.SerializeToString()
 
 
 def _internal(message: str) -> LactError:
@@ -111,7 +148,10 @@ class ShardTransfers:
                         ticket=self._accepted.fetch_ticket, without_outputs=self._without_outputs)
                     call = stub.FetchResult(request, timeout=timeout)
                 else:
-                    call = stub.Transfer(self._requests(rank), timeout=timeout)
+                    transfer = self._channel_for(shard.worker).stream_stream(
+                        _TRANSFER_METHOD, request_serializer=_serialize_request,
+                        response_deserializer=data_pb2.TransferResponse.FromString)
+                    call = transfer(self._requests(rank), timeout=timeout)
                 self._calls[rank] = call
             tally = _Tally()
             try:
@@ -157,13 +197,11 @@ class ShardTransfers:
             for offset, rows, data in self._context.chunks(shard.begin, shard.tokens):
                 if self._on_sent is not None:
                     self._on_sent(rows)
-                yield data_pb2.TransferRequest(
-                    chunk=common_pb2.TokenChunk(set=0, offset=offset, data=data))
+                yield chunk_request(0, offset, data)
         if rank == 0:
             for k, q in enumerate(self._queries):
                 for offset, _, data in q.chunks():
-                    yield data_pb2.TransferRequest(
-                        chunk=common_pb2.TokenChunk(set=k + 1, offset=offset, data=data))
+                    yield chunk_request(k + 1, offset, data)
 
     def _place(self, rank: int, response):
         kind = response.WhichOneof("kind")
