@@ -55,7 +55,8 @@ def chunk_request(set_index: int, offset: int, data) -> bytes:
         fields += b"\x08" + _varint(set_index)  # TokenChunk.set = 1, varint
     if offset:
         fields += b"\x10" + _varint(offset)  # TokenChunk.offset = 2, varint
-    fields += b"\x1a" + _varint(size)  # TokenChunk.data = 3, bytes
+    if size:
+        fields += b"\x1a" + _varint(size)  # TokenChunk.data = 3, bytes
     head = b"\x12" + _varint(len(fields) + size) + fields  # TransferRequest.chunk = 2
     return b"".join((head, data))
 
