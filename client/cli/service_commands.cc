@@ -166,6 +166,13 @@ void PrintStats(const v1::JobStats& s, int64_t context_tokens) {
   std::fprintf(stderr, "  peak RSS: coordinator %lld MiB; workers %s; this client %lld MiB\n",
                static_cast<long long>(s.coordinator_peak_rss_bytes() >> 20), rss.c_str(),
                static_cast<long long>(PeakRssBytes() >> 20));
+  std::string idle;
+  for (double seconds : s.worker_idle_seconds())
+    absl::StrAppend(&idle, idle.empty() ? "" : ", ", absl::StrFormat("%.3f s", seconds));
+  if (!idle.empty()) {
+    std::fprintf(stderr, "  workers idle before its compute (since the one before it): %s\n",
+                 idle.c_str());
+  }
 }
 
 // --json of a listing: {"<key>": [message, ...]}.

@@ -30,11 +30,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-import scene
-import tokens
-from serve import LocalCluster
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import scene  # noqa: E402
+import tokens  # noqa: E402
+from local_cluster import LocalCluster  # noqa: E402
 MODEL_NAME = "nvs-tiny"
 
 
@@ -175,7 +176,7 @@ def main(argv=None):
     train_seconds = time.monotonic() - start
     with tempfile.TemporaryDirectory(prefix="lact-nvs-example-") as tmp:
         models = convert(model, Path(tmp))
-        with LocalCluster(args.lact, models, Path(tmp), args.workers) as cluster:
+        with LocalCluster(args.lact, Path(tmp), args.workers, models) as cluster:
             rows = evaluate(model, cluster, args, out)
     summary = {"steps": args.steps, "batch": args.batch, "train_seconds": round(train_seconds, 1),
                "loss_curve": curve, "scenes": rows,

@@ -1,5 +1,7 @@
-"""The view-synthesis example (examples/view_synthesis) at its reduced size:
-trained with lact.torch, converted, served by `lact local`, queried.
+"""The examples at their reduced sizes: view synthesis (examples/view_synthesis:
+trained with lact.torch, converted, served by `lact local`, queried) and the
+video pipeline (examples/video_pipeline: clips streamed two jobs in flight,
+decoded back to frames).
 
 Run from tests/python: /usr/bin/python3 -m unittest test_example -v
 Environment: LACT_BIN_DIR (default build/bin).
@@ -21,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("LACT_BIN_DIR", ROOT / "build" / "bin"))
 
 
-class ViewSynthesisExampleTest(unittest.TestCase):
+class ExampleTest(unittest.TestCase):
+    """An example run at its quick size with the package installed as a copy."""
 
     @classmethod
     def setUpClass(cls):
@@ -31,14 +34,22 @@ class ViewSynthesisExampleTest(unittest.TestCase):
     def tearDownClass(cls):
         lact_package.remove_copy(cls.tmp)
 
-    def test_quick_run_trains_serves_and_renders(self):
-        out = self.tmp / "out"
+    def run_quick(self, example: str):
+        """Runs examples/EXAMPLE/run.py --quick; returns its output folder and stdout."""
+        out = self.tmp / example
         env = dict(os.environ, PYTHONPATH=str(self.tmp / "pkg"))
         done = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / "view_synthesis" / "run.py"), "--quick",
+            [sys.executable, str(ROOT / "examples" / example / "run.py"), "--quick",
              "--out", str(out), "--lact", str(BIN_DIR / "lact")],
             capture_output=True, text=True, env=env, timeout=600)
         self.assertEqual(done.returncode, 0, f"{done.stdout}\n{done.stderr}")
+        return out, done.stdout
+
+
+class ViewSynthesisExampleTest(ExampleTest):
+
+    def test_quick_run_trains_serves_and_renders(self):
+        out, stdout = self.run_quick("view_synthesis")
         summary = json.loads((out / "summary.json").read_text())
         curve = summary["loss_curve"]
         self.assertLess(curve[-1], curve[0], "training lowered the loss")
@@ -50,7 +61,24 @@ class ViewSynthesisExampleTest(unittest.TestCase):
             image = Image.open(out / f"scene_{row['scene']}.png")
             # 4 input views, the truth, the service's view, the baseline; 2-pixel gaps.
             self.assertEqual(image.size, (4 * (7 * 32 + 6 * 2), 4 * 32))
-        self.assertIn("held-out mean PSNR", done.stdout)
+        self.assertIn("held-out mean PSNR", stdout)
+
+
+class VideoPipelineExampleTest(ExampleTest):
+
+    def test_quick_run_streams_clips_and_decodes_their_frames(self):
+        out, stdout = self.run_quick("video_pipeline")
+        summary = json.loads((out / "summary.json").read_text())
+        self.assertEqual([row["clip"] for row in summary["clips"]], [0, 1, 2])
+        self.assertEqual(summary["tokens_per_clip"], 16 * 8 * 8)
+        for row in summary["clips"]:
+            # Decoded by a readout fitted on clip 0: the later clips' frames too.
+            self.assertGreater(row["psnr"], 20, row)
+            self.assertEqual(len(row["worker_idle_seconds"]), 2)
+            image = Image.open(out / f"clip_{row['clip']}.png")
+            self.assertEqual(image.size, (4 * 64, 2 * 64))  # 4 frames, rendered over decoded
+        self.assertGreater(summary["sustained_tokens_per_second"], 0)
+        self.assertIn("sustained", stdout)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,27 @@ _WIRE_NUMPY = {"f32": np.dtype("<f4"), "bf16": np.dtype("<u2"), "f16": np.dtype(
 MAX_CHUNK_BYTES = (4 << 20) - (16 << 10)
 
 
+_BF16_BLOCK = 1 << 20  # elements rounded at once: their temporaries stay in cache
+
+
 def bf16_bits(values) -> np.ndarray:
-    """float32 values -> bf16 bit patterns (uint16), round to nearest even."""
-    bits = np.ascontiguousarray(values, dtype="<f4").view("<u4")
-    return ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype("<u2")
+    """float32 values -> bf16 bit patterns (uint16), round to nearest even.
+    Rounded a block at a time into the result, so that a context of a
+    gigabyte makes no temporaries of its size."""
+    f32 = np.ascontiguousarray(values, dtype="<f4")
+    bits = f32.reshape(-1).view("<u4")
+    out = np.empty(bits.shape, "<u2")
+    scratch = np.empty(min(_BF16_BLOCK, bits.size), "<u4")
+    for first in range(0, bits.size, _BF16_BLOCK):
+        block = bits[first:first + _BF16_BLOCK]
+        t = scratch[:block.size]
+        np.right_shift(block, 16, out=t)
+        np.bitwise_and(t, 1, out=t)
+        t += np.uint32(0x7FFF)
+        t += block
+        np.right_shift(t, 16, out=t)
+        out[first:first + block.size] = t
+    return out.reshape(f32.shape)
 
 
 def bf16_to_float32(bits) -> np.ndarray:

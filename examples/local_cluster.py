@@ -1,4 +1,5 @@
-"""`lact local` for the example: started with a model folder, stopped on exit."""
+"""`lact local` for the examples: started (with a model folder, if given),
+stopped on exit. Each example puts this folder on its import path."""
 
 import signal
 import subprocess
@@ -6,14 +7,18 @@ import time
 
 
 class LocalCluster:
-    """A `lact local` cluster serving the models in `models`; a context manager.
+    """A `lact local` cluster of `workers` workers, its log and data root in
+    `folder`, serving the models in `models` (one thread per worker) or, with
+    none, the presets (the machine's cores shared); a context manager.
     `address` is the coordinator's host:port once it is up."""
 
-    def __init__(self, lact, models, folder, workers):
+    def __init__(self, lact, folder, workers, models=None):
         (folder / "data").mkdir(exist_ok=True)
         self.log_path = folder / "local.log"
-        self.command = [str(lact), "local", "--workers", str(workers), "--threads-per-worker",
-                        "1", "--model-dir", str(models), "--data-root", str(folder / "data")]
+        self.command = [str(lact), "local", "--workers", str(workers), "--port", "0",
+                        "--data-root", str(folder / "data")]
+        if models is not None:
+            self.command += ["--threads-per-worker", "1", "--model-dir", str(models)]
         self.process = self.address = None
 
     def __enter__(self):
