@@ -72,8 +72,8 @@ class VideoPipelineExampleTest(ExampleTest):
         self.assertEqual([row["clip"] for row in summary["clips"]], [0, 1, 2])
         self.assertEqual(summary["tokens_per_clip"], 16 * 8 * 8)
         for row in summary["clips"]:
-            # Decoded by a readout fitted on clip 0: the later clips' frames too.
-            self.assertGreater(row["psnr"], 20, row)
+            # Frames after the key frames, decoded from the service's tokens.
+            self.assertGreater(row["psnr"], 18, row)
             self.assertEqual(len(row["worker_idle_seconds"]), 2)
             image = Image.open(out / f"clip_{row['clip']}.png")
             self.assertEqual(image.size, (4 * 64, 2 * 64))  # 4 frames, rendered over decoded
