@@ -172,6 +172,30 @@ TEST(WorkerRegistry, AStagingWorkerTakesOneJobBehindTheOneInLine) {
   EXPECT_NE(d->front(), c->front()) << "an idle worker before one that computes";
 }
 
+// A job is staged only behind one and the same job on all its workers, and
+// never on some idle workers and some busy ones: its ranks start together.
+TEST(WorkerRegistry, AJobIsStagedBehindOneJobOnAllItsWorkersOrNotAtAll) {
+  WorkerRegistry registry(milliseconds(10000));
+  for (const char* a : {"a:1", "b:2", "c:3"})
+    ASSERT_TRUE(registry.Register(a, "cpu", Presets(), "", /*stages=*/true).ok());
+  const auto acquire = [&](const std::string& job, int count, milliseconds wait) {
+    WorkerRegistry::Wait w{wait};
+    w.job = job;
+    return registry.Acquire("preset:small", count, w);
+  };
+  absl::StatusOr<std::vector<std::string>> a = acquire("A", 1, milliseconds(0));
+  absl::StatusOr<std::vector<std::string>> b = acquire("B", 1, milliseconds(0));
+  ASSERT_TRUE(a.ok() && b.ok());
+  registry.InLine(a->front(), "A");
+  registry.InLine(b->front(), "B");
+  EXPECT_EQ(acquire("C", 2, milliseconds(30)).status().code(), absl::StatusCode::kResourceExhausted)
+      << "one idle worker and one behind A, or one behind A and one behind B: neither";
+  registry.Release(*b, "B");
+  absl::StatusOr<std::vector<std::string>> c = acquire("C", 2, milliseconds(0));
+  ASSERT_TRUE(c.ok()) << "two idle workers: " << c.status();
+  EXPECT_THAT(*c, ::testing::Not(::testing::Contains(a->front())));
+}
+
 TEST(WorkerRegistry, AWorkerThatDoesNotStageTakesOneJobAtATime) {
   WorkerRegistry registry(milliseconds(10000));
   ASSERT_TRUE(registry.Register("a:1", "cpu", Presets()).ok());

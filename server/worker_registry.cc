@@ -182,17 +182,27 @@ void WorkerRegistry::WakeWaiters() {
 bool WorkerRegistry::PickLocked(const std::string& key, int count, const std::string& job,
                                 std::vector<std::string>* picked) const {
   picked->clear();
-  std::vector<std::string> behind;  // staging workers whose one job is in line
+  // Staging workers whose one job is in line there, by that job: a job
+  // staged on workers behind one and the same job starts on all of them as
+  // that job ends, so its ranks meet at once, never one waiting out the
+  // collective timeout for another still busy.
+  std::map<std::string, std::vector<std::string>> behind;
   for (const auto& [address, w] : workers_) {
     if (!HealthyLocked(w) || !w.models.count(key)) continue;
     if (w.leases.empty()) {
       picked->push_back(address);
     } else if (w.stages && w.leases.size() == 1 && w.leases[0].in_line && w.leases[0].job != job) {
-      behind.push_back(address);
+      behind[w.leases[0].job].push_back(address);
     }
   }
-  picked->insert(picked->end(), behind.begin(), behind.end());
-  return static_cast<int>(picked->size()) >= count;
+  if (static_cast<int>(picked->size()) >= count) return true;
+  for (const auto& [front, addresses] : behind) {
+    if (static_cast<int>(addresses.size()) >= count) {
+      *picked = addresses;
+      return true;
+    }
+  }
+  return false;
 }
 
 void WorkerRegistry::Claim(const std::vector<std::string>& addresses, const std::string& job) {

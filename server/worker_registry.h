@@ -100,8 +100,9 @@ class WorkerRegistry {
   // (first come first served within a tenant, round robin across
   // tenants): a caller waits behind every one ahead of it (so a job asking
   // for many workers is not overtaken by later small ones) until the
-  // workers are free, or, for a worker that stages, its one job is in line
-  // there (idle workers are taken first). RESOURCE_EXHAUSTED at once when `max_waiting` callers
+  // workers are free: idle ones, or else workers that stage whose one job,
+  // the same on all of them, is in line there (never some of each, so that
+  // the job's ranks start together). RESOURCE_EXHAUSTED at once when `max_waiting` callers
   // already wait (naming the line's size), or after `limit` in line.
   absl::StatusOr<std::vector<std::string>> Acquire(const std::string& model, int count,
                                                    const Wait& wait);
@@ -126,8 +127,8 @@ class WorkerRegistry {
 
  private:
   bool HealthyLocked(const WorkerEntry& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fills `picked` with the workers `count` leases of `model` may take now,
-  // idle ones first; true when there are enough.
+  // Fills `picked` with the workers `count` leases of `model` may take now
+  // (idle, else behind one job); true when there are enough.
   bool PickLocked(const std::string& key, int count, const std::string& job,
                   std::vector<std::string>* picked) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
