@@ -353,16 +353,20 @@ TEST_P(CancelTest, CancelJobMidRun) {
 
 TEST_F(ServiceTest, CancelJobReachesAJobWaitingInLine) {
   // A job whose client never uploads holds all three workers for the upload
-  // idle timeout (1 s here); B waits in line behind it, C behind B. B is
-  // cancelled in line: it leaves at once and C moves up, long before the
-  // workers come free (the queue has no timer; a cancel wakes it).
+  // idle timeout (1 s here), and a second one, staged behind it on them,
+  // for as long again once its turn comes; B waits in line behind both, C
+  // behind B. B is cancelled in line: it leaves at once and C moves up,
+  // long before the workers come free (the queue has no timer; a cancel
+  // wakes it).
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
   ASSERT_TRUE(golden.ok());
   v1::SubmitRequest spec = Spec("tiny", 8, 32);
   spec.mutable_spec()->set_workers(3);
-  RawSubmit holder(cluster_->address()), b(cluster_->address());
+  RawSubmit holder(cluster_->address()), staged(cluster_->address()), b(cluster_->address());
   holder.Send(spec);
   ASSERT_TRUE(holder.ReadAccepted());
+  staged.Send(spec);
+  ASSERT_TRUE(staged.ReadAccepted());
   b.Send(spec);
   const std::string b_id = b.ReadQueuedJobId();
   ASSERT_FALSE(b_id.empty());
@@ -393,6 +397,7 @@ TEST_F(ServiceTest, CancelJobReachesAJobWaitingInLine) {
       << "C moved up only when the workers came free: B stayed in line after its cancel";
   EXPECT_EQ(b.Close().error_code(), grpc::StatusCode::CANCELLED);
   holder.Cancel();
+  staged.Cancel();
   ExpectClusterStillWorks(Client(), 3);
 }
 
