@@ -69,11 +69,15 @@ absl::Status ComputeLine::Place::Admit(int64_t bytes) {
   return absl::OkStatus();
 }
 
-void ComputeLine::Place::Close() {
-  absl::MutexLock lock(&line_->mu_);
+void ComputeLine::Place::CloseLocked() {
   closed_ = true;
   line_->staged_ -= staged_;  // the shard will not compute: its tokens are of no use
   staged_ = 0;
+}
+
+void ComputeLine::Place::Close() {
+  absl::MutexLock lock(&line_->mu_);
+  CloseLocked();
 }
 
 bool ComputeLine::Place::had_turn() const {
@@ -85,9 +89,7 @@ void ComputeLine::Place::Leave() {
   absl::MutexLock lock(&line_->mu_);
   if (left_) return;
   left_ = true;
-  closed_ = true;
-  line_->staged_ -= staged_;
-  staged_ = 0;
+  CloseLocked();
   line_->RemoveLocked(this);
 }
 

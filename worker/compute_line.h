@@ -88,6 +88,8 @@ class ComputeLine::Place {
   bool had_turn() const;
 
  private:
+  void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(line_->mu_);
+
   ComputeLine* const line_;
   int64_t staged_ ABSL_GUARDED_BY(line_->mu_) = 0;
   bool had_turn_ ABSL_GUARDED_BY(line_->mu_) = false;
