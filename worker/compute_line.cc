@@ -26,8 +26,8 @@ int ComputeLine::size() const {
   return static_cast<int>(line_.size());
 }
 
-void ComputeLine::RemoveLocked(Place* place) {
-  if (IsFront(place)) last_compute_end_ = Clock::now();
+void ComputeLine::RemoveLocked(Place* place, bool computed) {
+  if (computed && IsFront(place)) last_compute_end_ = Clock::now();
   line_.erase(std::remove(line_.begin(), line_.end(), place), line_.end());
 }
 
@@ -52,7 +52,7 @@ double ComputeLine::Place::BeginCompute() {
 
 void ComputeLine::Place::EndTurn() {
   absl::MutexLock lock(&line_->mu_);
-  line_->RemoveLocked(this);
+  line_->RemoveLocked(this, had_turn_);
 }
 
 absl::Status ComputeLine::Place::Admit(int64_t bytes) {
@@ -78,6 +78,12 @@ void ComputeLine::Place::CloseLocked() {
 void ComputeLine::Place::Close() {
   absl::MutexLock lock(&line_->mu_);
   CloseLocked();
+  // Before its turn it leaves the line now, whatever its thread still
+  // waits on (a group that cannot meet): the shards behind it go on.
+  if (!had_turn_ && !left_) {
+    left_ = true;
+    line_->RemoveLocked(this, false);
+  }
 }
 
 bool ComputeLine::Place::had_turn() const {
@@ -90,7 +96,7 @@ void ComputeLine::Place::Leave() {
   if (left_) return;
   left_ = true;
   CloseLocked();
-  line_->RemoveLocked(this);
+  line_->RemoveLocked(this, had_turn_);
 }
 
 }  // namespace lact

@@ -50,7 +50,8 @@ class ComputeLine {
   bool IsFront(const Place* place) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !line_.empty() && line_.front() == place;
   }
-  void RemoveLocked(Place* place) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `computed`: the place had its turn (its end is the compute's end).
+  void RemoveLocked(Place* place, bool computed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t cap_;
   mutable absl::Mutex mu_;
@@ -80,7 +81,9 @@ class ComputeLine::Place {
   // the cap, then counts them as staged. CANCELLED once closed.
   absl::Status Admit(int64_t bytes);
   // Wakes the place's waits with CANCELLED, now and from now on (the
-  // shard was cancelled or failed); its staged bytes count no more.
+  // shard was cancelled or failed); its staged bytes count no more. Before
+  // its turn it also leaves the line at once, so the shards behind it never
+  // wait on a thread that cannot end yet (a group whose peer is gone).
   void Close();
   // Leaves the line: closed, its staged bytes freed, its turn ended.
   void Leave();

@@ -150,5 +150,26 @@ TEST(ComputeLine, AStagedTransfersChunkWaitsAtTheCapUntilItsShardIsCancelled) {
   EXPECT_THAT(std::string(second.message()), HasSubstr("cancelled"));
 }
 
+// A shard cancelled before its turn (its thread still stuck, say in a
+// group whose peer died) leaves the line at once; the shard behind it is
+// not held up, and its idle time still counts from the last real compute.
+TEST(ComputeLine, AShardClosedBeforeItsTurnLeavesTheLineAtOnce) {
+  ComputeLine line(0);
+  std::shared_ptr<ComputeLine::Place> done = line.Join();
+  ASSERT_TRUE(done->AwaitTurn().ok());
+  done->EndTurn();
+  std::shared_ptr<ComputeLine::Place> stuck = line.Join();
+  std::shared_ptr<ComputeLine::Place> next = line.Join();
+  std::this_thread::sleep_for(milliseconds(100));
+  stuck->Close();
+  ASSERT_EQ(line.size(), 1) << "the closed shard left";
+  EXPECT_EQ(stuck->AwaitTurn().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(next->AwaitTurn().ok());
+  EXPECT_GE(next->BeginCompute(), 0.1) << "idle since the last compute, not the closed shard";
+  next->EndTurn();
+  stuck->Leave();
+  EXPECT_EQ(line.size(), 0);
+}
+
 }  // namespace
 }  // namespace lact

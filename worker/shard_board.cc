@@ -28,7 +28,13 @@ bool BoardShard::dropped() const {
 void BoardShard::SetCancelAction(std::function<void()> cancel) {
   {
     absl::MutexLock lock(&mu_);
-    if (!dropped_ || !cancel) {
+    if (!cancel) {
+      mu_.Await(absl::Condition(
+          +[](bool* cancelling) { return !*cancelling; }, &cancelling_));
+      cancel_ = nullptr;
+      return;
+    }
+    if (!dropped_) {
       cancel_ = std::move(cancel);
       return;
     }
@@ -94,8 +100,12 @@ void BoardShard::Drop() {
     dropped_ = true;
     cancel = std::move(cancel_);
     cancel_ = nullptr;
+    if (cancel) cancelling_ = true;
   }
-  if (cancel) cancel();
+  if (!cancel) return;
+  cancel();
+  absl::MutexLock lock(&mu_);
+  cancelling_ = false;
 }
 
 std::shared_ptr<BoardShard> ShardBoard::Begin(const ShardKey& key,

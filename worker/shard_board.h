@@ -68,7 +68,8 @@ class BoardShard {
   // Whether the shard was dropped (it stops as if cancelled).
   bool dropped() const;
   // What dropping it does while it runs (cancel its work); runs at once if
-  // it was dropped already. Cleared (nullptr) before what it touches goes.
+  // it was dropped already. Cleared (nullptr) before what it touches goes:
+  // clearing it waits for a run of it that a Drop began.
   void SetCancelAction(std::function<void()> cancel);
 
   // --- followers ---
@@ -104,6 +105,7 @@ class BoardShard {
   uint64_t wakes_ ABSL_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point held_since_ ABSL_GUARDED_BY(mu_);
   std::function<void()> cancel_ ABSL_GUARDED_BY(mu_);
+  bool cancelling_ ABSL_GUARDED_BY(mu_) = false;  // a Drop runs cancel_'s last value
 };
 
 class ShardBoard {
