@@ -3,6 +3,9 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
+
 namespace lact {
 namespace {
 
@@ -16,7 +19,9 @@ sigset_t StopSignals() {
 
 }  // namespace
 
-void BlockStopSignals() {
+void BlockStopSignals(const char* argv0) {
+  absl::InitializeSymbolizer(argv0);
+  absl::InstallFailureSignalHandler({});
   const sigset_t signals = StopSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);

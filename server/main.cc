@@ -405,6 +405,6 @@ int Main(int argc, char** argv) {
 }  // namespace lact::server
 
 int main(int argc, char** argv) {
-  lact::BlockStopSignals();
+  lact::BlockStopSignals(argv[0]);
   return lact::server::Main(argc, argv);
 }

@@ -542,6 +542,23 @@ TEST(Drain, AWorkerFinishesItsShardThenLeaves) {
   EXPECT_EQ(next->shards.size(), 1u);
 }
 
+// The code a Submit whose request_id is over the coordinator's limit ends
+// with: refused before any planning, so at once.
+grpc::StatusCode RefusalOfAnOverlongRequestId(const std::string& address) {
+  auto stub = v1::CoordinatorService::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::SubmitRequest request;
+  *request.mutable_spec() = MakeJobSpec(DrainJob(), RandomTokens(8, 256, 94), {});
+  request.mutable_spec()->set_request_id(std::string(1000, 'r'));
+  std::unique_ptr<grpc::ClientReader<v1::SubmitResponse>> reader = stub->Submit(&ctx, request);
+  v1::SubmitResponse response;
+  while (reader->Read(&response)) {
+  }
+  return reader->Finish().error_code();
+}
+
 // SIGTERM to the coordinator mid-job: the running job succeeds, a new
 // Submit is refused with UNAVAILABLE saying why, and the coordinator then
 // exits.
@@ -553,15 +570,13 @@ TEST(Drain, TheCoordinatorFinishesItsJobsAndTakesNoNewOnes) {
   const ActedJob job =
       SubmitActingAtFirstLayer(client, DrainJob(), RandomTokens(65536, 256, 93), [&] {
         cluster->SignalCoordinator(SIGTERM);
-        // A job of an unknown model is refused INVALID_ARGUMENT until the
-        // coordinator drains, then UNAVAILABLE (it checks that first).
-        LactClient probe(cluster->address());
-        SubmitOptions unknown = DrainJob();
-        unknown.model = "no-such-model";
+        // A Submit with an over-long request_id is refused INVALID_ARGUMENT
+        // at once until the coordinator drains, then UNAVAILABLE (it checks
+        // that first).
         WaitFor([&] {
-          return probe.Submit(unknown, RandomTokens(8, 256, 94), {}).status().code() ==
-                 absl::StatusCode::kUnavailable;
+          return RefusalOfAnOverlongRequestId(cluster->address()) == grpc::StatusCode::UNAVAILABLE;
         });
+        LactClient probe(cluster->address());
         SubmitOptions small = DrainJob();
         small.workers = 1;
         refused = probe.Submit(small, RandomTokens(8, 256, 94), {}).status();

@@ -364,6 +364,6 @@ int Main(int argc, char** argv) {
 }  // namespace lact
 
 int main(int argc, char** argv) {
-  lact::BlockStopSignals();
+  lact::BlockStopSignals(argv[0]);
   return lact::Main(argc, argv);
 }

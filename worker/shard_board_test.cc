@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 namespace lact {
@@ -117,6 +118,27 @@ TEST(ShardBoard, WithNoGraceNothingIsHeld) {
   shard->Unfollow();
   board.Finished(shard);
   EXPECT_FALSE(board.Find({"job-d", 0, 0}).ok());
+}
+
+// The shard's thread clears its cancel action before what the action
+// touches goes; a Drop running the action at that moment on another thread
+// must finish first.
+TEST(ShardBoard, ClearingTheCancelActionWaitsForADropRunningIt) {
+  Forgotten forgotten;
+  ShardBoard board(std::chrono::seconds(60), forgotten.fn());
+  std::shared_ptr<BoardShard> shard = board.Begin({"job-c", 1, 0}, "fetch");
+  std::atomic<bool> entered{false}, finished{false};
+  shard->SetCancelAction([&] {
+    entered = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    finished = true;
+  });
+  std::thread dropper([&] { shard->Drop(); });
+  while (!entered) std::this_thread::yield();
+  shard->SetCancelAction(nullptr);
+  EXPECT_TRUE(finished) << "the action still ran after it was cleared";
+  dropper.join();
+  shard->Drop();  // a second Drop runs nothing
 }
 
 }  // namespace

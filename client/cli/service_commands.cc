@@ -611,7 +611,7 @@ absl::Status LocalCommand(const std::vector<std::string>& args) {
       options.devices.push_back(device);
     }
   }
-  BlockStopSignals();
+  BlockStopSignals("lact");
   LACT_ASSIGN_OR_RETURN(std::unique_ptr<LocalCluster> cluster, LocalCluster::Start(options));
   std::printf(
       "lact local: coordinator at %s with %d workers (metrics at http://%s/metrics; "
