@@ -3,7 +3,7 @@
 // read, or rows read as they are sent) and one typed output (OutputTarget:
 // memory, rows written as they arrive, e.g. to a file, or a file the
 // workers write), and the JobResult. LactClient (lact_client.h) and its
-// transfers (shard_transfers.h) both include this header; neither
+// transfers (job_transfers.h) both include this header; neither
 // includes the other's.
 #ifndef LACT_CLIENT_JOB_IO_H_
 #define LACT_CLIENT_JOB_IO_H_

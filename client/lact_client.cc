@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "client/shard_transfers.h"
+#include "client/job_transfers.h"
 #include "client/submit_session.h"
 #include "common/model.h"
 #include "common/status_macros.h"
@@ -92,7 +92,7 @@ bool CoordinatorWentAway(const grpc::Status& status,
 // The end of a call whose bytes `transfers` (null: none) moved: they are
 // cancelled if the call failed, then joined; the call's own status says
 // more than a broken transfer.
-absl::Status EndWithTransfers(const grpc::Status& call, ShardTransfers* transfers) {
+absl::Status EndWithTransfers(const grpc::Status& call, JobTransfers* transfers) {
   if (!call.ok() && transfers != nullptr) transfers->Cancel();
   const absl::Status moved = transfers != nullptr ? transfers->Join() : absl::OkStatus();
   LACT_RETURN_IF_ERROR(FromGrpcStatus(call));
@@ -204,7 +204,7 @@ absl::Status LactClient::FetchKept(const v1::JobInfo& info, const OutputTarget& 
                                    JobResult* result) {
   const v1::JobAccepted& a = info.accepted();
   result->shards.assign(a.shards().begin(), a.shards().end());
-  std::unique_ptr<ShardTransfers> fetch = ShardTransfers::Fetch(
+  std::unique_ptr<JobTransfers> fetch = JobTransfers::Fetch(
       credentials_, a, a.output_in_band() && !info.outputs_retained(), result, &output);
   fetch->Start(std::chrono::system_clock::now() + kDefaultFetchTimeout);
   return fetch->Join();
@@ -228,9 +228,9 @@ absl::StatusOr<JobResult> LactClient::FetchResult(const std::string& job_id) {
   result.shards.assign(info.accepted().shards().begin(), info.accepted().shards().end());
   result.stats = info.stats();
   // Once the context's outputs are gone, the query outputs and state remain.
-  std::unique_ptr<ShardTransfers> fetch =
-      ShardTransfers::Fetch(credentials_, info.accepted(),
-                            info.accepted().output_in_band() && !info.outputs_retained(), &result);
+  std::unique_ptr<JobTransfers> fetch =
+      JobTransfers::Fetch(credentials_, info.accepted(),
+                          info.accepted().output_in_band() && !info.outputs_retained(), &result);
   fetch->Start(std::chrono::system_clock::now() + kDefaultFetchTimeout);
   LACT_RETURN_IF_ERROR(fetch->Join());
   return result;
@@ -259,7 +259,7 @@ absl::StatusOr<JobResult> LactClient::Query(const std::string& job_id,
   auto stream = stub_->Query(&ctx, request);
   JobResult result;
   result.job_id = job_id;
-  std::unique_ptr<ShardTransfers> transfer;
+  std::unique_ptr<JobTransfers> transfer;
   v1::QueryResponse response;
   while (stream->Read(&response)) {
     if (response.has_accepted() && transfer == nullptr) {
@@ -267,7 +267,7 @@ absl::StatusOr<JobResult> LactClient::Query(const std::string& job_id,
       result.shards.assign(a.shards().begin(), a.shards().end());
       // No context rows in, no context outputs back: only the sets'.
       transfer =
-          std::make_unique<ShardTransfers>(credentials_, a, nullptr, queries, nullptr, &result);
+          std::make_unique<JobTransfers>(credentials_, a, nullptr, queries, nullptr, &result);
       transfer->Start(ctx.deadline());
     } else if (response.has_done()) {
       result.stats = response.done().stats();

@@ -1,19 +1,10 @@
-// C++ client of the lact Coordinator service and of the workers' ShardData
-// service. Every call carries a deadline: the timeout given, or the
-// default for its kind below; errors come back as statuses with the
-// server's message. Submit sends the JobSpec to the coordinator, then
-// moves the job's bytes straight to and from the workers it names, one
-// Transfer stream per shard, in parallel, while the coordinator's stream
-// brings progress and the job's end; by reference (ContextInput::File,
-// OutputTarget::File, job_io.h) the workers read and write the files
-// themselves. A Submit call whose coordinator goes away mid-job (a
-// restart), when that coordinator keeps its jobs (--state-dir), is made again, with the same
-// JobSpec.request_id, until the coordinator answers or the call's deadline passes (Progress
-// COORDINATOR_AWAY meanwhile); the call made again follows the job the
-// first admitted, the transfers running on, and what they did not bring
-// (an attempt they missed) is fetched from the workers. Uses gRPC's default channel limits:
-// every message it sends or receives stays under 4 MiB. A LactClient may be used from several
-// threads. Transfer streams (Submit's, Query's) run on a thread each.
+// C++ client of the coordinator's CoordinatorService and the workers'
+// ShardDataService. Thread-safe. Every call carries a deadline (the timeout
+// given, or its kind's default below); errors are statuses with the
+// server's message. A job's bytes go straight to and from its workers, one
+// Transfer stream (and thread) per shard; every message stays under 4 MiB.
+// A Submit whose coordinator restarts mid-job (one that keeps its jobs) is
+// made again with the same request_id and follows the same job.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
 #define LACT_CLIENT_LACT_CLIENT_H_
 

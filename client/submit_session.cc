@@ -52,7 +52,7 @@ void SubmitSession::StartAttempt(const v1::JobAccepted& a) {
   }
   // A job running again from its spool needs no context rows.
   const bool send_context = in_.context.file() == nullptr && !a.context_spooled();
-  transfers_ = std::make_unique<ShardTransfers>(
+  transfers_ = std::make_unique<JobTransfers>(
       credentials_, a, send_context ? &in_.context : nullptr, in_.queries, &in_.output, &result_);
   if (send_context) relay_.StartUpload(a.context_tokens());
   transfers_->Start(deadline_, [this](int64_t sent) { relay_.ContextSent(sent); });

@@ -21,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "client/job_io.h"
-#include "client/shard_transfers.h"
+#include "client/job_transfers.h"
 #include "lact/v1/coordinator.grpc.pb.h"
 
 namespace lact {
@@ -102,7 +102,7 @@ class SubmitSession {
 
   const std::string& job_id() const { return result_.job_id; }
   // The attempt's transfers that run, or null.
-  ShardTransfers* transfers() { return transfers_.get(); }
+  JobTransfers* transfers() { return transfers_.get(); }
   // The result, once the transfers have ended (joined).
   JobResult TakeResult() { return std::move(result_); }
 
@@ -115,7 +115,7 @@ class SubmitSession {
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   ProgressRelay relay_;
   JobResult result_;
-  std::unique_ptr<ShardTransfers> transfers_;
+  std::unique_ptr<JobTransfers> transfers_;
   std::string ticket_;  // of the attempt whose transfers run
 };
 

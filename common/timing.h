@@ -4,6 +4,7 @@
 #define LACT_COMMON_TIMING_H_
 
 #include <chrono>
+#include <cstdint>
 
 namespace lact {
 
@@ -13,6 +14,16 @@ namespace lact {
 // defaults).
 inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout{60000};
 inline constexpr std::chrono::milliseconds kDefaultUploadIdleTimeout{60000};
+// A spec's timeout in milliseconds as a duration: `default_timeout` where
+// the spec leaves it unset (0).
+inline std::chrono::milliseconds SpecTimeout(int64_t spec_ms,
+                                             std::chrono::milliseconds default_timeout) {
+  return spec_ms > 0 ? std::chrono::milliseconds(spec_ms) : default_timeout;
+}
+
+// How long a finished job's results and state are kept when its spec
+// leaves retain_seconds unset (the coordinator's --retain-seconds default).
+inline constexpr std::chrono::seconds kDefaultRetain{3600};
 
 // Seconds from `start` to now.
 inline double SecondsSince(std::chrono::steady_clock::time_point start) {

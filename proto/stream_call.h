@@ -40,9 +40,11 @@ namespace lact {
 // how many may wait at once (more are refused with RESOURCE_EXHAUSTED) and
 // for how long (then DEADLINE_EXCEEDED); each names its flag.
 struct FirstMessageLimits {
+  static constexpr int kDefaultMaxWaiting = 1024;
+  static constexpr std::chrono::milliseconds kDefaultTimeout{30000};
   std::atomic<int> waiting{0};
-  int max_waiting = 1024;
-  std::chrono::milliseconds timeout{30000};
+  int max_waiting = kDefaultMaxWaiting;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
 };
 
 template <typename Request, typename Response>

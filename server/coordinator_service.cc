@@ -49,20 +49,20 @@ absl::Status WatchJobFlow(JobStore& jobs, const std::string& id, WriteCall<v1::J
 grpc::ServerWriteReactor<v1::SubmitResponse>* CoordinatorService::Submit(
     grpc::CallbackServerContext* context, const v1::SubmitRequest* request) {
   context->AddTrailingMetadata(kCoordinatorStatusKey, "1");
-  if (c_.options.keeps_jobs) context->AddInitialMetadata(kKeepsJobsKey, "1");
-  return SubmitCall::Start(context, [c = c_, context, request](SubmitCall& call) {
+  if (ctx_.options.keeps_jobs) context->AddInitialMetadata(kKeepsJobsKey, "1");
+  return SubmitCall::Start(context, [c = ctx_, context, request](SubmitCall& call) {
     absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
     if (!caller.ok()) return caller.status();
-    return RunSubmit(c, *caller, *request, call);
+    return HandleSubmit(c, *caller, *request, call);
   });
 }
 
 grpc::ServerWriteReactor<v1::QueryResponse>* CoordinatorService::Query(
     grpc::CallbackServerContext* context, const v1::QueryRequest* request) {
-  return QueryCall::Start(context, [c = c_, context, request](QueryCall& call) {
+  return QueryCall::Start(context, [c = ctx_, context, request](QueryCall& call) {
     absl::StatusOr<Caller> caller = c.tenants->Authenticate(*context);
     if (!caller.ok()) return caller.status();
-    return RunQuery(c, *caller, *request, call);
+    return HandleQuery(c, *caller, *request, call);
   });
 }
 
@@ -70,7 +70,7 @@ grpc::ServerWriteReactor<v1::JobInfo>* CoordinatorService::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
   return WriteCall<v1::JobInfo>::Start(context,
-                                       [jobs = c_.jobs, id = request->job_id(),
+                                       [jobs = ctx_.jobs, id = request->job_id(),
                                         caller = std::move(caller)](WriteCall<v1::JobInfo>& call) {
                                          if (!caller.ok()) return caller.status();
                                          return WatchJobFlow(*jobs, id, call);
@@ -88,7 +88,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* CoordinatorService::ListJobs(grpc::CallbackServerContext* context,
                                                        const v1::ListJobsRequest*,
                                                        v1::ListJobsResponse* response) {
-  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
+  absl::StatusOr<Caller> caller = ctx_.tenants->Authenticate(*context);
   if (!caller.ok()) return Reply(context, caller.status());
   return Reply(context, ListJobs(*caller, response));
 }
@@ -106,7 +106,7 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
                                                         v1::DeleteJobResponse*) {
   absl::StatusOr<Caller> caller = Owner(*context, request->job_id());
   if (!caller.ok()) return Reply(context, caller.status());
-  absl::StatusOr<v1::JobInfo> deleted = c_.jobs->Delete(request->job_id());
+  absl::StatusOr<v1::JobInfo> deleted = ctx_.jobs->Delete(request->job_id());
   if (!deleted.ok()) return Reply(context, deleted.status());
   // A job that had not ended is cancelled, and its flow has the workers
   // forget it. An ended one's workers are told here, off gRPC's callback
@@ -116,7 +116,7 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
   for (const v1::ShardRange& shard : deleted->accepted().shards())
     workers.push_back(shard.worker());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([reactor, link = c_.cluster, id = request->job_id(),
+  std::thread([reactor, link = ctx_.cluster, id = request->job_id(),
                ticket = deleted->accepted().fetch_ticket(), workers = std::move(workers)] {
     ForgetOnWorkers(link, id, ticket, workers);
     reactor->Finish(grpc::Status::OK);
@@ -127,23 +127,23 @@ grpc::ServerUnaryReactor* CoordinatorService::DeleteJob(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CoordinatorService::ListModels(grpc::CallbackServerContext* context,
                                                          const v1::ListModelsRequest*,
                                                          v1::ListModelsResponse* response) {
-  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
+  absl::StatusOr<Caller> caller = ctx_.tenants->Authenticate(*context);
   if (!caller.ok()) return Reply(context, caller.status());
-  if (c_.options.keeps_jobs) context->AddInitialMetadata(kKeepsJobsKey, "1");
+  if (ctx_.options.keeps_jobs) context->AddInitialMetadata(kKeepsJobsKey, "1");
   return Reply(context, ListModels(response));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListWorkers(grpc::CallbackServerContext* context,
                                                           const v1::ListWorkersRequest*,
                                                           v1::ListWorkersResponse* response) {
-  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(*context);
+  absl::StatusOr<Caller> caller = ctx_.tenants->Authenticate(*context);
   if (!caller.ok()) return Reply(context, caller.status());
   return Reply(context, ListWorkers(response));
 }
 
 absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::JobInfo* response) {
-  c_.jobs->Expire();
-  absl::StatusOr<v1::JobInfo> info = c_.jobs->Get(request.job_id());
+  ctx_.jobs->Expire();
+  absl::StatusOr<v1::JobInfo> info = ctx_.jobs->Get(request.job_id());
   if (!info.ok()) return info.status();
   *response = *info;
   return absl::OkStatus();
@@ -151,15 +151,15 @@ absl::Status CoordinatorService::GetJob(const v1::GetJobRequest& request, v1::Jo
 
 absl::StatusOr<Caller> CoordinatorService::Owner(const grpc::CallbackServerContext& context,
                                                  const std::string& job_id) const {
-  absl::StatusOr<Caller> caller = c_.tenants->Authenticate(context);
+  absl::StatusOr<Caller> caller = ctx_.tenants->Authenticate(context);
   if (!caller.ok()) return caller.status();
-  LACT_RETURN_IF_ERROR(c_.jobs->CheckOwner(job_id, *caller));
+  LACT_RETURN_IF_ERROR(ctx_.jobs->CheckOwner(job_id, *caller));
   return caller;
 }
 
 absl::Status CoordinatorService::ListJobs(const Caller& caller, v1::ListJobsResponse* response) {
-  c_.jobs->Expire();
-  for (v1::JobInfo& info : c_.jobs->List(caller)) {
+  ctx_.jobs->Expire();
+  for (v1::JobInfo& info : ctx_.jobs->List(caller)) {
     info.mutable_accepted()->clear_ticket();  // only GetJob and WatchJob, for one job, show it
     *response->add_jobs() = std::move(info);
   }
@@ -168,14 +168,14 @@ absl::Status CoordinatorService::ListJobs(const Caller& caller, v1::ListJobsResp
 
 absl::Status CoordinatorService::CancelJob(const v1::CancelJobRequest& request,
                                            v1::JobInfo* response) {
-  absl::StatusOr<v1::JobInfo> info = c_.jobs->Cancel(request.job_id());
+  absl::StatusOr<v1::JobInfo> info = ctx_.jobs->Cancel(request.job_id());
   if (!info.ok()) return info.status();
   *response = *info;
   return absl::OkStatus();
 }
 
 absl::Status CoordinatorService::ListModels(v1::ListModelsResponse* response) {
-  for (const ModelEntry& m : c_.registry->Models()) {
+  for (const ModelEntry& m : ctx_.registry->Models()) {
     v1::ModelInfo* info = response->add_models();
     info->set_name(m.name);
     info->set_config_json(ModelConfigToJson(m.config));
@@ -186,7 +186,7 @@ absl::Status CoordinatorService::ListModels(v1::ListModelsResponse* response) {
 
 absl::Status CoordinatorService::ListWorkers(v1::ListWorkersResponse* response) {
   const auto now = std::chrono::steady_clock::now();
-  for (const WorkerRegistry::Listed& listed : c_.registry->Workers()) {
+  for (const WorkerRegistry::Listed& listed : ctx_.registry->Workers()) {
     const WorkerEntry& w = listed.entry;
     v1::WorkerInfo* info = response->add_workers();
     info->set_id(w.id);

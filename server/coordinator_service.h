@@ -18,7 +18,7 @@ namespace lact::server {
 
 class CoordinatorService final : public v1::CoordinatorService::CallbackService {
  public:
-  explicit CoordinatorService(Coordinator coordinator) : c_(coordinator) {}
+  explicit CoordinatorService(CoordinatorContext coordinator) : ctx_(coordinator) {}
 
   grpc::ServerWriteReactor<v1::SubmitResponse>* Submit(grpc::CallbackServerContext* context,
                                                        const v1::SubmitRequest* request) override;
@@ -56,7 +56,7 @@ class CoordinatorService final : public v1::CoordinatorService::CallbackService 
   absl::Status ListModels(v1::ListModelsResponse* response);
   absl::Status ListWorkers(v1::ListWorkersResponse* response);
 
-  Coordinator c_;
+  CoordinatorContext ctx_;
 };
 
 }  // namespace lact::server

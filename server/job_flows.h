@@ -37,7 +37,7 @@ namespace lact::server {
 
 struct CoordinatorOptions {
   AdmissionLimits limits;
-  std::chrono::seconds default_retain{3600};
+  std::chrono::seconds default_retain{kDefaultRetain};
   std::chrono::milliseconds acquire_wait{std::chrono::hours(24 * 7)};  // longest time in the queue
   int max_queued_jobs = 256;  // jobs waiting for workers beyond which Submit is refused
   int collective_timeout_ms = static_cast<int>(kDefaultCollectiveTimeout.count());
@@ -57,7 +57,9 @@ struct CoordinatorOptions {
   bool keeps_jobs = false;  // --state-dir: jobs outlive this process (job_recovery.h)
 };
 
-struct Coordinator {
+// What the coordinator's flows share: its registry, job store, KV,
+// options and links, by pointer (main owns them).
+struct CoordinatorContext {
   WorkerRegistry* registry;
   KvStore* kv;
   JobStore* jobs;
@@ -85,7 +87,7 @@ inline constexpr char kNoQuerySpec[] =
 
 // A Submit or Query call ended with `status`: counted in the metrics, and
 // logged (call_failed) when it is an error.
-inline void ReportCallEnd(const Coordinator& c, const char* method, const Caller& caller,
+inline void ReportCallEnd(const CoordinatorContext& c, const char* method, const Caller& caller,
                           const std::string& job_id, const absl::Status& status) {
   if (c.metrics != nullptr) c.metrics->CallEnded(method, status.code());
   if (status.ok()) return;
@@ -100,10 +102,10 @@ inline void ReportCallEnd(const Coordinator& c, const char* method, const Caller
 // The flows, run on their call's thread (proto/write_call.h) with its
 // request, for an authenticated `caller`: a job Submit starts is
 // the caller's tenant's; Query serves only the caller's jobs.
-absl::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
-                       const v1::SubmitRequest& request, SubmitCall& call);
-absl::Status RunQuery(const Coordinator& coordinator, const Caller& caller,
-                      const v1::QueryRequest& request, QueryCall& call);
+absl::Status HandleSubmit(const CoordinatorContext& coordinator, const Caller& caller,
+                          const v1::SubmitRequest& request, SubmitCall& call);
+absl::Status HandleQuery(const CoordinatorContext& coordinator, const Caller& caller,
+                         const v1::QueryRequest& request, QueryCall& call);
 
 }  // namespace lact::server
 

@@ -33,7 +33,7 @@ class TakenBackCall final : public JobCall {
 
 // The job's plan as admitted: its model's config, once a worker that holds
 // the model has registered, and its shards.
-absl::StatusOr<JobPlan> RestorePlan(const Coordinator& c, const JobRecord& record) {
+absl::StatusOr<JobPlan> RestorePlan(const CoordinatorContext& c, const JobRecord& record) {
   const v1::JobSpec& spec = record.spec();
   const auto until = std::chrono::steady_clock::now() + kModelWait;
   absl::StatusOr<ModelConfig> model = c.registry->FindModel(spec.model());
@@ -54,7 +54,7 @@ absl::StatusOr<JobPlan> RestorePlan(const Coordinator& c, const JobRecord& recor
   return plan;
 }
 
-JobFiles RestoreFiles(const Coordinator& c, const JobRecord& r) {
+JobFiles RestoreFiles(const CoordinatorContext& c, const JobRecord& r) {
   JobFiles files;
   if (!r.context_path().empty()) files.context = DataPath{c.options.data_root, r.context_path()};
   files.context_id =
@@ -63,7 +63,7 @@ JobFiles RestoreFiles(const Coordinator& c, const JobRecord& r) {
   return files;
 }
 
-void TakeBack(const Coordinator& c, RestoredJob job) {
+void TakeBack(const CoordinatorContext& c, RestoredJob job) {
   const std::string id = job.info.job_id();
   auto machine = std::make_shared<JobMachine>(id);
   SetJobCanceller(c, id, machine);
@@ -100,7 +100,7 @@ void PrepareTakeBack(const std::vector<RestoredJob>& jobs, KvStore* kv) {
   }
 }
 
-void TakeBackJobs(const Coordinator& coordinator, std::vector<RestoredJob> jobs) {
+void TakeBackJobs(const CoordinatorContext& coordinator, std::vector<RestoredJob> jobs) {
   for (RestoredJob& job : jobs) {
     std::thread([coordinator, job = std::move(job)]() mutable {
       TakeBack(coordinator, std::move(job));

@@ -25,7 +25,7 @@ void PrepareTakeBack(const std::vector<RestoredJob>& jobs, KvStore* kv);
 // Starts each job's run on a detached thread. `coordinator`'s parts must
 // outlive the process's serving (the coordinator stops by handing its jobs
 // over to the next, never by destroying them under the runs).
-void TakeBackJobs(const Coordinator& coordinator, std::vector<RestoredJob> jobs);
+void TakeBackJobs(const CoordinatorContext& coordinator, std::vector<RestoredJob> jobs);
 
 }  // namespace lact::server
 

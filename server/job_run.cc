@@ -50,7 +50,7 @@ v1::Progress QueuedProgress(int position) {
 
 }  // namespace
 
-void SetJobCanceller(const Coordinator& c, const std::string& id,
+void SetJobCanceller(const CoordinatorContext& c, const std::string& id,
                      std::shared_ptr<JobMachine> machine) {
   c.jobs->SetCanceller(id, [machine, registry = c.registry](CancelCause cause) {
     const bool cancelled = machine->Cancel(cause);
@@ -64,7 +64,7 @@ absl::Status JobRun::Run() {
   const absl::Status status = RunAttempts();
   if (std::optional<int> gone = machine_->gone_rank();
       gone && lease_addresses_.size() > static_cast<size_t>(*gone)) {
-    c_.registry->MarkFailed(lease_addresses_[*gone]);
+    ctx_.registry->MarkFailed(lease_addresses_[*gone]);
   }
   stats_.set_seconds(SecondsSince(start_));
   stats_.set_coordinator_peak_rss_bytes(PeakRssBytes());
@@ -75,8 +75,8 @@ absl::Status JobRun::Run() {
   }
   // Once the end is recorded: a coordinator that stops before then takes
   // the job back, and may need its spool to run it again.
-  if (!spool_path_.empty()) c_.spool->Remove(job_.id);
-  c_.kv->EndJob(job_.id);
+  if (!spool_path_.empty()) ctx_.spool->Remove(job_.id);
+  ctx_.kv->EndJob(job_.id);
   return status;
 }
 
@@ -98,14 +98,14 @@ absl::Status JobRun::RunAttempts() {
 }
 
 bool JobRun::PrepareRerun(const absl::Status& failed) {
-  if (!CanRerun() || stats_.reruns() >= c_.options.max_reruns) return false;
+  if (!CanRerun() || stats_.reruns() >= ctx_.options.max_reruns) return false;
   std::string gone;
   if (!machine_->Retry(&gone)) return false;
   // Before the next lease, so it is not chosen again.
-  if (!gone.empty()) c_.registry->MarkFailed(gone);
+  if (!gone.empty()) ctx_.registry->MarkFailed(gone);
   ForgetEarlierAttempt(gone);
   running_attempt_ = -1;
-  c_.jobs->Adopted(job_.id);  // the attempt's shards still held are let go
+  ctx_.jobs->Adopted(job_.id);  // the attempt's shards still held are let go
   if (AllRanksSpooled()) {
     // From now on the job reads its context by reference, from its spool.
     job_.spec.mutable_context_ref()->set_path(spool_path_);
@@ -131,8 +131,8 @@ absl::Status JobRun::Execute() {
   const auto until_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
       call_->capped_deadline() - std::chrono::system_clock::now());
   WorkerRegistry::Wait wait{
-      std::max(std::chrono::milliseconds(0), std::min(c_.options.acquire_wait, until_deadline)),
-      c_.options.max_queued_jobs,
+      std::max(std::chrono::milliseconds(0), std::min(ctx_.options.acquire_wait, until_deadline)),
+      ctx_.options.max_queued_jobs,
       [this] {
         CheckCall();
         return machine_->cancel_requested();
@@ -141,14 +141,14 @@ absl::Status JobRun::Execute() {
       job_.spec.tenant(),
       job_.id};
   absl::StatusOr<std::vector<std::string>> leased =
-      c_.registry->Acquire(job_.spec.model(), job_.plan.workers, wait);
+      ctx_.registry->Acquire(job_.spec.model(), job_.plan.workers, wait);
   if (!leased.ok()) {
     CheckCall();  // a wait cut short by the deadline
     queue_failed_ = true;
     machine_->QueueFailed(leased.status());
     return machine_->outcome();
   }
-  WorkerLease lease(c_.registry, *leased, job_.id);
+  WorkerLease lease(ctx_.registry, *leased, job_.id);
   if (!machine_->Leased(lease.addresses())) return machine_->outcome();
   lease_addresses_ = lease.addresses();
   return RunLeased(lease.addresses());
@@ -156,7 +156,7 @@ absl::Status JobRun::Execute() {
 
 absl::Status JobRun::RunLeased(const std::vector<std::string>& workers) {
   // The dead attempt's shards, if any, stop meeting here now.
-  c_.kv->BeginAttempt(job_.id, stats_.reruns());
+  ctx_.kv->BeginAttempt(job_.id, stats_.reruns());
   const std::string ticket = NewTicket();
   fetch_ticket_ = NewTicket();
   CreateSpool();
@@ -178,7 +178,7 @@ absl::Status JobRun::RunLeased(const std::vector<std::string>& workers) {
   shown.clear_ticket();  // the Transfer ticket is the job's Submit calls' alone
   // A Submit call made again (its client lost the first, or a job taken
   // back) hears of the attempt from the job's record.
-  c_.jobs->Start(job_.id, shown, ticket);
+  ctx_.jobs->Start(job_.id, shown, ticket);
   Log(LogLevel::kInfo, "job_started", {{"job", job_.id}, {"workers", workers}});
   if (absl::Status opened = streams->Open(ShardSpecs(facts), call_->capped_deadline());
       !opened.ok()) {
@@ -193,10 +193,10 @@ absl::Status JobRun::RunLeased(const std::vector<std::string>& workers) {
 }
 
 absl::Status JobRun::Resume(const std::vector<std::string>& workers) {
-  c_.registry->Claim(workers, job_.id);
-  WorkerLease lease(c_.registry, workers, job_.id);
+  ctx_.registry->Claim(workers, job_.id);
+  WorkerLease lease(ctx_.registry, workers, job_.id);
   if (!machine_->Leased(workers)) {
-    c_.jobs->Adopted(job_.id);
+    ctx_.jobs->Adopted(job_.id);
     return machine_->outcome();
   }
   lease_addresses_ = workers;
@@ -209,12 +209,12 @@ absl::Status JobRun::Resume(const std::vector<std::string>& workers) {
     CheckCall();
     machine_->StartFailed(streams->broken_rank(), opened);
     streams->Cancel();
-    c_.jobs->Adopted(job_.id);
+    ctx_.jobs->Adopted(job_.id);
     return machine_->outcome();
   }
   machine_->Started();
   const absl::Status status = ReadAttempt(streams.get());
-  c_.jobs->Adopted(job_.id);  // its shards held from now on are let go
+  ctx_.jobs->Adopted(job_.id);  // its shards held from now on are let go
   return status;
 }
 
@@ -275,47 +275,48 @@ void JobRun::Record() const {
   r.set_attempt_spooled(attempt_spooled_);
   for (const auto& [begin, tokens] : job_.plan.shards) r.add_shard_tokens(tokens);
   r.set_reruns(stats_.reruns());
-  c_.jobs->SetRecord(job_.id, r);
+  ctx_.jobs->SetRecord(job_.id, r);
 }
 
 AttemptEvents JobRun::Events() {
-  return {.layers_done =
-              [this](int layers) {
-                v1::Progress p;
-                p.set_stage(v1::Progress::LAYERS);
-                p.set_layers_done(layers);
-                p.set_layers_total(job_.plan.config.n_layers);
-                p.set_tokens_total(job_.spec.context_tokens());
-                WriteProgress(std::move(p));
-              },
-          .in_line = [this](const std::string& address) { c_.registry->InLine(address, job_.id); },
-          .all_spooled =
-              [this] {
-                attempt_spooled_ = true;
-                Record();
-                c_.jobs->SetSpooled(job_.id);
-              },
-          // A client that vanished from its Submit call and its Transfer
-          // streams at once fails its shards too: when the job is bound to
-          // the call, that is the cause, whichever the coordinator heard of
-          // first. A worker reports CANCELLED when the client's stream to it
-          // broke; the end of the Submit call may reach this process a
-          // moment after that report, so a job bound to its call gives it
-          // kClientGoneGrace.
-          .rank_failed =
-              [this](const RankEnd& end) {
-                if (end.from_worker && end.status.code() == absl::StatusCode::kCancelled &&
-                    BoundToCall())
-                  call_->EndsWithin(kClientGoneGrace);
-                CheckCall();
-              }};
+  return {
+      .layers_done =
+          [this](int layers) {
+            v1::Progress p;
+            p.set_stage(v1::Progress::LAYERS);
+            p.set_layers_done(layers);
+            p.set_layers_total(job_.plan.config.n_layers);
+            p.set_tokens_total(job_.spec.context_tokens());
+            WriteProgress(std::move(p));
+          },
+      .in_line = [this](const std::string& address) { ctx_.registry->InLine(address, job_.id); },
+      .all_spooled =
+          [this] {
+            attempt_spooled_ = true;
+            Record();
+            ctx_.jobs->SetSpooled(job_.id);
+          },
+      // A client that vanished from its Submit call and its Transfer
+      // streams at once fails its shards too: when the job is bound to
+      // the call, that is the cause, whichever the coordinator heard of
+      // first. A worker reports CANCELLED when the client's stream to it
+      // broke; the end of the Submit call may reach this process a
+      // moment after that report, so a job bound to its call gives it
+      // kClientGoneGrace.
+      .rank_failed =
+          [this](const RankEnd& end) {
+            if (end.from_worker && end.status.code() == absl::StatusCode::kCancelled &&
+                BoundToCall())
+              call_->EndsWithin(kClientGoneGrace);
+            CheckCall();
+          }};
 }
 
 void JobRun::FinishFailed(const absl::Status& status) {
   if (output_ && output_->created) (void)RemoveDataFile(job_.files.output, output_->id);
   // Peers that finished before the failure may have kept results.
   if (!lease_addresses_.empty()) transport_->Forget(job_.id, fetch_ticket_, lease_addresses_);
-  c_.jobs->Finish(job_.id, InfoStatus(machine_->stage()), std::string(status.message()), stats_);
+  ctx_.jobs->Finish(job_.id, InfoStatus(machine_->stage()), std::string(status.message()), stats_);
   ReportEnd(InfoStatus(machine_->stage()), status.message());
 }
 
@@ -324,10 +325,10 @@ void JobRun::FinishSucceeded() {
   const bool outputs_in_band = !spec.has_output_ref();
   const bool results_in_band =
       outputs_in_band || spec.query_tokens_size() > 0 || spec.return_state();
-  c_.jobs->Retain(job_.id,
-                  std::make_shared<RetainedState>(RetainedState{spec.model(), lease_addresses_[0]}),
-                  results_in_band, outputs_in_band, RetainFor());
-  c_.jobs->Finish(job_.id, v1::JobInfo::SUCCEEDED, "", stats_);
+  ctx_.jobs->Retain(
+      job_.id, std::make_shared<RetainedState>(RetainedState{spec.model(), lease_addresses_[0]}),
+      results_in_band, outputs_in_band, RetainFor());
+  ctx_.jobs->Finish(job_.id, v1::JobInfo::SUCCEEDED, "", stats_);
   ReportEnd(v1::JobInfo::SUCCEEDED);
   v1::SubmitResponse done;
   done.mutable_done()->set_job_id(job_.id);
@@ -370,11 +371,11 @@ bool JobRun::AllRanksSpooled() const {
 // The first attempt of a job whose context comes in band gets a spool
 // file, if the coordinator has a spool and it has room.
 void JobRun::CreateSpool() {
-  if (job_.spec.has_context_ref() || !spool_path_.empty() || !c_.spool->enabled()) return;
+  if (job_.spec.has_context_ref() || !spool_path_.empty() || !ctx_.spool->enabled()) return;
   absl::StatusOr<WireType> dtype = FromProto(job_.spec.dtype());
   absl::StatusOr<std::string> path =
       dtype.ok()
-          ? c_.spool->Create(job_.id, job_.spec.context_tokens(), job_.spec.token_width(), *dtype)
+          ? ctx_.spool->Create(job_.id, job_.spec.context_tokens(), job_.spec.token_width(), *dtype)
           : dtype.status();
   if (!path.ok()) {
     Log(LogLevel::kWarn, "job_not_spooled",
@@ -404,20 +405,20 @@ AttemptFacts JobRun::Facts(const std::string& ticket) const {
           .spool_path = spool_path_,
           .context_from_spool = context_from_spool_,
           .retain = RetainFor(),
-          .collective_timeout_ms = c_.options.collective_timeout_ms,
-          .upload_idle_timeout = c_.options.upload_idle_timeout};
+          .collective_timeout_ms = ctx_.options.collective_timeout_ms,
+          .upload_idle_timeout = ctx_.options.upload_idle_timeout};
 }
 
 std::chrono::seconds JobRun::RetainFor() const {
   return job_.spec.retain_seconds() > 0 ? std::chrono::seconds(job_.spec.retain_seconds())
-                                        : c_.options.default_retain;
+                                        : ctx_.options.default_retain;
 }
 
 // To the client (if it is still there) and the job's record.
 void JobRun::WriteProgress(v1::Progress progress) {
   progress.set_job_id(job_.id);
   progress.set_elapsed_seconds(SecondsSince(start_));
-  c_.jobs->SetProgress(job_.id, progress);
+  ctx_.jobs->SetProgress(job_.id, progress);
   v1::SubmitResponse r;
   *r.mutable_progress() = std::move(progress);
   call_->Write(r);
@@ -435,11 +436,11 @@ void JobRun::ReportEnd(v1::JobInfo::Status status, absl::string_view error) cons
        {"compute_seconds", stats_.compute_seconds()},
        {"reruns", stats_.reruns()},
        {"workers", lease_addresses_}});
-  if (c_.metrics == nullptr) return;
+  if (ctx_.metrics == nullptr) return;
   absl::StatusOr<WireType> dtype = FromProto(job_.spec.dtype());
   const int64_t tokens = job_.spec.context_tokens();
   const int64_t in = dtype.ok() ? tokens * job_.spec.token_width() * WireBytes(*dtype) : 0;
-  c_.metrics->JobEnded(status, stats_, tokens, in, tokens * job_.plan.config.output_width() * 4);
+  ctx_.metrics->JobEnded(status, stats_, tokens, in, tokens * job_.plan.config.output_width() * 4);
 }
 
 }  // namespace lact::server

@@ -52,14 +52,14 @@ struct AdmittedJob {
 
 // How CancelJob and DeleteJob reach the job's machine (JobStore::SetCanceller);
 // a cancel wakes the queue, which looks at it only then.
-void SetJobCanceller(const Coordinator& c, const std::string& id,
+void SetJobCanceller(const CoordinatorContext& c, const std::string& id,
                      std::shared_ptr<JobMachine> machine);
 
 class JobRun {
  public:
-  JobRun(const Coordinator& c, JobTransport* transport, JobCall* call, AdmittedJob job,
+  JobRun(const CoordinatorContext& c, JobTransport* transport, JobCall* call, AdmittedJob job,
          std::shared_ptr<JobMachine> machine)
-      : c_(c),
+      : ctx_(c),
         transport_(transport),
         call_(call),
         job_(std::move(job)),
@@ -109,7 +109,7 @@ class JobRun {
   void WriteProgress(v1::Progress progress);
   void ReportEnd(v1::JobInfo::Status status, absl::string_view error = "") const;
 
-  const Coordinator& c_;
+  const CoordinatorContext& ctx_;
   JobTransport* const transport_;
   JobCall* const call_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

@@ -193,14 +193,14 @@ class JobRunTest : public ::testing::Test {
   // `record`, when given: the job is taken back from it (TakeBack).
   absl::Status Run(AdmittedJob job, FakeTransport* transport, FakeCall* call,
                    const JobRecord* record = nullptr) {
-    Coordinator c{.registry = &registry_,
-                  .kv = &kv_,
-                  .jobs = &jobs_,
-                  .options = options_,
-                  .tenants = nullptr,
-                  .draining = nullptr,
-                  .spool = &spool_,
-                  .metrics = nullptr};
+    CoordinatorContext c{.registry = &registry_,
+                         .kv = &kv_,
+                         .jobs = &jobs_,
+                         .options = options_,
+                         .tenants = nullptr,
+                         .draining = nullptr,
+                         .spool = &spool_,
+                         .metrics = nullptr};
     auto machine = std::make_shared<JobMachine>(job.id);
     JobRun run(c, transport, call, std::move(job), std::move(machine));
     if (record != nullptr) run.TakeBack(*record);

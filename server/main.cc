@@ -78,7 +78,8 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
                           int64_t* heartbeat_ms) {
   LACT_ASSIGN_OR_RETURN(*port, flags.Int("port", 0, 0, 65535));
   LACT_ASSIGN_OR_RETURN(*heartbeat_ms, flags.Int("heartbeat-ms", 1000, 10, 60000));
-  LACT_ASSIGN_OR_RETURN(int64_t retain, flags.Int("retain-seconds", 3600, 1, int64_t{1} << 31));
+  LACT_ASSIGN_OR_RETURN(int64_t retain,
+                        flags.Int("retain-seconds", kDefaultRetain.count(), 1, int64_t{1} << 31));
   LACT_ASSIGN_OR_RETURN(
       o->limits.max_context_tokens,
       flags.Int("max-context-tokens", o->limits.max_context_tokens, 1, int64_t{1} << 34));
@@ -330,11 +331,12 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
   std::atomic<bool> draining{false};
   CallCaps queries(f.options.max_queries_per_tenant, "Query calls", "tenant",
                    "--max-queries-per-tenant");
-  const Coordinator c{&records.registry, &records.kv,
-                      &records.jobs,     f.options,
-                      &guards.tenants,   ClusterLink{credentials.to_workers, guards.cluster_secret},
-                      &draining,         &records.spool,
-                      metrics,           &queries};
+  const CoordinatorContext c{
+      &records.registry, &records.kv,
+      &records.jobs,     f.options,
+      &guards.tenants,   ClusterLink{credentials.to_workers, guards.cluster_secret},
+      &draining,         &records.spool,
+      metrics,           &queries};
   CoordinatorService coordinator(c);
   ControlService control(&records.registry, &records.kv, &records.jobs, guards.cluster_secret);
   std::unique_ptr<grpc::Server> server =

@@ -45,7 +45,7 @@ absl::StatusOr<v1::ShardDone> RunOnWorker(const ClusterLink& link, const QueryFa
 }
 
 // The query's facts, once the caller may query the job and the spec fits it.
-absl::StatusOr<QueryFacts> CheckQuery(const Coordinator& c, const Caller& caller,
+absl::StatusOr<QueryFacts> CheckQuery(const CoordinatorContext& c, const Caller& caller,
                                       const v1::QuerySpec& spec) {
   LACT_RETURN_IF_ERROR(c.jobs->CheckOwner(spec.job_id(), caller));
   LACT_ASSIGN_OR_RETURN(std::shared_ptr<const RetainedState> kept, c.jobs->State(spec.job_id()));
@@ -62,8 +62,8 @@ absl::StatusOr<QueryFacts> CheckQuery(const Coordinator& c, const Caller& caller
                     c.options.upload_idle_timeout};
 }
 
-absl::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
-                       QueryCall& call) {
+absl::Status QueryFlow(const CoordinatorContext& c, const Caller& caller,
+                       const v1::QueryRequest& request, QueryCall& call) {
   const auto start = std::chrono::steady_clock::now();
   if (!request.has_spec()) return absl::InvalidArgumentError(kNoQuerySpec);
   const v1::QuerySpec& spec = request.spec();
@@ -87,8 +87,8 @@ absl::Status QueryFlow(const Coordinator& c, const Caller& caller, const v1::Que
 
 }  // namespace
 
-absl::Status RunQuery(const Coordinator& c, const Caller& caller, const v1::QueryRequest& request,
-                      QueryCall& call) {
+absl::Status HandleQuery(const CoordinatorContext& c, const Caller& caller,
+                         const v1::QueryRequest& request, QueryCall& call) {
   const absl::Status status = [&] {
     if (c.queries == nullptr) return QueryFlow(c, caller, request, call);
     if (absl::Status s = c.queries->Enter(caller.tenant); !s.ok()) return s;

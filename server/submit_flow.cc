@@ -39,7 +39,7 @@ class SubmitJobCall final : public JobCall {
 // to register (each finds it at its next heartbeat) before it refuses a
 // job for want of them: a client that made its call again through a
 // restart is not turned away for that.
-absl::StatusOr<JobPlan> Plan(const Coordinator& c, const v1::JobSpec& spec) {
+absl::StatusOr<JobPlan> Plan(const CoordinatorContext& c, const v1::JobSpec& spec) {
   const auto settled =
       c.started + std::max<std::chrono::steady_clock::duration>(
                       std::chrono::seconds(5), 5 * c.registry->heartbeat_interval());
@@ -54,7 +54,7 @@ absl::StatusOr<JobPlan> Plan(const Coordinator& c, const v1::JobSpec& spec) {
 // Admits the job: its record under a new id. `folder`: where in the data
 // root the job's files may be (its tenant's folder, or empty for the whole
 // root).
-absl::StatusOr<AdmittedJob> Admit(const Coordinator& c, const v1::SubmitRequest& request,
+absl::StatusOr<AdmittedJob> Admit(const CoordinatorContext& c, const v1::SubmitRequest& request,
                                   const std::string& folder) {
   if (!request.has_spec()) return absl::InvalidArgumentError(kNoJobSpec);
   AdmittedJob job;
@@ -83,7 +83,7 @@ absl::Status FollowedEnd(const v1::JobInfo& info) {
 // admits nothing, and answers as the job's first call would have from now
 // on: the job's id at once, each attempt's JobAccepted (with its ticket),
 // progress, then JobDone or the job's failure.
-absl::Status FollowSubmitted(const Coordinator& c, const std::string& id, SubmitCall& call) {
+absl::Status FollowSubmitted(const CoordinatorContext& c, const std::string& id, SubmitCall& call) {
   Log(LogLevel::kInfo, "job_followed", {{"job", id}});
   std::atomic<bool> gone{false};
   SubmitCall::EndWatch watch(&call, [&] {
@@ -120,7 +120,7 @@ absl::Status FollowSubmitted(const Coordinator& c, const std::string& id, Submit
   return absl::CancelledError("the client went away");
 }
 
-absl::Status RunSubmitFlow(const Coordinator& c, const v1::SubmitRequest& request,
+absl::Status RunSubmitFlow(const CoordinatorContext& c, const v1::SubmitRequest& request,
                            const std::string& folder, SubmitCall& call) {
   if (request.spec().request_id().size() > kMaxRequestIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat("JobSpec.request_id has ",
@@ -153,8 +153,8 @@ absl::Status RunSubmitFlow(const Coordinator& c, const v1::SubmitRequest& reques
 
 }  // namespace
 
-absl::Status RunSubmit(const Coordinator& coordinator, const Caller& caller,
-                       const v1::SubmitRequest& request, SubmitCall& call) {
+absl::Status HandleSubmit(const CoordinatorContext& coordinator, const Caller& caller,
+                          const v1::SubmitRequest& request, SubmitCall& call) {
   const absl::Status status = [&] {
     if (coordinator.draining != nullptr && *coordinator.draining) {
       return absl::UnavailableError(

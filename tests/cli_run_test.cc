@@ -119,7 +119,7 @@ void ExpectJsonSummaries(const std::string& server, const std::string& name,
   const std::string mode = CpuBf16Mode();
   EXPECT_THAT(mode, ::testing::AnyOf(::testing::StartsWith("emulated"),
                                      ::testing::StartsWith("oneDNN bf16 matmul")));
-  EXPECT_THAT(bf16.output, ::testing::HasSubstr("--precision bf16 on the CPU is " + mode));
+  EXPECT_THAT(bf16.output, ::testing::HasSubstr("lact run: cpu backend, bf16, " + mode));
 }
 
 class CliGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};

@@ -1,7 +1,7 @@
 // Completion that cannot lie: every stream of a shard's results ends with
 // a TransferComplete (its messages, bytes and CRC-32C), and the client
 // believes that, not the stream's trailers. Faults come from the workers'
-// test hooks (worker/test_hooks.h, LACT_TEST_HOOKS, inherited by the
+// test hooks (worker/data_plane/test_hooks.h, LACT_TEST_HOOKS, inherited by the
 // cluster's processes):
 //   - a worker killed after its completion message, before its trailers:
 //     Submit succeeds, bit for bit as an undisturbed run;

@@ -66,11 +66,8 @@ class JobLifetimeTest : public ::testing::Test {
     return spec;
   }
   static SubmitOptions Options() {
-    SubmitOptions o;
-    o.model = "preset:small:2";
-    o.workers = 2;
+    SubmitOptions o = LongJobOptions(2);
     o.return_state = true;
-    o.timeout = std::chrono::seconds(120);
     return o;
   }
 
@@ -499,21 +496,13 @@ TEST(FaultRuns, KilledWorkersNeverLoseAnInBandJob) {
 }
 
 // A job of a few seconds on two one-thread workers.
-SubmitOptions DrainJob() {
-  SubmitOptions o;
-  o.model = "preset:small:2";
-  o.workers = 2;
-  o.timeout = std::chrono::seconds(120);
-  return o;
-}
-
 // SIGTERM to a worker mid-job: the job still succeeds (the worker drains:
 // its shard finishes), the worker then exits, and it is leased no more.
 TEST(Drain, AWorkerFinishesItsShardThenLeaves) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  SubmitOptions o = DrainJob();
+  SubmitOptions o = LongJobOptions(2);
   bool uncounted = false, exited = false;
   const ActedJob job = SubmitActingAtFirstLayer(client, o, RandomTokens(65536, 256, 91), [&] {
     cluster->SignalWorker(0, SIGTERM);
@@ -550,7 +539,7 @@ grpc::StatusCode RefusalOfAnOverlongRequestId(const std::string& address) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::SubmitRequest request;
-  *request.mutable_spec() = MakeJobSpec(DrainJob(), RandomTokens(8, 256, 94), {});
+  *request.mutable_spec() = MakeJobSpec(LongJobOptions(2), RandomTokens(8, 256, 94), {});
   request.mutable_spec()->set_request_id(std::string(1000, 'r'));
   std::unique_ptr<grpc::ClientReader<v1::SubmitResponse>> reader = stub->Submit(&ctx, request);
   v1::SubmitResponse response;
@@ -568,7 +557,7 @@ TEST(Drain, TheCoordinatorFinishesItsJobsAndTakesNoNewOnes) {
   LactClient client(cluster->address());
   absl::Status refused;
   const ActedJob job =
-      SubmitActingAtFirstLayer(client, DrainJob(), RandomTokens(65536, 256, 93), [&] {
+      SubmitActingAtFirstLayer(client, LongJobOptions(2), RandomTokens(65536, 256, 93), [&] {
         cluster->SignalCoordinator(SIGTERM);
         // A Submit with an over-long request_id is refused INVALID_ARGUMENT
         // at once until the coordinator drains, then UNAVAILABLE (it checks
@@ -577,7 +566,7 @@ TEST(Drain, TheCoordinatorFinishesItsJobsAndTakesNoNewOnes) {
           return RefusalOfAnOverlongRequestId(cluster->address()) == grpc::StatusCode::UNAVAILABLE;
         });
         LactClient probe(cluster->address());
-        SubmitOptions small = DrainJob();
+        SubmitOptions small = LongJobOptions(2);
         small.workers = 1;
         refused = probe.Submit(small, RandomTokens(8, 256, 94), {}).status();
       });

@@ -351,14 +351,6 @@ TEST(Logs, TheCoordinatorLogsJsonLinesWithEveryRefusalsCode) {
 }
 
 // A job of a few seconds on two one-thread workers.
-SubmitOptions LongJob() {
-  SubmitOptions o;
-  o.model = "preset:small:2";
-  o.workers = 2;
-  o.timeout = std::chrono::seconds(120);
-  return o;
-}
-
 // While a worker drains (SIGTERM mid-job) it says NOT_SERVING, and
 // ListWorkers shows it draining; its peer stays SERVING and leased.
 TEST(DrainHealth, ADrainingWorkerIsNotServing) {
@@ -372,7 +364,7 @@ TEST(DrainHealth, ADrainingWorkerIsNotServing) {
   std::vector<int> health, ready;
   std::vector<v1::WorkerInfo> listed;
   const ActedJob job =
-      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(65536, 256, 97), [&] {
+      SubmitActingAtFirstLayer(client, LongJobOptions(2), RandomTokens(65536, 256, 97), [&] {
         cluster->SignalWorker(0, SIGTERM);
         // Until worker 0 says it drains (the job's shards keep both alive).
         WaitFor([&] {
@@ -416,7 +408,7 @@ TEST(DrainHealth, ADrainingCoordinatorIsNotServingButKeepsControl) {
   LactClient client(cluster->address());
   int coordinator = -1, whole = -1, control = -1, ready = -1;
   const ActedJob job =
-      SubmitActingAtFirstLayer(client, LongJob(), RandomTokens(65536, 256, 98), [&] {
+      SubmitActingAtFirstLayer(client, LongJobOptions(2), RandomTokens(65536, 256, 98), [&] {
         cluster->SignalCoordinator(SIGTERM);
         WaitFor([&] {  // until it says it drains (its job keeps it alive)
           coordinator = HealthOf(cluster->address(), "lact.v1.CoordinatorService");

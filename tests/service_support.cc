@@ -103,6 +103,14 @@ std::unique_ptr<LocalCluster> StartTestCluster(int workers, std::vector<std::str
   return StartTestCluster(std::move(options));
 }
 
+SubmitOptions LongJobOptions(int workers, const std::string& model) {
+  SubmitOptions o;
+  o.model = model;
+  o.workers = workers;
+  o.timeout = std::chrono::seconds(120);
+  return o;
+}
+
 ActedJob SubmitActingAtFirstLayer(LactClient& client, const SubmitOptions& options,
                                   const Tensor& context, const std::function<void()>& act) {
   ActedJob job;

@@ -35,6 +35,11 @@ bool WaitFor(const std::function<bool()>& done,
 // Submit options for a golden case's model and job options.
 SubmitOptions GoldenOptions(const GoldenCase& golden);
 
+// Submit options for a job of `model` on `workers` workers with a 120 s
+// timeout: a 65,536-token context of it computes for seconds, long enough
+// to stop, kill or signal a process mid-job.
+SubmitOptions LongJobOptions(int workers, const std::string& model = "preset:small:2");
+
 // A coordinator with short timeouts (5 s collectives and leases, 1 s upload
 // idle) and `workers` workers of one thread each over ModelDir(), with
 // `worker_args` added to every worker's flags, `coordinator_args` to the

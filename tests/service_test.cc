@@ -271,14 +271,6 @@ TEST_F(ServiceTest, JobsBeyondTheFreeWorkersQueueAndAllComplete) {
 }
 
 // A job long enough to be interrupted (a few seconds on two cores).
-SubmitOptions LongJob(int workers) {
-  SubmitOptions o;
-  o.model = "preset:small";
-  o.workers = workers;
-  o.timeout = std::chrono::seconds(120);
-  return o;
-}
-
 void ExpectClusterStillWorks(LactClient&& client, int workers) {
   absl::StatusOr<GoldenCase> golden = LoadGoldenCase("tiny");
   ASSERT_TRUE(golden.ok());
@@ -335,7 +327,7 @@ TEST_P(CancelTest, CancelJobMidRun) {
   });
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<JobResult> got = Client().Submit(
-      LongJob(3), context, {},
+      LongJobOptions(3, "preset:small"), context, {},
       [&](const v1::Progress& p) {
         if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD))
           trigger = true;
@@ -406,7 +398,7 @@ INSTANTIATE_TEST_SUITE_P(Phases, CancelTest, ::testing::Values(false, true), [](
 });
 
 TEST_F(ServiceTest, DeadlineThatExpires) {
-  SubmitOptions o = LongJob(3);
+  SubmitOptions o = LongJobOptions(3, "preset:small");
   o.timeout = std::chrono::milliseconds(700);
   absl::StatusOr<JobResult> got = Client().Submit(o, RandomTokens(32768, 256, 10), {});
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
@@ -421,11 +413,11 @@ TEST(ServiceStallTest, StoppedWorkersFailTheJobThroughKeepalive) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2, {}, "", {"--max-reruns", "0"});
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  const ActedJob job =
-      SubmitActingAtFirstLayer(client, LongJob(2), RandomTokens(65536, 256, 12), [&] {
-        cluster->SignalWorker(0, SIGSTOP);
-        cluster->SignalWorker(1, SIGSTOP);
-      });
+  const ActedJob job = SubmitActingAtFirstLayer(client, LongJobOptions(2, "preset:small"),
+                                                RandomTokens(65536, 256, 12), [&] {
+                                                  cluster->SignalWorker(0, SIGSTOP);
+                                                  cluster->SignalWorker(1, SIGSTOP);
+                                                });
   cluster->SignalWorker(0, SIGCONT);
   cluster->SignalWorker(1, SIGCONT);
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
@@ -444,7 +436,8 @@ TEST(ServiceStallTest, AStoppedWorkerIsBlamedAsStalled) {
   std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
   ASSERT_NE(cluster, nullptr);
   LactClient client(cluster->address());
-  const ActedJob job = SubmitActingAtFirstLayer(client, LongJob(2), RandomTokens(65536, 256, 13),
+  const ActedJob job = SubmitActingAtFirstLayer(client, LongJobOptions(2, "preset:small"),
+                                                RandomTokens(65536, 256, 13),
                                                 [&] { cluster->SignalWorker(0, SIGSTOP); });
   cluster->SignalWorker(0, SIGCONT);
   ASSERT_TRUE(job.acted) << "the job ended before its first layer";
@@ -469,8 +462,9 @@ TEST_P(ServiceFaultTest, WorkerKilledMidJob) {
     cluster->KillWorker(1);
   });
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<JobResult> got =
-      client.Submit(LongJob(2), RandomTokens(65536, 256, 11), {}, [&](const v1::Progress& p) {
+  absl::StatusOr<JobResult> got = client.Submit(
+      LongJobOptions(2, "preset:small"), RandomTokens(65536, 256, 11), {},
+      [&](const v1::Progress& p) {
         if (p.stage() == (during_compute ? v1::Progress::LAYERS : v1::Progress::UPLOAD))
           trigger = true;
       });

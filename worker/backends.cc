@@ -40,6 +40,11 @@ absl::Status ValidateBackend(const BackendOptions& options) {
   return backend.validate(options);
 }
 
+std::string DescribeBackend(const BackendOptions& options) {
+  absl::StatusOr<Backend> backend = FindBackend(options.backend);
+  return backend.ok() ? backend->describe(options) : options.precision;
+}
+
 std::function<std::optional<DeviceMemoryBytes>()> DeviceMemoryReader(
     const BackendOptions& options) {
   absl::StatusOr<Backend> backend = FindBackend(options.backend);

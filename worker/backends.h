@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,9 @@ std::vector<Backend> BuiltBackends();
 // allowed ones); FAILED_PRECONDITION when the backend cannot run here (not
 // in this build, no such device, no NCCL).
 absl::Status ValidateBackend(const BackendOptions& options);
+
+// How the validated backend computes on `options` (Backend::describe).
+std::string DescribeBackend(const BackendOptions& options);
 
 // What reads the backend's device memory (nullopt when it cannot be read);
 // null for a backend without a device (the CPU).

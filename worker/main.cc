@@ -27,11 +27,11 @@
 #include "proto/bulk_transport.h"
 #include "proto/health.h"
 #include "proto/keepalive.h"
+#include "proto/stream_call.h"
 #include "proto/tls.h"
 #include "worker/backends.h"
-#include "worker/compute_line.h"
-#include "worker/cpu/cpu_runner.h"
-#include "worker/data_service.h"
+#include "worker/data_plane/compute_line.h"
+#include "worker/data_plane/data_service.h"
 #include "worker/membership.h"
 #include "worker/model_cache.h"
 #include "worker/worker_service.h"
@@ -119,8 +119,8 @@ struct WorkerFlags {
   int64_t retain_tenant_bytes = 0;
   int64_t warm_bytes = 0;
   int64_t staging_bytes = 0;
-  int pending_calls = 1024;
-  std::chrono::milliseconds first_message{30000};
+  int pending_calls = FirstMessageLimits::kDefaultMaxWaiting;
+  std::chrono::milliseconds first_message = FirstMessageLimits::kDefaultTimeout;
   int max_queries = 64;
 };
 
@@ -169,9 +169,12 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   LACT_ASSIGN_OR_RETURN(f.drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
   LACT_ASSIGN_OR_RETURN(f.coordinator_grace_seconds,
                         flags.Int("coordinator-grace-seconds", 300, 0, 86400));
-  LACT_ASSIGN_OR_RETURN(const int64_t pending, flags.Int("max-pending-calls", 1024, 1, 1 << 20));
+  LACT_ASSIGN_OR_RETURN(
+      const int64_t pending,
+      flags.Int("max-pending-calls", FirstMessageLimits::kDefaultMaxWaiting, 1, 1 << 20));
   LACT_ASSIGN_OR_RETURN(const int64_t first_message,
-                        flags.Int("first-message-timeout-ms", 30000, 100, 3600000));
+                        flags.Int("first-message-timeout-ms",
+                                  FirstMessageLimits::kDefaultTimeout.count(), 100, 3600000));
   LACT_ASSIGN_OR_RETURN(const int64_t queries, flags.Int("max-queries", 64, 1, 1 << 16));
   f.max_queries = static_cast<int>(queries);
   LACT_ASSIGN_OR_RETURN(f.retain_bytes,
@@ -185,14 +188,15 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
   f.pending_calls = static_cast<int>(pending);
   f.first_message = std::chrono::milliseconds(first_message);
   f.host = flags.Get("host").value_or("127.0.0.1");
-  f.backend = {flags.Get("backend").value_or("cpu"),
-               static_cast<int>(threads),
-               tile,
-               static_cast<int>(device),
-               flags.Get("precision").value_or("fp32"),
-               flags.Get("collective").value_or("gloo"),
-               f.host,
-               flags.Get("scan-math").value_or("")};
+  const BackendOptions defaults;
+  f.backend = {.backend = flags.Get("backend").value_or(defaults.backend),
+               .threads = static_cast<int>(threads),
+               .tile_tokens = tile,
+               .device = static_cast<int>(device),
+               .precision = flags.Get("precision").value_or(defaults.precision),
+               .collective = flags.Get("collective").value_or(defaults.collective),
+               .collective_host = f.host,
+               .scan_math = flags.Get("scan-math").value_or(defaults.scan_math)};
   if (absl::Status s = ValidateBackend(f.backend); !s.ok())
     return absl::Status(s.code(), absl::StrCat("--backend ", f.backend.backend, ": ", s.message()));
   return f;
@@ -239,9 +243,7 @@ void LogStarted(const std::string& id, const v1::RegisterRequest& registered,
        {"worker", id},
        {"address", registered.address()},
        {"backend", backend.backend},
-       {"precision", backend.backend == "cpu" && backend.precision == "bf16"
-                         ? absl::StrCat("bf16, ", CpuBf16Mode())
-                         : backend.precision},
+       {"precision", DescribeBackend(backend)},
        {"metrics", registered.metrics_address()},
        {"models", models.Catalog().size()}});
   std::printf("lact-worker %s listening on %s\n", id.c_str(), registered.address().c_str());

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lact/v1/control.grpc.pb.h"
-#include "worker/retained_results.h"
+#include "worker/data_plane/retained_results.h"
 #include "worker/shard_board.h"
 
 namespace lact {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "proto/job_options.h"
 
 namespace lact {
 
@@ -63,6 +64,14 @@ absl::StatusOr<std::shared_ptr<const Model>> ModelCache::Get(const std::string& 
   loaded_.emplace_back(name, model);
   if (loaded_.size() > kKeep) loaded_.erase(loaded_.begin());
   return model;
+}
+
+absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
+                                         const v1::JobOptions& options) {
+  JobModel m;
+  LACT_ASSIGN_OR_RETURN(m.model, models.Get(name));
+  LACT_ASSIGN_OR_RETURN(m.config, ApplyJobOptions(m.model->config(), FromProto(options)));
+  return m;
 }
 
 }  // namespace lact

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/model.h"
+#include "lact/v1/common.pb.h"
 
 namespace lact {
 
@@ -37,6 +38,17 @@ class ModelCache {
   std::vector<std::pair<std::string, std::shared_ptr<const Model>>> loaded_
       ABSL_GUARDED_BY(mu_);  // most recent last
 };
+
+// A job's model as its options make it.
+struct JobModel {
+  std::shared_ptr<const Model> model;
+  ModelConfig config;  // with the job's overrides
+};
+
+// Model `name` from `models` with the job's `options` applied; the cache's
+// error, or INVALID_ARGUMENT for options the model does not take.
+absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
+                                         const v1::JobOptions& options);
 
 }  // namespace lact
 

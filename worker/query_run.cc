@@ -14,25 +14,6 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeQueryTransfer(
-    const v1::WorkerQueryHeader& header, bool huge_pages) {
-  if (header.query_tokens().empty())
-    return absl::InvalidArgumentError("WorkerQueryHeader has no query sets");
-  for (int64_t tokens : header.query_tokens()) {
-    if (tokens < 1) return absl::InvalidArgumentError("every query set needs >= 1 token");
-  }
-  if (header.token_width() < 1)
-    return absl::InvalidArgumentError("WorkerQueryHeader.token_width must be >= 1");
-  if (header.ticket().empty())
-    return absl::InvalidArgumentError("WorkerQueryHeader.ticket must be set");
-  LACT_ASSIGN_OR_RETURN(WireType dtype, FromProto(header.dtype()));
-  std::vector<int64_t> lengths = {0};
-  lengths.insert(lengths.end(), header.query_tokens().begin(), header.query_tokens().end());
-  return std::make_shared<ShardTransfer>(
-      header.ticket(),
-      TokenReceiver(std::move(lengths), header.token_width(), dtype, 0, huge_pages));
-}
-
 absl::StatusOr<v1::ShardDone> QueryRun::Run() {
   const Clock::time_point start = Clock::now();
   LACT_ASSIGN_OR_RETURN(RetainedResult kept, place_.results->Get(header_.job_id()));
@@ -75,9 +56,7 @@ absl::StatusOr<v1::ShardDone> QueryRun::Run() {
 }
 
 std::chrono::milliseconds QueryRun::IdleTimeout() const {
-  return std::chrono::milliseconds(header_.upload_idle_timeout_ms() > 0
-                                       ? header_.upload_idle_timeout_ms()
-                                       : kDefaultUploadIdleTimeout.count());
+  return SpecTimeout(header_.upload_idle_timeout_ms(), kDefaultUploadIdleTimeout);
 }
 
 }  // namespace lact

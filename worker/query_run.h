@@ -14,9 +14,9 @@
 #include "absl/status/statusor.h"
 #include "lact/v1/worker.pb.h"
 #include "worker/backends.h"
+#include "worker/data_plane/retained_results.h"
+#include "worker/data_plane/shard_transfer.h"
 #include "worker/model_cache.h"
-#include "worker/retained_results.h"
-#include "worker/shard_transfer.h"
 
 namespace lact {
 
@@ -26,12 +26,6 @@ struct QueryPlace {
   BackendOptions backend;
   RetainedResults* results;
 };
-
-// The transfer a query's client stream meets: no context rows (set 0 is
-// empty), then the header's query sets in its dtype and width. Register it
-// on the board before the query runs (the client may be faster).
-absl::StatusOr<std::shared_ptr<ShardTransfer>> MakeQueryTransfer(
-    const v1::WorkerQueryHeader& header, bool huge_pages);
 
 class QueryRun {
  public:

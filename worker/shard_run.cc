@@ -50,18 +50,8 @@ absl::StatusOr<std::unique_ptr<OutputFileStream>> OpenOutputRows(const std::stri
 
 }  // namespace
 
-absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
-                                         const v1::JobOptions& options) {
-  JobModel m;
-  LACT_ASSIGN_OR_RETURN(m.model, models.Get(name));
-  LACT_ASSIGN_OR_RETURN(m.config, ApplyJobOptions(m.model->config(), FromProto(options)));
-  return m;
-}
-
 std::chrono::milliseconds CollectiveTimeout(const v1::ShardSpec& spec) {
-  return std::chrono::milliseconds(spec.collective_timeout_ms() > 0
-                                       ? spec.collective_timeout_ms()
-                                       : kDefaultCollectiveTimeout.count());
+  return SpecTimeout(spec.collective_timeout_ms(), kDefaultCollectiveTimeout);
 }
 
 // The runner and its group are made while the shard may still wait for
@@ -186,7 +176,8 @@ absl::Status ShardRun::Deliver(ShardRunner& runner, FusedState state) {
       for (ResultItem& item : StateItems(kept_.state)) transfer_->Publish(std::move(item));
     }
   }
-  const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds() : 3600);
+  const std::chrono::seconds ttl(spec_.retain_seconds() > 0 ? spec_.retain_seconds()
+                                                            : kDefaultRetain.count());
   if (kept_.state != nullptr || !kept_.outputs.empty()) {
     // Too large for the cap: the job still succeeds; FetchResult and Query
     // will say why nothing was kept.
@@ -218,9 +209,7 @@ void ShardRun::ReportSpooled() {
 
 // Longest wait for the client's stream and between its chunks.
 std::chrono::milliseconds ShardRun::IdleTimeout() const {
-  return std::chrono::milliseconds(spec_.upload_idle_timeout_ms() > 0
-                                       ? spec_.upload_idle_timeout_ms()
-                                       : kDefaultUploadIdleTimeout.count());
+  return SpecTimeout(spec_.upload_idle_timeout_ms(), kDefaultUploadIdleTimeout);
 }
 
 }  // namespace lact

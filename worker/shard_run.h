@@ -19,27 +19,18 @@
 #include "common/model.h"
 #include "lact/v1/worker.pb.h"
 #include "worker/backends.h"
-#include "worker/compute_line.h"
+#include "worker/data_plane/compute_line.h"
+#include "worker/data_plane/output_file_stream.h"
+#include "worker/data_plane/retained_results.h"
+#include "worker/data_plane/shard_transfer.h"
 #include "worker/model_cache.h"
-#include "worker/output_file_stream.h"
-#include "worker/retained_results.h"
 #include "worker/schedule/stage_profile.h"
-#include "worker/shard_transfer.h"
 
 namespace gloo::rendezvous {
 class Store;
 }  // namespace gloo::rendezvous
 
 namespace lact {
-
-// A job's model as its options make it.
-struct JobModel {
-  std::shared_ptr<const Model> model;
-  ModelConfig config;  // with the job's overrides
-};
-
-absl::StatusOr<JobModel> ResolveJobModel(ModelCache& models, const std::string& name,
-                                         const v1::JobOptions& options);
 
 // How long the shard's group waits for its ranks: the spec's, or the default.
 std::chrono::milliseconds CollectiveTimeout(const v1::ShardSpec& spec);

@@ -3,8 +3,8 @@
 #include "common/metric_families.h"
 #include "common/peak_rss.h"
 #include "proto/status_conversion.h"
-#include "worker/compute_line.h"
-#include "worker/retained_results.h"
+#include "worker/data_plane/compute_line.h"
+#include "worker/data_plane/retained_results.h"
 
 namespace lact {
 WorkerMetrics::WorkerMetrics(RetainedResults* results, const ComputeLine* line,

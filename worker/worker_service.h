@@ -1,19 +1,8 @@
-// The Worker gRPC service (thin adapter): RunShard runs one shard of a
-// job's context with its group (on the CPU or a GPU, worker/backends.h), its
-// bytes moving over the shard's ShardTransfer (in band, the client's
-// stream) or through files under the data root (by reference); rank 0
-// runs the job's query sets and keeps the fused state. Results sent in
-// band are retained too (retained_results.h), so a client that went away
-// can fetch them, and a shard whose client went away still succeeds.
-// RunQuery runs query sets against a kept state; Forget drops a job's.
-// A shard whose RunShard call ends (its coordinator stopped) runs on, held
-// for the coordinator that takes the job back (AttachShard; shard_board.h).
-// Shards compute one at a time, in the order they came (compute_line.h);
-// one that comes while another computes is staged: its tokens are taken
-// ahead of its turn, up to the staging cap, and its group is joined, so
-// its compute starts the moment the one before it ends. The streaming calls run on gRPC's callback
-// API (proto/write_call.h): the coordinator's cancel reaches a shard when it happens, through the
-// call's end, with no thread polling for it.
+// The Worker gRPC service: an adapter from its calls to the worker's flows
+// (worker_flows.h), which it counts so that a draining worker (SIGTERM)
+// takes no new work and waits for what runs. Calls from anyone but the
+// coordinator (no cluster secret) are UNAUTHENTICATED. The streaming calls
+// run on gRPC's callback API (proto/write_call.h).
 #ifndef LACT_WORKER_WORKER_SERVICE_H_
 #define LACT_WORKER_WORKER_SERVICE_H_
 
@@ -24,45 +13,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/call_caps.h"
-#include "lact/v1/control.grpc.pb.h"
 #include "lact/v1/worker.grpc.pb.h"
-#include "worker/backends.h"
-#include "worker/compute_line.h"
-#include "worker/model_cache.h"
-#include "worker/retained_results.h"
 #include "worker/shard_board.h"
-#include "worker/shard_transfer.h"
-#include "worker/worker_metrics.h"
+#include "worker/worker_flows.h"
 
 namespace lact {
-
-struct WorkerContext {
-  ModelCache* models;
-  std::shared_ptr<v1::ControlService::Stub> control;
-  BackendOptions backend;
-  std::string data_root;  // empty: no files by reference
-  // The coordinator's spool folder as mounted here (shared with it; empty:
-  // in-band contexts are not spooled, so such jobs cannot run again).
-  std::string spool_dir;
-  TransferBoard* transfers;
-  RetainedResults* results;
-  // What the coordinator presents on every Worker call (none when empty);
-  // UNAUTHENTICATED otherwise.
-  std::string cluster_secret;
-  // Contexts received in band or read by reference go into transparent
-  // huge pages (common/huge_pages.h); false: 4 KiB pages (--no-huge-pages).
-  bool huge_pages = true;
-  WorkerMetrics* metrics = nullptr;  // what Prometheus scrapes; none when null
-  // Queries running here at once (each holds a thread while it waits for
-  // the client's Transfer); more are RESOURCE_EXHAUSTED.
-  int max_queries = 64;
-  // The shards as their coordinator follows them (shard_board.h); null: a
-  // board with no grace (a shard stops when its RunShard call ends).
-  ShardBoard* shards = nullptr;
-  // The shards' compute line and its staging cap; null: a line that stages
-  // nothing.
-  ComputeLine* line = nullptr;
-};
 
 class WorkerService final : public v1::WorkerService::CallbackService {
  public:

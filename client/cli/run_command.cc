@@ -16,7 +16,6 @@
 #include "common/status_macros.h"
 #include "common/timing.h"
 #include "worker/backends.h"
-#include "worker/cpu/cpu_runner.h"
 
 namespace lact::cli {
 namespace {
@@ -33,16 +32,14 @@ absl::StatusOr<ModelConfig> JobConfig(const Model& model, const Flags& flags) {
   return ApplyJobOptions(model.config(), options);
 }
 
-// --backend and the flags that go with it; a GPU wants far bigger tiles
-// than a CPU core's caches.
+// --backend and the flags that go with it (a tile of 0 tokens: the
+// backend's own default; a GPU wants far bigger tiles than a CPU core's caches).
 absl::StatusOr<BackendOptions> BackendFromFlags(const Flags& flags) {
+  const BackendOptions defaults;
   LACT_ASSIGN_OR_RETURN(int64_t threads, flags.Int("threads", 0, 0, 1024));
-  const std::string backend = flags.Get("backend").value_or("cpu");
-  const std::string precision = flags.Get("precision").value_or("fp32");
-  LACT_ASSIGN_OR_RETURN(
-      int64_t tile,
-      flags.Int("tile-tokens", backend == "cuda" ? 65536 : DefaultCpuTileTokens(precision), 1,
-                int64_t{1} << 24));
+  const std::string backend = flags.Get("backend").value_or(defaults.backend);
+  const std::string precision = flags.Get("precision").value_or(defaults.precision);
+  LACT_ASSIGN_OR_RETURN(int64_t tile, flags.Int("tile-tokens", 0, 0, int64_t{1} << 24));
   LACT_ASSIGN_OR_RETURN(int64_t device, flags.Int("device", 0, 0, 1024));
   const BackendOptions options{.backend = backend,
                                .threads = static_cast<int>(threads),
@@ -120,8 +117,8 @@ absl::Status RunCommand(const std::vector<std::string>& args) {
                model_spec.c_str(), static_cast<long long>(context_tokens), queries.size(),
                static_cast<long long>(model->num_parameters()));
   const auto start = std::chrono::steady_clock::now();
-  if (backend.backend == "cpu" && backend.precision == "bf16")
-    std::fprintf(stderr, "lact run: --precision bf16 on the CPU is %s\n", CpuBf16Mode().c_str());
+  std::fprintf(stderr, "lact run: %s backend, %s\n", backend.backend.c_str(),
+               DescribeBackend(backend).c_str());
   const RunHooks hooks{[start](int done, int all) {
     std::fprintf(stderr, "  context: layer %d/%d done, %.1f s\n", done, all, SecondsSince(start));
   }};

@@ -118,11 +118,9 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// The effective config of a job of `model` with `options`, as `lact run`
-// writes it into its outputs' lact.config metadata.
-// The effective config a result file records. Callers take the model's
-// config before the job or query runs: by the time results are in, the
-// coordinator may be draining or gone, and the results must still be written.
+// The effective config of a job of `config` with `options`, as a result
+// file records it (lact.config). Callers take the model's config before the
+// job runs: by the time results are in, the coordinator may be gone.
 absl::StatusOr<std::string> JobConfigJson(const ModelConfig& config, const JobOptions& options) {
   LACT_ASSIGN_OR_RETURN(ModelConfig effective, ApplyJobOptions(config, options));
   return ModelConfigToJson(effective);

@@ -12,7 +12,7 @@
 #include "common/token_codec.h"
 #include "google/protobuf/stubs/logging.h"
 #include "lact/v1/common.pb.h"
-#include "worker/token_receiver.h"
+#include "worker/data_plane/token_receiver.h"
 
 namespace {
 

@@ -73,8 +73,15 @@ absl::StatusOr<std::unique_ptr<ShardRunner>> MakeCpuShardRunner(const BackendOpt
 
 }  // namespace
 
+std::string DescribeCpuBackend(const BackendOptions& options) {
+  return options.precision == "bf16" ? absl::StrCat("bf16, ", CpuBf16Mode()) : options.precision;
+}
+
 Backend CpuBackend() {
-  return {.name = "cpu", .validate = ValidateCpuBackend, .make_runner = MakeCpuShardRunner};
+  return {.name = "cpu",
+          .validate = ValidateCpuBackend,
+          .make_runner = MakeCpuShardRunner,
+          .describe = DescribeCpuBackend};
 }
 
 }  // namespace lact

@@ -1,20 +1,11 @@
-// The CPU backend's BackendOps (backend_ops.h): float32 on oneDNN and
-// OpenMP, the kernels of kernels/cpu, as a facade over three parts, one per
-// sub-algorithm: the BiMamba mixer (cpu_mixer_ops.h), LaCT's fast weights
-// (cpu_lact_ops.h) and the MLP (cpu_mlp_ops.h). They share the shard's
-// activations and one precision policy (cpu_precision.h): with
-// cpu::Operands::kBf16 every GEMM operand is rounded to bf16 before its
-// GEMM (the reference's bf16_operands; the bf16 matmul or float32 sgemm,
-// bf16_matmul.h): the model's weights must come rounded
-// (RoundGemmWeightsToBf16 in cpu_runner.h); each activation that only GEMMs
-// read (h, the mixer's y, k|v, q, the hidden factors, o, the MLP's inputs)
-// is rounded once as it is made, or made as bf16 on the bf16 matmul
-// (ReadRows returns h rounded either way). The linear layers run on the
-// model's weights packed once for oneDNN's matmul kernels
-// (cpu::PackedWeights): the model must not change while the ops live. The
-// SSD scan, norms and states stay float32. The activations are host
-// tensors. The facade itself embeds the tokens, norms each block's input
-// into h and makes the output rows.
+// The CPU backend's BackendOps (backend_ops.h) on the kernels of
+// kernels/cpu: a facade that embeds the tokens, norms each block's input
+// and makes the output rows, over one part per sub-algorithm (the BiMamba
+// mixer, cpu_mixer_ops.h; LaCT's fast weights, cpu_lact_ops.h; the MLP,
+// cpu_mlp_ops.h) sharing host activations and one precision policy
+// (cpu_precision.h). The model must outlive the ops unchanged (its weights
+// are packed once); with cpu::Operands::kBf16 its GEMM weights must come
+// rounded to bf16 (RoundGemmWeightsToBf16). One thread drives the ops.
 #ifndef LACT_WORKER_CPU_CPU_OPS_H_
 #define LACT_WORKER_CPU_CPU_OPS_H_
 

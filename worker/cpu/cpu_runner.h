@@ -1,19 +1,11 @@
-// Runs the model of docs/model.md on the CPU (float32, oneDNN + OpenMP): the
-// one runner (model_runner.h) over CpuOps, tiled over tokens so that
-// working memory beyond three [L, D] activations stays at a few tiles.
-// With BackendOptions::precision "bf16" its GEMMs take bf16-rounded
-// operands with float32 accumulation, the CUDA backend's bf16 contract: on
-// oneDNN's bf16 matmul or as float32 sgemm on the rounded values, as
-// cpu::Bf16MatmulOn() says (bf16_matmul.h). The rounded weights come from the caller
-// (SharedBf16Weights) or are made once per runner.
-//
-// RunContext() runs a context and produces the fused state; RunQuery() runs
-// a query set against a fused state (docs/model.md, A job: the forward Mamba
-// direction continues from the context's state, LaCT applies the final fast
-// weights). RunContextShard() runs this rank's shard with its group: `sync`
-// carries the halos and summaries, `grads` the gradient all-reduce (two
-// collectives of the same group). Inputs are validated (run_tokens.h). A
-// runner may be reused for many sequences but not from two threads at once.
+// Runs the model of docs/model.md on the CPU: the one runner
+// (model_runner.h) over CpuOps, tiled over tokens. RunContext() makes a
+// context's outputs and fused state, RunQuery() runs a query set against
+// one, RunContextShard() runs this rank's shard with its group (`sync`:
+// halos and summaries; `grads`: the gradient all-reduce). Precision "bf16"
+// gives its GEMMs bf16-rounded operands with float32 accumulation, the CUDA
+// backend's contract. Inputs are validated (run_tokens.h); errors are
+// statuses. Reusable for many sequences, from one thread at a time.
 #ifndef LACT_WORKER_CPU_CPU_RUNNER_H_
 #define LACT_WORKER_CPU_CPU_RUNNER_H_
 
@@ -52,12 +44,9 @@ absl::StatusOr<std::shared_ptr<const Model>> SharedBf16Weights(
 std::string CpuBf16Mode();
 
 // Tokens a layer's ops take at a time when BackendOptions::tile_tokens is
-// 0, by precision ("fp32" or "bf16"). Smaller tiles keep a tile's
-// projections, scans and MLP hidden states in cache; on an AMX Xeon 1,024
-// ran the preset:small layer (16K tokens) 1.10x faster than 4,096 in the
-// bf16 mode and 1.03x in fp32 on 2 threads, 1.17x and 1.02x on 1, and
-// the bf16 mode's shorter GEMMs gain again at 512 (1.03x against 1,024),
-// where fp32 does not (docs/performance.md).
+// 0, by precision ("fp32" or "bf16"): small enough that a tile's
+// projections, scans and MLP hidden states stay in cache (the measured
+// choice: docs/performance.md, The CPU layer).
 constexpr int64_t kDefaultCpuTileTokens = 1024;
 constexpr int64_t kDefaultCpuBf16TileTokens = 512;
 int64_t DefaultCpuTileTokens(std::string_view precision);

@@ -112,6 +112,7 @@ Backend CudaBackend() {
   return {.name = "cuda",
           .validate = ValidateCudaBackend,
           .make_runner = MakeCudaShardRunner,
+          .describe = [](const BackendOptions& options) { return options.precision; },
           .device_memory = ReadCudaMemory};
 }
 

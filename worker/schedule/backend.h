@@ -57,6 +57,9 @@ struct Backend {
       const BackendOptions&, std::shared_ptr<const Model> model, const ModelConfig& config,
       RunHooks hooks)>
       make_runner;
+  // How it computes on `options`, for start-up logs: the precision and the
+  // path its GEMMs take on this machine.
+  std::function<std::string(const BackendOptions&)> describe;
   // The device's memory; null for a backend without one, nullopt when it
   // cannot be read.
   std::function<std::optional<DeviceMemoryBytes>(const BackendOptions&)> device_memory;

@@ -25,7 +25,7 @@ struct BackendOptions {
   int threads = 0;                            // CPU compute threads, 0 = all cores
   int64_t tile_tokens = 0;                    // 0: the backend's default (CPU 1024, CUDA 65536)
   int device = 0;                             // CUDA device
-  std::string precision = "fp32";             // CUDA GEMM precision: fp32 | bf16
+  std::string precision = "fp32";             // GEMM operands: fp32 | bf16
   std::string collective = "gloo";            // CUDA workers' transport: gloo | nccl
   std::string collective_host = "127.0.0.1";  // address Gloo listens on
   // CUDA SSD scan: fp32 | tf32x3 | bf16; empty: bf16 in bf16 precision

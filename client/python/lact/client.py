@@ -18,7 +18,7 @@ import grpc
 from . import codec
 from .errors import LactError, from_rpc_error, invalid
 from .job import Job, Progress, Result, message_dict, results_from
-from .transfers import ShardTransfers
+from .transfers import JobTransfers
 from .v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 DEFAULT_JOB_TIMEOUT = 24 * 3600.0
@@ -261,7 +261,7 @@ class Client:
             for response in self._coordinator.Query(coordinator_pb2.QueryRequest(spec=spec),
                                                     timeout=timeout, metadata=self._metadata):
                 if response.WhichOneof("kind") == "accepted" and transfers is None:
-                    transfers = ShardTransfers(self._channel_for, response.accepted, None, sets)
+                    transfers = JobTransfers(self._channel_for, response.accepted, None, sets)
                     transfers.start(deadline)
         except grpc.RpcError as e:
             # The query's own status says more than a broken transfer.
@@ -296,7 +296,7 @@ class Client:
                             f"{info.results_dropped or 'the job kept none'}")
         # Once the context's outputs are gone (or never were in band), rank 0's
         # query outputs and state remain.
-        transfers = ShardTransfers(self._channel_for, info.accepted, fetch=True,
+        transfers = JobTransfers(self._channel_for, info.accepted, fetch=True,
                                    without_outputs=not info.outputs_retained)
         transfers.start(time.monotonic() + (timeout or DEFAULT_FETCH_TIMEOUT))
         transfers.join()

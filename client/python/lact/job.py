@@ -2,7 +2,7 @@
 
 The thread sends the JobSpec, then for every JobAccepted (a second one
 comes if the job runs again after a worker died) moves the job's bytes with
-ShardTransfers, while Progress messages and the final JobDone arrive on the
+JobTransfers, while Progress messages and the final JobDone arrive on the
 coordinator's stream. Job's methods may be called from any thread.
 """
 
@@ -16,7 +16,7 @@ import grpc
 
 from . import codec
 from .errors import LactError, from_rpc_error
-from .transfers import ShardTransfers
+from .transfers import JobTransfers
 from .v1 import coordinator_pb2
 
 _STAGES = coordinator_pb2.Progress.Stage
@@ -100,7 +100,7 @@ def message_dict(message) -> Dict[str, Any]:
                      else getattr(message, f.name)) for f in message.DESCRIPTOR.fields}
 
 
-def results_from(transfers: ShardTransfers, job_id: str, torch_out: bool, stats=None,
+def results_from(transfers: JobTransfers, job_id: str, torch_out: bool, stats=None,
                  shards=()) -> Result:
     """The Result of joined transfers, converted for the caller."""
     return Result(
@@ -260,7 +260,7 @@ class Job:
                                          job_id=self._id or ""))
             self._cond.notify_all()
 
-    def _accepted(self, accepted, previous: Optional[ShardTransfers]) -> ShardTransfers:
+    def _accepted(self, accepted, previous: Optional[JobTransfers]) -> JobTransfers:
         """Starts the transfers of a JobAccepted, cancelling a previous run's."""
         self._set_id(accepted.job_id)
         if previous is not None and accepted.ticket == self._ticket:
@@ -276,7 +276,7 @@ class Job:
         # A job running again from its spool needs no context rows.
         context = None if self._context is None or accepted.context_spooled else self._context
         queries = [q.as_dtype(dtype) for q in self._queries]
-        transfers = ShardTransfers(self._client._channel_for, accepted, context, queries,
+        transfers = JobTransfers(self._client._channel_for, accepted, context, queries,
                                    on_sent=self._context_sent)
         with self._cond:
             now = time.monotonic()

@@ -1,4 +1,4 @@
-"""ShardTransfers: one JobAccepted's bytes, to and from its workers.
+"""JobTransfers: one JobAccepted's bytes, to and from its workers.
 
 Each shard whose ShardRange.transfer is set gets its own thread and its own
 ShardDataService.Transfer stream (data.proto): the TransferTicket, the shard's
@@ -70,7 +70,7 @@ def _internal(message: str) -> LactError:
     return LactError(grpc.StatusCode.INTERNAL, message)
 
 
-class ShardTransfers:
+class JobTransfers:
     """Moves the bytes of one JobAccepted (one run of a job).
 
     ``channel_for(address)`` gives the channel to a worker. ``context`` (a

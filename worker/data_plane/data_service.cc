@@ -1,4 +1,4 @@
-#include "worker/data_service.h"
+#include "worker/data_plane/data_service.h"
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/impl/codegen/server_callback_handlers.h>
@@ -16,7 +16,7 @@
 #include "proto/result_tally.h"
 #include "proto/stream_call.h"
 #include "proto/write_call.h"
-#include "worker/test_hooks.h"
+#include "worker/data_plane/test_hooks.h"
 
 namespace lact {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/compute_line.h"
+#include "worker/data_plane/compute_line.h"
 
 #include <algorithm>
 

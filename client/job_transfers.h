@@ -15,8 +15,8 @@
 // every stream; Join() returns the first failure.
 // Fetch() instead reads a finished job's retained results back, the same
 // way, with ShardDataService.FetchResult (nothing is uploaded).
-#ifndef LACT_CLIENT_SHARD_TRANSFERS_H_
-#define LACT_CLIENT_SHARD_TRANSFERS_H_
+#ifndef LACT_CLIENT_JOB_TRANSFERS_H_
+#define LACT_CLIENT_JOB_TRANSFERS_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -35,23 +35,24 @@
 
 namespace lact {
 
-class ShardTransfers {
+class JobTransfers {
  public:
   // `context` is null when no context rows are sent (a file by reference,
   // a spooled re-run, a query); `output` is where set 0's outputs go, null
   // when none come back (a query). All must outlive Join().
   // `credentials`: how to reach the workers (plaintext or TLS).
-  ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                 const v1::JobAccepted& accepted, const ContextInput* context,
-                 const std::vector<Tensor>& queries, const OutputTarget* output, JobResult* result);
+  JobTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
+               const v1::JobAccepted& accepted, const ContextInput* context,
+               const std::vector<Tensor>& queries, const OutputTarget* output, JobResult* result);
   // For a finished job's results (JobInfo.accepted); `without_outputs`:
   // only rank 0's query outputs and fused state (the context's outputs are
   // gone, JobInfo.outputs_retained). The outputs go to `output` (which
   // must outlive Join()), or null: result->output.
-  static std::unique_ptr<ShardTransfers> Fetch(
-      std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
-      bool without_outputs, JobResult* result, const OutputTarget* output = nullptr);
-  ~ShardTransfers();
+  static std::unique_ptr<JobTransfers> Fetch(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                             const v1::JobAccepted& accepted, bool without_outputs,
+                                             JobResult* result,
+                                             const OutputTarget* output = nullptr);
+  ~JobTransfers();
 
   // Starts the streams, each with `deadline`. `on_context_sent`, if set,
   // gets the context tokens sent so far over every stream, after each
@@ -97,4 +98,4 @@ class ShardTransfers {
 
 }  // namespace lact
 
-#endif  // LACT_CLIENT_SHARD_TRANSFERS_H_
+#endif  // LACT_CLIENT_JOB_TRANSFERS_H_

@@ -1,4 +1,4 @@
-#include "worker/token_receiver.h"
+#include "worker/data_plane/token_receiver.h"
 
 #include <new>
 

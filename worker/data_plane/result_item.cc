@@ -1,4 +1,4 @@
-#include "worker/result_item.h"
+#include "worker/data_plane/result_item.h"
 
 namespace lact {
 

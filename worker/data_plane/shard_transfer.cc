@@ -1,4 +1,4 @@
-#include "worker/shard_transfer.h"
+#include "worker/data_plane/shard_transfer.h"
 
 #include <algorithm>
 

@@ -9,8 +9,8 @@
 // Either side may fail the transfer: the other side's waits return that
 // status. Thread-safe; the receiver belongs to the Transfer thread
 // until the upload ends, then to RunShard.
-#ifndef LACT_WORKER_SHARD_TRANSFER_H_
-#define LACT_WORKER_SHARD_TRANSFER_H_
+#ifndef LACT_WORKER_DATA_PLANE_SHARD_TRANSFER_H_
+#define LACT_WORKER_DATA_PLANE_SHARD_TRANSFER_H_
 
 #include <chrono>
 #include <cstdint>
@@ -28,10 +28,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/tensor.h"
 #include "lact/v1/data.pb.h"
-#include "worker/compute_line.h"
-#include "worker/context_spool.h"
-#include "worker/result_item.h"
-#include "worker/token_receiver.h"
+#include "worker/data_plane/compute_line.h"
+#include "worker/data_plane/context_spool.h"
+#include "worker/data_plane/result_item.h"
+#include "worker/data_plane/token_receiver.h"
 
 namespace lact {
 
@@ -206,4 +206,4 @@ class TransferBoard {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_SHARD_TRANSFER_H_
+#endif  // LACT_WORKER_DATA_PLANE_SHARD_TRANSFER_H_

@@ -1,4 +1,4 @@
-#include "worker/output_file_stream.h"
+#include "worker/data_plane/output_file_stream.h"
 
 #include <utility>
 

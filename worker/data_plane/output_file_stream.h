@@ -7,8 +7,8 @@
 // returns it, so the run stops, and Finish says it. Put and Finish come
 // from one thread (the run's); the destructor stops the writer after the
 // write in progress, leaving the rest unwritten.
-#ifndef LACT_WORKER_OUTPUT_FILE_STREAM_H_
-#define LACT_WORKER_OUTPUT_FILE_STREAM_H_
+#ifndef LACT_WORKER_DATA_PLANE_OUTPUT_FILE_STREAM_H_
+#define LACT_WORKER_DATA_PLANE_OUTPUT_FILE_STREAM_H_
 
 #include <atomic>
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "common/data_files.h"
 #include "common/tensor.h"
-#include "worker/write_queue.h"
+#include "worker/data_plane/write_queue.h"
 
 namespace lact {
 
@@ -51,4 +51,4 @@ class OutputFileStream {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_OUTPUT_FILE_STREAM_H_
+#endif  // LACT_WORKER_DATA_PLANE_OUTPUT_FILE_STREAM_H_

@@ -1,4 +1,4 @@
-#include "client/shard_transfers.h"
+#include "client/job_transfers.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/sync_stream.h>
@@ -100,10 +100,10 @@ absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in,
 
 }  // namespace
 
-ShardTransfers::ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                               const v1::JobAccepted& accepted, const ContextInput* context,
-                               const std::vector<Tensor>& queries, const OutputTarget* output,
-                               JobResult* result)
+JobTransfers::JobTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           const v1::JobAccepted& accepted, const ContextInput* context,
+                           const std::vector<Tensor>& queries, const OutputTarget* output,
+                           JobResult* result)
     : credentials_(std::move(credentials)),
       accepted_(accepted),
       context_(context),
@@ -112,18 +112,18 @@ ShardTransfers::ShardTransfers(std::shared_ptr<grpc::ChannelCredentials> credent
       output_rows_(output != nullptr ? output->rows() : nullptr),
       result_(result) {}
 
-ShardTransfers::~ShardTransfers() {
+JobTransfers::~JobTransfers() {
   Cancel();
   Join().IgnoreError();
 }
 
-std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(
+std::unique_ptr<JobTransfers> JobTransfers::Fetch(
     std::shared_ptr<grpc::ChannelCredentials> credentials, const v1::JobAccepted& accepted,
     bool without_outputs, JobResult* result, const OutputTarget* output) {
   static const std::vector<Tensor> kNoQueries;
   static const OutputTarget kMemory = OutputTarget::Memory();
   const bool outputs = accepted.output_in_band() && !without_outputs;
-  auto fetch = std::make_unique<ShardTransfers>(
+  auto fetch = std::make_unique<JobTransfers>(
       std::move(credentials), accepted, nullptr, kNoQueries,
       outputs ? (output != nullptr ? output : &kMemory) : nullptr, result);
   fetch->fetch_ = true;
@@ -131,8 +131,8 @@ std::unique_ptr<ShardTransfers> ShardTransfers::Fetch(
   return fetch;
 }
 
-void ShardTransfers::Start(std::chrono::system_clock::time_point deadline,
-                           std::function<void(int64_t)> on_context_sent) {
+void JobTransfers::Start(std::chrono::system_clock::time_point deadline,
+                         std::function<void(int64_t)> on_context_sent) {
   on_context_sent_ = std::move(on_context_sent);
   const int ranks = accepted_.shards_size();
   statuses_.assign(ranks, absl::OkStatus());
@@ -153,18 +153,18 @@ void ShardTransfers::Start(std::chrono::system_clock::time_point deadline,
   }
 }
 
-void ShardTransfers::Cancel() {
+void JobTransfers::Cancel() {
   for (auto& c : contexts_) c->TryCancel();
 }
 
-absl::Status ShardTransfers::Join() {
+absl::Status JobTransfers::Join() {
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   for (const absl::Status& s : statuses_) LACT_RETURN_IF_ERROR(s);
   return absl::OkStatus();
 }
 
-absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
+absl::Status JobTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
   const std::string& address = accepted_.shards(rank).worker();
   std::shared_ptr<grpc::Channel> channel =
       MakeChannel(address, credentials_, BulkChannelArguments(), "");
@@ -184,7 +184,7 @@ absl::Status ShardTransfers::RunShard(int rank, grpc::ClientContext* ctx) {
   return uploaded;
 }
 
-absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
+absl::Status JobTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
   std::shared_ptr<grpc::Channel> channel =
       MakeChannel(accepted_.shards(rank).worker(), credentials_, BulkChannelArguments(), "");
   v1::FetchResultRequest request;
@@ -202,7 +202,7 @@ absl::Status ShardTransfers::FetchShard(int rank, grpc::ClientContext* ctx) {
 }
 
 template <typename Stream>
-absl::Status ShardTransfers::Receive(int rank, Stream* stream, grpc::ClientContext* ctx) {
+absl::Status JobTransfers::Receive(int rank, Stream* stream, grpc::ClientContext* ctx) {
   TransferResponseIn response;
   ResultTally tally;
   std::optional<v1::TransferComplete> complete;
@@ -243,7 +243,7 @@ absl::Status ShardTransfers::Receive(int rank, Stream* stream, grpc::ClientConte
   return absl::Status(ended.code(), absl::StrCat(ended.message(), "; ", missing));
 }
 
-absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
+absl::Status JobTransfers::Upload(int rank, Stream* stream) {
   v1::TransferRequest first;
   first.mutable_ticket()->set_job_id(accepted_.job_id());
   first.mutable_ticket()->set_rank(rank);
@@ -275,7 +275,7 @@ absl::Status ShardTransfers::Upload(int rank, Stream* stream) {
   return absl::OkStatus();
 }
 
-absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response) {
+absl::Status JobTransfers::Place(int rank, const TransferResponseIn& response) {
   if (response.outer_field == kResponseOutput) {
     v1::TokenChunk head;
     if (!head.ParseFromString(response.head))
@@ -309,8 +309,8 @@ absl::Status ShardTransfers::Place(int rank, const TransferResponseIn& response)
   return absl::InternalError(absl::StrCat("worker of shard ", rank, " sent an unexpected message"));
 }
 
-absl::Status ShardTransfers::PlaceStreamed(int rank, const v1::TokenChunk& head,
-                                           const TransferResponseIn& response) {
+absl::Status JobTransfers::PlaceStreamed(int rank, const v1::TokenChunk& head,
+                                         const TransferResponseIn& response) {
   const v1::ShardRange& shard = accepted_.shards(rank);
   const int64_t row_bytes = accepted_.output_width() * int64_t{4};
   const int64_t end = shard.begin() + shard.tokens();
@@ -330,7 +330,7 @@ absl::Status ShardTransfers::PlaceStreamed(int rank, const v1::TokenChunk& head,
   return absl::OkStatus();
 }
 
-void ShardTransfers::AllocateOutputs() {
+void JobTransfers::AllocateOutputs() {
   const int64_t width = accepted_.output_width();
   // Anew: a job that runs again sends all its results again.
   if (output_in_band_ && output_rows_ == nullptr)

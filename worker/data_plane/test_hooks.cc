@@ -1,4 +1,4 @@
-#include "worker/test_hooks.h"
+#include "worker/data_plane/test_hooks.h"
 
 #include <cstdlib>
 #include <string>

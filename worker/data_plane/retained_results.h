@@ -12,8 +12,8 @@
 // for an evicted, expired, forgotten or unkept job says which (the last
 // 4,096 such jobs are remembered), and TakeDropped hands each drop to the
 // coordinator once. Thread-safe.
-#ifndef LACT_WORKER_RETAINED_RESULTS_H_
-#define LACT_WORKER_RETAINED_RESULTS_H_
+#ifndef LACT_WORKER_DATA_PLANE_RETAINED_RESULTS_H_
+#define LACT_WORKER_DATA_PLANE_RETAINED_RESULTS_H_
 
 #include <chrono>
 #include <deque>
@@ -27,7 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/fused_state.h"
 #include "lact/v1/common.pb.h"
-#include "worker/result_item.h"
+#include "worker/data_plane/result_item.h"
 
 namespace lact {
 
@@ -116,4 +116,4 @@ class RetainedResults {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_RETAINED_RESULTS_H_
+#endif  // LACT_WORKER_DATA_PLANE_RETAINED_RESULTS_H_

@@ -10,8 +10,8 @@
 //   exit-after-outputs=K    the worker process exits (status 9, as if
 //                           killed) once a stream has sent K output
 //                           messages
-#ifndef LACT_WORKER_TEST_HOOKS_H_
-#define LACT_WORKER_TEST_HOOKS_H_
+#ifndef LACT_WORKER_DATA_PLANE_TEST_HOOKS_H_
+#define LACT_WORKER_DATA_PLANE_TEST_HOOKS_H_
 
 #include <cstdint>
 
@@ -28,4 +28,4 @@ const TestHooks& GetTestHooks();
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_TEST_HOOKS_H_
+#endif  // LACT_WORKER_DATA_PLANE_TEST_HOOKS_H_

@@ -1,4 +1,4 @@
-#include "worker/retained_results.h"
+#include "worker/data_plane/retained_results.h"
 
 #include <utility>
 

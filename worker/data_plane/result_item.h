@@ -1,8 +1,8 @@
 // One piece of a shard's results as it is sent and retained: rows of an
 // output set, or one fused-state tensor; and the job tickets that guard
 // them.
-#ifndef LACT_WORKER_RESULT_ITEM_H_
-#define LACT_WORKER_RESULT_ITEM_H_
+#ifndef LACT_WORKER_DATA_PLANE_RESULT_ITEM_H_
+#define LACT_WORKER_DATA_PLANE_RESULT_ITEM_H_
 
 #include <cstdint>
 #include <memory>
@@ -38,4 +38,4 @@ bool TicketsEqual(const std::string& a, const std::string& b);
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_RESULT_ITEM_H_
+#endif  // LACT_WORKER_DATA_PLANE_RESULT_ITEM_H_

@@ -27,11 +27,11 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/threading.h"
-#include "worker/context_spool.h"
-#include "worker/output_file_stream.h"
-#include "worker/retained_results.h"
-#include "worker/shard_transfer.h"
-#include "worker/token_receiver.h"
+#include "worker/data_plane/context_spool.h"
+#include "worker/data_plane/output_file_stream.h"
+#include "worker/data_plane/retained_results.h"
+#include "worker/data_plane/shard_transfer.h"
+#include "worker/data_plane/token_receiver.h"
 
 namespace lact {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/context_spool.h"
+#include "worker/data_plane/context_spool.h"
 
 #include <utility>
 

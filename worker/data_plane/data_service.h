@@ -11,8 +11,8 @@
 // (proto/stream_call.h, proto/write_call.h): a stream that was opened and
 // sent nothing holds no thread, and ends after `first_message_timeout`
 // (at most `max_pending_calls` wait at once; more are RESOURCE_EXHAUSTED).
-#ifndef LACT_WORKER_DATA_SERVICE_H_
-#define LACT_WORKER_DATA_SERVICE_H_
+#ifndef LACT_WORKER_DATA_PLANE_DATA_SERVICE_H_
+#define LACT_WORKER_DATA_PLANE_DATA_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/service_type.h>
@@ -20,8 +20,8 @@
 #include "lact/v1/data.pb.h"
 #include "proto/bulk_messages.h"
 #include "proto/stream_call.h"
-#include "worker/retained_results.h"
-#include "worker/shard_transfer.h"
+#include "worker/data_plane/retained_results.h"
+#include "worker/data_plane/shard_transfer.h"
 
 namespace lact {
 
@@ -43,4 +43,4 @@ class DataService final : public grpc::Service {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_DATA_SERVICE_H_
+#endif  // LACT_WORKER_DATA_PLANE_DATA_SERVICE_H_

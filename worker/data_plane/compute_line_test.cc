@@ -2,7 +2,7 @@
 // staged bytes held under the cap however many streams push at once, freed
 // at once when a staged shard leaves, and a staged transfer's chunk that
 // waits for room let go by its shard's cancel.
-#include "worker/compute_line.h"
+#include "worker/data_plane/compute_line.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "worker/shard_transfer.h"
+#include "worker/data_plane/shard_transfer.h"
 
 namespace lact {
 namespace {

@@ -6,8 +6,8 @@
 // Await says it. After each write, `done` (when given) gets the item back,
 // outside the queue's lock, e.g. to reuse its buffer. The destructor stops
 // the thread after the write in progress, dropping the rest.
-#ifndef LACT_WORKER_WRITE_QUEUE_H_
-#define LACT_WORKER_WRITE_QUEUE_H_
+#ifndef LACT_WORKER_DATA_PLANE_WRITE_QUEUE_H_
+#define LACT_WORKER_DATA_PLANE_WRITE_QUEUE_H_
 
 #include <deque>
 #include <functional>
@@ -106,4 +106,4 @@ class WriteQueue {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_WRITE_QUEUE_H_
+#endif  // LACT_WORKER_DATA_PLANE_WRITE_QUEUE_H_

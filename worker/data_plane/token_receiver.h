@@ -9,8 +9,8 @@
 // Errors are INVALID_ARGUMENT saying what was wrong and what is allowed;
 // context tokens are named by their index in the whole context. Not
 // thread-safe.
-#ifndef LACT_WORKER_TOKEN_RECEIVER_H_
-#define LACT_WORKER_TOKEN_RECEIVER_H_
+#ifndef LACT_WORKER_DATA_PLANE_TOKEN_RECEIVER_H_
+#define LACT_WORKER_DATA_PLANE_TOKEN_RECEIVER_H_
 
 #include <cstdint>
 #include <vector>
@@ -59,4 +59,4 @@ class TokenReceiver {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_TOKEN_RECEIVER_H_
+#endif  // LACT_WORKER_DATA_PLANE_TOKEN_RECEIVER_H_

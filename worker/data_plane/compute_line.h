@@ -11,8 +11,8 @@
 // until staged bytes are freed or its shard's turn comes; a shard's bytes
 // stop counting as staged at its turn, and are freed at once when it
 // leaves the line (cancelled, failed). Thread-safe.
-#ifndef LACT_WORKER_COMPUTE_LINE_H_
-#define LACT_WORKER_COMPUTE_LINE_H_
+#ifndef LACT_WORKER_DATA_PLANE_COMPUTE_LINE_H_
+#define LACT_WORKER_DATA_PLANE_COMPUTE_LINE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -102,4 +102,4 @@ class ComputeLine::Place {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_COMPUTE_LINE_H_
+#endif  // LACT_WORKER_DATA_PLANE_COMPUTE_LINE_H_

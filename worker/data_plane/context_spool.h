@@ -9,8 +9,8 @@
 // waiting, whether the upload ended and every row reached the file.
 // Add and UploadEnded come from one thread (the Transfer's); Complete from
 // any. The destructor stops the thread after the write in progress.
-#ifndef LACT_WORKER_CONTEXT_SPOOL_H_
-#define LACT_WORKER_CONTEXT_SPOOL_H_
+#ifndef LACT_WORKER_DATA_PLANE_CONTEXT_SPOOL_H_
+#define LACT_WORKER_DATA_PLANE_CONTEXT_SPOOL_H_
 
 #include <atomic>
 #include <cstdint>
@@ -22,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/data_files.h"
-#include "worker/write_queue.h"
+#include "worker/data_plane/write_queue.h"
 
 namespace lact {
 
@@ -65,4 +65,4 @@ class ContextSpool {
 
 }  // namespace lact
 
-#endif  // LACT_WORKER_CONTEXT_SPOOL_H_
+#endif  // LACT_WORKER_DATA_PLANE_CONTEXT_SPOOL_H_
