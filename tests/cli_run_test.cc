@@ -20,25 +20,14 @@
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "tests/golden_case.h"
+#include "tests/service_support.h"
 #include "worker/cpu/cpu_runner.h"
 
 namespace lact::testing {
 namespace {
 
-struct CommandResult {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
 CommandResult RunLact(const std::string& args) {
-  const std::string command = absl::StrCat(LACT_CLI_PATH, " ", args, " 2>&1");
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return RunCommand(absl::StrCat(LACT_CLI_PATH, " ", args, " 2>&1"));
 }
 
 // `lact ARGS --json`: its stdout parsed (progress and notes on stderr are

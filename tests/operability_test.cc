@@ -43,21 +43,6 @@ std::string BinDir() {
   return dir != nullptr ? dir : LACT_BIN_DIR;
 }
 
-struct CommandResult {
-  int exit_code;
-  std::string output;  // stdout, or stdout and stderr
-};
-
-CommandResult RunCommand(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
 // grpc.health.v1.Health/Check of `service` at `address`: the status, or
 // the call's error code as a negative number.
 int HealthOf(const std::string& address, const std::string& service) {
@@ -102,18 +87,7 @@ std::vector<std::string> WorkerAddresses(const LocalCluster& cluster) {
   return addresses;
 }
 
-class OperabilityTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster_ = StartTestCluster(2).release(); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
-  static LocalCluster* cluster_;
-};
-
-LocalCluster* OperabilityTest::cluster_ = nullptr;
+class OperabilityTest : public ClusterSuite<2> {};
 
 TEST_F(OperabilityTest, EveryPortAnswersHealthPerService) {
   const std::string coordinator = cluster_->address(), control = cluster_->control_address();

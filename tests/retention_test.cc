@@ -30,16 +30,8 @@ using ::testing::HasSubstr;
 
 constexpr char kEvicted[] = "evicted: the worker's retained results reached its --retain-bytes ";
 
-class RetentionTest : public ::testing::Test {
+class RetentionTest : public ClusterSuite<2> {
  protected:
-  static void SetUpTestSuite() { cluster_ = StartTestCluster(2).release(); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
-  static LactClient Client() { return LactClient(cluster_->address()); }
-
   static SubmitOptions Options() {
     SubmitOptions o;
     o.model = "tiny";
@@ -103,11 +95,7 @@ class RetentionTest : public ::testing::Test {
         std::chrono::seconds(30));
     return info;
   }
-
-  static LocalCluster* cluster_;
 };
-
-LocalCluster* RetentionTest::cluster_ = nullptr;
 
 // The fetch reaches the worker before any heartbeat could tell the
 // coordinator: the worker's own NOT_FOUND, with its reason. A query then

@@ -1,8 +1,11 @@
 #include "tests/service_support.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -109,6 +112,16 @@ SubmitOptions LongJobOptions(int workers, const std::string& model) {
   o.workers = workers;
   o.timeout = std::chrono::seconds(120);
   return o;
+}
+
+CommandResult RunCommand(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
 ActedJob SubmitActingAtFirstLayer(LactClient& client, const SubmitOptions& options,

@@ -4,6 +4,8 @@
 #ifndef LACT_TESTS_SERVICE_SUPPORT_H_
 #define LACT_TESTS_SERVICE_SUPPORT_H_
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -58,6 +60,30 @@ std::unique_ptr<LocalCluster> StartTestCluster(int workers,
                                                std::string data_root = "",
                                                std::vector<std::string> coordinator_args = {},
                                                std::string token = "");
+
+// A shell command's exit code (-1 when it did not exit) and its stdout
+// (with its stderr too where the command says 2>&1).
+struct CommandResult {
+  int exit_code;
+  std::string output;
+};
+CommandResult RunCommand(const std::string& command);
+
+// A test suite sharing one cluster of `kWorkers` workers
+// (StartTestCluster), started before its first test and stopped after its
+// last; each test fails at once if it did not start.
+template <int kWorkers>
+class ClusterSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = StartTestCluster(kWorkers).release(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
+  static LactClient Client() { return LactClient(cluster_->address()); }
+  inline static LocalCluster* cluster_ = nullptr;
+};
 
 // A job submitted through `client` that runs `act` once, from its progress
 // callback, when it reports its first layer (to stop, kill or signal a

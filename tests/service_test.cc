@@ -32,20 +32,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class ServiceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster_ = StartTestCluster(3).release(); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(cluster_, nullptr); }
-  LactClient Client() { return LactClient(cluster_->address()); }
-
-  static LocalCluster* cluster_;
-};
-
-LocalCluster* ServiceTest::cluster_ = nullptr;
+class ServiceTest : public ClusterSuite<3> {};
 
 TEST_F(ServiceTest, GoldenCasesOverOneTwoAndThreeWorkers) {
   for (const std::string& name : GoldenCaseNames()) {
