@@ -77,12 +77,12 @@ void ComputeLine::Place::CloseLocked() {
 
 void ComputeLine::Place::Close() {
   absl::MutexLock lock(&line_->mu_);
-  CloseLocked();
   // Before its turn it leaves the line now, whatever its thread still
   // waits on (a group that cannot meet): the shards behind it go on.
-  if (!had_turn_ && !left_) {
-    left_ = true;
-    line_->RemoveLocked(this, false);
+  if (had_turn_) {
+    CloseLocked();
+  } else {
+    LeaveLocked();
   }
 }
 
@@ -93,6 +93,10 @@ bool ComputeLine::Place::had_turn() const {
 
 void ComputeLine::Place::Leave() {
   absl::MutexLock lock(&line_->mu_);
+  LeaveLocked();
+}
+
+void ComputeLine::Place::LeaveLocked() {
   if (left_) return;
   left_ = true;
   CloseLocked();

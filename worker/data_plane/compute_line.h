@@ -92,6 +92,7 @@ class ComputeLine::Place {
 
  private:
   void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(line_->mu_);
+  void LeaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(line_->mu_);
 
   ComputeLine* const line_;
   int64_t staged_ ABSL_GUARDED_BY(line_->mu_) = 0;
