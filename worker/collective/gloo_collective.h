@@ -10,6 +10,10 @@
 // checked what each peer sent, and all ranks have said through the store
 // that every pair connected and checked; otherwise every rank drops the mesh
 // and builds a new one, up to 4 times (the log's gloo_mesh_retry).
+//
+// The process must ignore SIGPIPE (lact's mains do, in BlockStopSignals):
+// Gloo writes with writev, and a peer that closes its end while a rank
+// writes would otherwise end the process instead of failing the collective.
 #ifndef LACT_WORKER_COLLECTIVE_GLOO_COLLECTIVE_H_
 #define LACT_WORKER_COLLECTIVE_GLOO_COLLECTIVE_H_
 
