@@ -302,11 +302,12 @@ TEST_F(JobLifetimeTest, TwentyDetachedJobsRunInOrderEachAsAlone) {
     EXPECT_EQ(end->workers(), 2);
     ends.push_back(*end);
   }
+  // They start in the order they came. They may end out of it: a job
+  // staged behind another computes as soon as that one's compute ends,
+  // while that one still writes its outputs.
   for (int i = 1; i < kJobs; ++i) {
     EXPECT_LT(ends[i - 1].started_unix_seconds(), ends[i].started_unix_seconds())
         << "job " << i << " overtook";
-    EXPECT_LT(ends[i - 1].finished_unix_seconds(), ends[i].finished_unix_seconds())
-        << "job " << i << " ended early";
   }
   for (int i = 0; i < kJobs; ++i) {
     SubmitOptions o;
