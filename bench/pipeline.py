@@ -14,9 +14,16 @@ worker_idle_seconds, of every job after the first), and the uploads' rate
 (JobStats: from the first byte of each shard's stream reaching its worker
 to the last), the Python client's beside the command line's.
 
+The Python client's bf16 jobs send a torch.bfloat16 tensor, made once
+before the stream (a pipeline that works in bf16 holds its tokens so);
+--bf16-input float32 hands it the float32 array instead, which it rounds
+to bf16 for every job. The command line reads the float32 .npy file and
+rounds it itself.
+
 Run: /usr/bin/python3 bench/pipeline.py [--tokens 1048576] [--jobs 3]
      [--model preset:small] [--dtypes f32,bf16] [--clients python,cli]
-     [--modes serial,two] [--workers 2] [--json FILE]
+     [--modes serial,two] [--workers 2] [--bf16-input torch|float32]
+     [--json FILE]
 Needs a build (scripts/build): build/bin/lact and build/python.
 """
 
@@ -55,14 +62,18 @@ def start_cluster(workers: int, data_root: str) -> (subprocess.Popen, str):
 class Runner:
     """Runs one job and returns (submitted, ended, stats dict)."""
 
-    def __init__(self, address: str, model: str, context: np.ndarray, npy: str, workers: int):
-        self.address, self.model, self.context, self.npy = address, model, context, npy
-        self.workers = workers
+    def __init__(self, address: str, model: str, context: np.ndarray, npy: str, workers: int,
+                 bf16_input: str):
+        self.address, self.model, self.npy, self.workers = address, model, npy, workers
+        self.contexts = {"f32": context, "bf16": context}
+        if bf16_input == "torch":
+            import torch
+            self.contexts["bf16"] = torch.from_numpy(context).bfloat16()
         self.client = lact.Client(address)
 
     def python(self, dtype: str):
         submitted = time.monotonic()
-        result = self.client.submit(self.model, self.context, workers=self.workers,
+        result = self.client.submit(self.model, self.contexts[dtype], workers=self.workers,
                                     dtype=dtype).result()
         return submitted, time.monotonic(), result.stats
 
@@ -148,6 +159,8 @@ def main():
     parser.add_argument("--clients", default="python,cli")
     parser.add_argument("--modes", default="serial,two")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--bf16-input", choices=("torch", "float32"), default="torch",
+                        help="what the Python client's bf16 jobs are given")
     parser.add_argument("--json", help="where to write the raw results")
     args = parser.parse_args()
 
@@ -157,7 +170,7 @@ def main():
         np.save(npy, context)
         local, address = start_cluster(args.workers, work)
         try:
-            runner = Runner(address, args.model, context, npy, args.workers)
+            runner = Runner(address, args.model, context, npy, args.workers, args.bf16_input)
             warm = context[:65536] if args.tokens > 65536 else context
             runner.client.submit(args.model, warm, workers=args.workers).result()
             rows = []
@@ -188,7 +201,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"tokens": args.tokens, "model": args.model, "workers": args.workers,
-                       "rows": rows, "upload_mb_per_second_serial": uploads}, f, indent=1)
+                       "bf16_input": args.bf16_input, "rows": rows, "upload_mb_per_second_serial": uploads}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -311,6 +311,37 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(transfers.chunk_request(set_index, offset, data), want,
                              (set_index, offset, n))
 
+    def test_output_chunks_read_by_hand_are_what_protobuf_reads(self):
+        # The client reads output chunks from the message's bytes itself;
+        # protobuf's parse is the oracle, and every message the reading is
+        # not sure of (another kind, unknown or negative fields, bytes after
+        # the chunk, truncation) is left to protobuf (None).
+        from lact import transfers
+        from lact.v1 import common_pb2, data_pb2
+        rows = np.random.default_rng(2).standard_normal((64, 5)).astype("<f4").tobytes()
+        for set_index, offset, n in [(0, 0, 0), (0, 7, 20), (5, 1 << 40, 1280), (127, 128, 3)]:
+            raw = data_pb2.TransferResponse(output=common_pb2.TokenChunk(
+                set=set_index, offset=offset, data=rows[:n])).SerializeToString()
+            want = data_pb2.TransferResponse.FromString(raw).output
+            got = transfers.output_chunk(raw)
+            self.assertIsNotNone(got, (set_index, offset, n))
+            self.assertEqual((got.set, got.offset, bytes(got.data)),
+                             (want.set, want.offset, want.data), (set_index, offset, n))
+        chunk = data_pb2.TransferResponse(output=common_pb2.TokenChunk(set=1, offset=2,
+                                                                       data=rows[:40]))
+        raw = chunk.SerializeToString()
+        others = [
+            data_pb2.TransferResponse(complete=data_pb2.TransferComplete(messages=1, bytes=4)),
+            data_pb2.TransferResponse(state=common_pb2.Tensor(name="w", shape=[1], data=rows[:4])),
+            data_pb2.TransferResponse(output=common_pb2.TokenChunk(set=-1, data=rows[:4])),
+            data_pb2.TransferResponse(output=common_pb2.TokenChunk(offset=-3, data=rows[:4])),
+        ]
+        for message in others:
+            self.assertIsNone(transfers.output_chunk(message.SerializeToString()), message)
+        unknown_field = raw[:1] + bytes([raw[1] + 2]) + raw[2:] + b"\x20\x01"
+        for bad in [raw[:-1], raw + b"\x10\x01", unknown_field, raw[:3], b"", b"\x0a"]:
+            self.assertIsNone(transfers.output_chunk(bad), bad[:8])
+
     def test_query_sets_later_and_fetch(self):
         case = max(self.cases, key=lambda c: len(c.queries))
         job = self.client.submit(case.name, case.context, workers=2, return_state=False,

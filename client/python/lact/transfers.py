@@ -15,7 +15,9 @@ ShardDataService.FetchResult for what a finished job's workers retained instead.
 Token chunks go out without protobuf messages: each TransferRequest is
 written in protobuf's wire format straight from the tokens' array, one copy
 (the message's bytes, which gRPC takes), so that the upload runs at the
-rate of the C++ client's.
+rate of the C++ client's. Output chunks come back the same way: their
+fields are read from the message's bytes and their rows copied once, into
+the result (every other message is parsed by protobuf).
 
 Not thread-safe itself: one owner starts, cancels and joins it. Results are
 complete only after join() returned without raising.
@@ -30,10 +32,13 @@ import grpc
 import numpy as np
 
 from .errors import LactError, from_rpc_error
-from .v1 import data_pb2, data_pb2_grpc
+from .v1 import data_pb2
 
 
 _TRANSFER_METHOD = "/lact.v1.ShardDataService/Transfer"
+_FETCH_METHOD = "/lact.v1.ShardDataService/FetchResult"
+
+OutputChunk = collections.namedtuple("OutputChunk", "set offset data")
 
 
 def _varint(value: int) -> bytes:
@@ -59,6 +64,52 @@ def chunk_request(set_index: int, offset: int, data) -> bytes:
         fields += b"\x1a" + _varint(size)  # TokenChunk.data = 3, bytes
     head = b"\x12" + _varint(len(fields) + size) + fields  # TransferRequest.chunk = 2
     return b"".join((head, data))
+
+
+def _read_varint(raw: bytes, pos: int):
+    """(value, position after it) of the varint at raw[pos]; ValueError if it
+    runs past the end or past 64 bits."""
+    value = shift = 0
+    while shift < 64:
+        byte = raw[pos]  # IndexError past the end
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("varint longer than 64 bits")
+
+
+def output_chunk(raw: bytes):
+    """The OutputChunk (set, offset, data: a memoryview of ``raw``, no copy)
+    of a TransferResponse in protobuf's wire format that is an output
+    TokenChunk with only the fields set, offset and data; None for any other
+    message, or one this reading is not sure of (protobuf parses those)."""
+    try:
+        if len(raw) < 2 or raw[0] != 0x0A:  # TransferResponse.output = 1, bytes
+            return None
+        size, pos = _read_varint(raw, 1)
+        if pos + size != len(raw):
+            return None
+        set_index, offset, data = 0, 0, memoryview(raw)[pos:pos]
+        while pos < len(raw):
+            tag = raw[pos]
+            if tag == 0x08:  # TokenChunk.set = 1, varint
+                set_index, pos = _read_varint(raw, pos + 1)
+            elif tag == 0x10:  # TokenChunk.offset = 2, varint
+                offset, pos = _read_varint(raw, pos + 1)
+            elif tag == 0x1A:  # TokenChunk.data = 3, bytes
+                size, pos = _read_varint(raw, pos + 1)
+                if pos + size > len(raw):
+                    return None
+                data, pos = memoryview(raw)[pos:pos + size], pos + size
+            else:
+                return None
+    except (IndexError, ValueError):
+        return None
+    if set_index >= 1 << 31 or offset >= 1 << 63:  # negative: protobuf decides
+        return None
+    return OutputChunk(set_index, offset, data)
 
 
 def _serialize_request(request) -> bytes:
@@ -138,7 +189,7 @@ class JobTransfers:
         where = f"shard {rank} on worker {shard.worker}: "
         tally = None
         try:
-            stub = data_pb2_grpc.ShardDataServiceStub(self._channel_for(shard.worker))
+            channel = self._channel_for(shard.worker)
             timeout = max(0.0, deadline - time.monotonic())
             with self._lock:
                 if self._cancelled:
@@ -147,23 +198,20 @@ class JobTransfers:
                     request = data_pb2.FetchResultRequest(
                         job_id=self._accepted.job_id, rank=rank,
                         ticket=self._accepted.fetch_ticket, without_outputs=self._without_outputs)
-                    call = stub.FetchResult(request, timeout=timeout)
+                    fetch = channel.unary_stream(
+                        _FETCH_METHOD, request_serializer=_serialize_request)
+                    call = fetch(request, timeout=timeout)
                 else:
-                    transfer = self._channel_for(shard.worker).stream_stream(
-                        _TRANSFER_METHOD, request_serializer=_serialize_request,
-                        response_deserializer=data_pb2.TransferResponse.FromString)
+                    transfer = channel.stream_stream(
+                        _TRANSFER_METHOD, request_serializer=_serialize_request)
                     call = transfer(self._requests(rank), timeout=timeout)
                 self._calls[rank] = call
             tally = _Tally()
             try:
-                for response in call:
+                for raw in call:
                     if tally.complete:
                         raise _internal(where + "a message after the stream's completion message")
-                    if response.WhichOneof("kind") == "complete":
-                        tally.check(response.complete, where)
-                    else:
-                        tally.add(response)
-                        self._place(rank, response)
+                    self._take(rank, raw, tally, where)
             except grpc.RpcError:
                 if not tally.complete:
                     raise
@@ -204,21 +252,36 @@ class JobTransfers:
                 for offset, _, data in q.chunks():
                     yield chunk_request(k + 1, offset, data)
 
-    def _place(self, rank: int, response):
+    def _take(self, rank: int, raw: bytes, tally, where: str):
+        """One message of a shard's results stream, in protobuf's wire format."""
+        chunk = output_chunk(raw)
+        if chunk is not None:
+            tally.add(chunk.data)
+            self._place_output(rank, chunk)
+            return
+        response = data_pb2.TransferResponse.FromString(raw)
         kind = response.WhichOneof("kind")
-        if kind == "output":
+        if kind == "complete":
+            tally.check(response.complete, where)
+        elif kind == "output":
             chunk = response.output
-            if chunk.set == 0 and self.output is not None:
-                target = self.output
-            elif rank == 0 and 1 <= chunk.set <= len(self.queries):
-                target = self.queries[chunk.set - 1]
-            else:
-                raise _internal(f"worker of shard {rank} sent output for unexpected set {chunk.set}")
-            self._rows[rank][chunk.set] += place_rows(target, chunk.offset, chunk.data, chunk.set)
+            chunk = OutputChunk(chunk.set, chunk.offset, chunk.data)
+            tally.add(chunk.data)
+            self._place_output(rank, chunk)
         elif kind == "state" and rank == 0:
+            tally.add(response.state.data)
             self._place_state(response.state)
         else:
             raise _internal(f"worker of shard {rank} sent an unexpected message ({kind})")
+
+    def _place_output(self, rank: int, chunk: OutputChunk):
+        if chunk.set == 0 and self.output is not None:
+            target = self.output
+        elif rank == 0 and 1 <= chunk.set <= len(self.queries):
+            target = self.queries[chunk.set - 1]
+        else:
+            raise _internal(f"worker of shard {rank} sent output for unexpected set {chunk.set}")
+        self._rows[rank][chunk.set] += place_rows(target, chunk.offset, chunk.data, chunk.set)
 
     def _place_state(self, piece):
         entry = self._state_flat.get(piece.name)
@@ -254,9 +317,8 @@ class _Tally:
     def __init__(self):
         self.messages, self.bytes, self.crc, self.complete = 0, 0, 0, False
 
-    def add(self, response):
-        data = response.output.data if response.WhichOneof("kind") == "output" else \
-            response.state.data
+    def add(self, data):
+        """Counts one output or state message's ``data`` (any buffer)."""
         self.messages += 1
         self.bytes += len(data)
         self.crc = crc32c.crc32c(data, self.crc)
@@ -279,7 +341,7 @@ class _Tally:
                 "without their completion message, so they are not complete")
 
 
-def place_rows(target: np.ndarray, offset: int, data: bytes, set_index: int) -> int:
+def place_rows(target: np.ndarray, offset: int, data, set_index: int) -> int:
     """Copies float32 rows ``data`` into target[offset:]; returns their count.
     Rows outside ``target`` or a partial row: LactError INTERNAL."""
     width = target.shape[1]
