@@ -37,9 +37,6 @@ class Operands {
   PackedWeights* packed() const { return packed_; }
   bool bf16() const { return bf16_; }
 
-  // The same mode, whatever either carries.
-  bool operator==(const Operands& other) const { return bf16_ == other.bf16_; }
-
  private:
   constexpr explicit Operands(bool bf16, const Bf16Copies* copies = nullptr,
                               PackedWeights* packed = nullptr)

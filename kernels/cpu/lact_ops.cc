@@ -174,7 +174,7 @@ void AccumulateFastWeightGrads(const ModelConfig& c, const float* kv, const floa
     Gemm(operands, false, true, T, dhh, dh, 1.0f, k, 2 * D, w2, dh, 0.0f, u, dhh);     // U = K w2^T
     Gemm(operands, false, false, T, dhh, dh, 1.0f, v, 2 * D, w1, dhh, 0.0f, dH, dhh);  // dH = V w1
     GradFactors(lr + 3 * head, 3 * ht, T, dhh, g, u, dH, g, u, dH);                    // in place
-    if (operands == Operands::kBf16) {
+    if (operands.bf16()) {
       RoundForBf16Gemm(g, dhh, T, dhh);
       RoundForBf16Gemm(u, dhh, T, dhh);
       RoundForBf16Gemm(dH, dhh, T, dhh);
@@ -249,7 +249,7 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t T, FastWeigh
     ParallelForEachVector(T * dhh, [&](int64_t i, auto like) {
       Put(SiluOf(LoadLike(like, g + i)) * LoadLike(like, u + i), g + i);
     });
-    if (operands == Operands::kBf16) RoundForBf16Gemm(g, dhh, T, dhh);
+    if (operands.bf16()) RoundForBf16Gemm(g, dhh, T, dhh);
     Gemm(operands, false, true, T, dh, dhh, 1.0f, g, dhh, fast.w1 + head * mat, dhh, 0.0f,
          o + head * dh, D);
   }

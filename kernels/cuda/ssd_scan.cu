@@ -67,21 +67,8 @@ constexpr int64_t kMinWindowChunks = 16;
 constexpr int64_t kMaxWindowChunks = 4096;
 constexpr int64_t kBlocksPerSm = 16;
 
-struct ScanArgs {
-  int64_t tokens;
-  int heads, head_dim, d_state;
-  const float* x;
-  int64_t ldx;
-  const float* b;
-  int64_t ldb;
-  const float* c;
-  int64_t ldc;
-  const float* dt;
-  int64_t lddt;
-  const float* a_log;
-  const float* d_skip;
-  float* y;
-  int64_t ldy;
+// The kernels' arguments: the caller's, and how BlockGemm multiplies.
+struct ScanArgs : SsdScanParams {
   bool tensor_cores;  // BlockGemm's products as 3xTF32 (SsdMath::kTf32x3)
 };
 
@@ -614,23 +601,7 @@ absl::Status SsdScan(cudaStream_t s, SsdWorkspace& ws, const SsdScanParams& p, f
   if (p.tokens < 0)
     return absl::InvalidArgumentError(absl::StrCat("SsdScan: tokens ", p.tokens, " < 0"));
   if (p.tokens == 0) return absl::OkStatus();
-  const ScanArgs args{p.tokens,
-                      p.heads,
-                      p.head_dim,
-                      p.d_state,
-                      p.x,
-                      p.ldx,
-                      p.b,
-                      p.ldb,
-                      p.c,
-                      p.ldc,
-                      p.dt,
-                      p.lddt,
-                      p.a_log,
-                      p.d_skip,
-                      p.y,
-                      p.ldy,
-                      ws.math() == SsdMath::kTf32x3};
+  const ScanArgs args{p, ws.math() == SsdMath::kTf32x3};
   LACT_RETURN_IF_ERROR(Validate(args, state));
   if (p.y == nullptr) return ScanStateOnly(s, ws, args, state, log_decay);
   return ScanWithOutputs(s, ws, args, state, log_decay);

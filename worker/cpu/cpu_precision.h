@@ -40,7 +40,7 @@ class CpuPrecision {
   // What every GEMM of the ops is given.
   const cpu::Operands& operands() const { return operands_; }
   // GEMM operands are rounded to bf16.
-  bool rounds() const { return operands_ == cpu::Operands::kBf16; }
+  bool rounds() const { return operands_.bf16(); }
   // Activations only GEMMs read are made as bf16 (implies rounds()).
   bool makes_bf16() const { return makes_bf16_; }
   // Rows [0, n) of a float32 GEMM operand made ready for its GEMMs: in the

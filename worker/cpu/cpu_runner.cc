@@ -99,7 +99,7 @@ CpuRunner::CpuRunner(const Model& model, const ModelConfig& config, const Backen
 
 absl::StatusOr<SequenceOps> CpuRunner::Ops(int64_t rows, Collective* grads) {
   cpu::SetNumThreads(threads_);
-  if (operands_ == cpu::Operands::kBf16 && rounded_ == nullptr) {
+  if (operands_.bf16() && rounded_ == nullptr) {
     LACT_ASSIGN_OR_RETURN(Model rounded, RoundGemmWeightsToBf16(model_));
     rounded_ = std::make_shared<const Model>(std::move(rounded));
   }
