@@ -36,7 +36,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/ssd_scan.h"
 #include "kernels/cuda/ssd_scan_bf16.h"
 #include "kernels/cuda/traffic.h"
@@ -196,24 +196,10 @@ absl::Status SweepWindows(cudaStream_t s, EventTimer& timer,
 // direction's form).
 cuda::SsdScanParams ScanOf(const ScanBuffers& b, int64_t T, int H, int P, int N, bool reversed) {
   const int64_t width = int64_t{H} * P, ld = width + 2 * N;
-  const int64_t first = reversed ? T - 1 : 0, step = reversed ? -1 : 1;
-  const float* x = b.xbc.get() + first * ld;
-  return {.tokens = T,
-          .heads = H,
-          .head_dim = P,
-          .d_state = N,
-          .x = x,
-          .ldx = step * ld,
-          .b = x + width,
-          .ldb = step * ld,
-          .c = x + width + N,
-          .ldc = step * ld,
-          .dt = b.dt.get() + first * H,
-          .lddt = step * H,
-          .a_log = b.a_log.get(),
-          .d_skip = b.d_skip.get(),
-          .y = b.y.get() + first * width,
-          .ldy = step * width};
+  const int64_t first = reversed ? T - 1 : 0;
+  const cuda::MixerRows<float> rows{b.xbc.get() + first * ld,  ld,    b.dt.get() + first * H, H,
+                                    b.y.get() + first * width, width, reversed ? -1 : 1};
+  return cuda::MixerScan<cuda::SsdScanParams>(T, H, P, N, rows, b.a_log.get(), b.d_skip.get());
 }
 
 // The bf16 tensor-core scan (SsdScanBf16) on the same inputs rounded to
@@ -229,25 +215,13 @@ absl::StatusOr<nlohmann::json> Bf16ScanBench(cudaStream_t s, EventTimer& timer,
   auto* const xbc = reinterpret_cast<__nv_bfloat16*>(xbc16.get());
   LACT_RETURN_IF_ERROR(cuda::RoundToBf16(s, buffers.xbc.get(), T * ld, xbc));
   auto params = [&](bool reversed, bool with_y) {
-    const int64_t first = reversed ? T - 1 : 0, step = reversed ? -1 : 1;
-    const __nv_bfloat16* x = xbc + first * ld;
+    const int64_t first = reversed ? T - 1 : 0;
     auto* const y = reinterpret_cast<__nv_bfloat16*>(y16.get()) + first * width;
-    return cuda::SsdScanBf16Params{.tokens = T,
-                                   .heads = H,
-                                   .head_dim = P,
-                                   .d_state = N,
-                                   .x = x,
-                                   .ldx = step * ld,
-                                   .b = x + width,
-                                   .ldb = step * ld,
-                                   .c = x + width + N,
-                                   .ldc = step * ld,
-                                   .dt = buffers.dt.get() + first * H,
-                                   .lddt = step * H,
-                                   .a_log = buffers.a_log.get(),
-                                   .d_skip = buffers.d_skip.get(),
-                                   .y = with_y ? y : nullptr,
-                                   .ldy = step * width};
+    const cuda::MixerRows<__nv_bfloat16> rows{
+        xbc + first * ld, ld, buffers.dt.get() + first * H, H, with_y ? y : nullptr, width,
+        reversed ? -1 : 1};
+    return cuda::MixerScan<cuda::SsdScanBf16Params>(T, H, P, N, rows, buffers.a_log.get(),
+                                                    buffers.d_skip.get());
   };
   cuda::SsdWorkspace ws;
   auto time = [&](bool reversed, bool with_y) {

@@ -59,15 +59,13 @@ double MemcpyGBps() {
 }
 
 absl::Status WriteCheapModel(const std::string& path, int width) {
-  ModelConfig c;
-  c.d_model = 16;
-  c.n_layers = 1;
-  c.d_input = width;
-  c.d_output = width;
-  c.ssm.head_dim = 16;
-  c.ssm.d_state = 8;
-  c.ttt.head_dim = 16;
-  c.mlp_hidden = 32;
+  const ModelConfig c{.d_model = 16,
+                      .n_layers = 1,
+                      .d_input = width,
+                      .d_output = width,
+                      .ssm = {.head_dim = 16, .d_state = 8},
+                      .ttt = {.head_dim = 16},
+                      .mlp_hidden = 32};
   LACT_ASSIGN_OR_RETURN(Model model, MakeRandomModel(c, 1));
   SafetensorsWriter writer;
   for (const auto& [name, t] : model.tensors()) writer.Add(name, t);

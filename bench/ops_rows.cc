@@ -7,7 +7,7 @@
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/conv.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/lact_ops.h"
+#include "kernels/cpu/lact_layer.h"
 #include "kernels/cpu/newton_schulz.h"
 #include "kernels/cpu/threading.h"
 #include "worker/cpu/cpu_ops.h"

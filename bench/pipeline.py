@@ -127,6 +127,9 @@ def summarize(results, tokens: int) -> dict:
         "compute_seconds": [r[2]["compute_seconds"] for r in results],
         "idle_between_jobs_seconds": idle,
         "max_idle_seconds": max((max(i) for i in idle if i), default=0.0),
+        # The share of the stream's wall time the workers computed: robust to
+        # a host whose speed drifts between rows, which the ratio is not.
+        "busy_fraction": sum(r[2]["compute_seconds"] for r in results) / (last - first),
         "upload_mb_per_second": [r[2]["upload_mb_per_second"] for r in results],
         "upload_seconds": [r[2]["upload_seconds"] for r in results],
     }
@@ -145,7 +148,8 @@ def compare(rows, tokens: int):
               f"{tokens} tokens in {row['wall_seconds']:.1f} s: sustained "
               f"{row['sustained_tokens_per_second']:.0f} tokens/s = "
               f"{row['sustained_over_compute']:.3f} of compute-only "
-              f"{row['compute_only_tokens_per_second']:.0f}; idle between jobs "
+              f"{row['compute_only_tokens_per_second']:.0f}; computing "
+              f"{row['busy_fraction']:.3f} of the time; idle between jobs "
               f"<= {row['max_idle_seconds']:.3f} s per worker; upload "
               f"{statistics.median(row['upload_mb_per_second']):.0f} MB/s (median)")
 

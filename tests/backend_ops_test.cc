@@ -26,17 +26,13 @@ constexpr double kTolerance = 1e-4;
 
 // A small model with an embedding and a head, two TTT heads, four SSM heads.
 ModelConfig OpsConfig(int muon_steps) {
-  ModelConfig c;
-  c.d_model = 32;
-  c.n_layers = 1;
-  c.d_input = 24;
-  c.d_output = 20;
-  c.ssm.head_dim = 16;
-  c.ssm.d_state = 8;
-  c.ttt.head_dim = 16;
-  c.ttt.muon_steps = muon_steps;
-  c.mlp_hidden = 48;
-  return c;
+  return {.d_model = 32,
+          .n_layers = 1,
+          .d_input = 24,
+          .d_output = 20,
+          .ssm = {.head_dim = 16, .d_state = 8},
+          .ttt = {.head_dim = 16, .muon_steps = muon_steps},
+          .mlp_hidden = 48};
 }
 
 Tensor Random(std::vector<int64_t> shape, uint64_t seed) {

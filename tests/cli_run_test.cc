@@ -30,6 +30,19 @@ CommandResult RunLact(const std::string& args) {
   return RunCommand(absl::StrCat(LACT_CLI_PATH, " ", args, " 2>&1"));
 }
 
+// The flags that give `lact run` and `lact submit` a golden case's query
+// files (in its folder `dir`) and job options.
+std::string GoldenCaseFlags(const std::string& dir, const GoldenCase& golden) {
+  std::string flags;
+  for (size_t k = 0; k < golden.queries.size(); ++k)
+    absl::StrAppend(&flags, " --query ", dir, "/query_", k, ".npy");
+  if (golden.options.muon_steps)
+    absl::StrAppend(&flags, " --muon-steps ", *golden.options.muon_steps);
+  if (golden.options.chunk_tokens)
+    absl::StrAppend(&flags, " --chunk-tokens ", *golden.options.chunk_tokens);
+  return flags;
+}
+
 // `lact ARGS --json`: its stdout parsed (progress and notes on stderr are
 // dropped); a failure when it exits non-zero or prints anything but one
 // JSON object.
@@ -120,15 +133,9 @@ TEST_P(CliGoldenTest, ReproducesExpected) {
   const std::string dir = GoldenDir() + "/" + name;
   const std::string out =
       absl::StrCat(::testing::TempDir(), "/lact_cli_", getpid(), "_", name, ".safetensors");
-  std::string args = absl::StrCat("run --model ", dir, "/model.safetensors --context ", dir,
-                                  "/context.npy --threads ", threads, " --out ", out);
-  for (size_t k = 0; k < golden->queries.size(); ++k)
-    absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
-  if (golden->options.muon_steps)
-    absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
-  if (golden->options.chunk_tokens)
-    absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
-  CommandResult r = RunLact(args);
+  CommandResult r = RunLact(absl::StrCat("run --model ", dir, "/model.safetensors --context ", dir,
+                                         "/context.npy --threads ", threads, " --out ", out,
+                                         GoldenCaseFlags(dir, *golden)));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, ::testing::HasSubstr("tokens/s"));
   EXPECT_THAT(r.output, ::testing::HasSubstr("peak RSS"));
@@ -233,15 +240,9 @@ TEST(CliService, SubmitGoldenCasesToLocalCluster) {
     ASSERT_TRUE(golden.ok()) << golden.status();
     const std::string dir = GoldenDir() + "/" + name,
                       out = models + "/" + name + ".out.safetensors";
-    std::string args = absl::StrCat("submit --server ", server, " --model ", name, " --context ",
-                                    dir, "/context.npy --workers 3 --out ", out);
-    for (size_t k = 0; k < golden->queries.size(); ++k)
-      absl::StrAppend(&args, " --query ", dir, "/query_", k, ".npy");
-    if (golden->options.muon_steps)
-      absl::StrAppend(&args, " --muon-steps ", *golden->options.muon_steps);
-    if (golden->options.chunk_tokens)
-      absl::StrAppend(&args, " --chunk-tokens ", *golden->options.chunk_tokens);
-    CommandResult r = RunLact(args);
+    CommandResult r = RunLact(absl::StrCat("submit --server ", server, " --model ", name,
+                                           " --context ", dir, "/context.npy --workers 3 --out ",
+                                           out, GoldenCaseFlags(dir, *golden)));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_THAT(r.output, ::testing::HasSubstr("done on 3 workers"));
     absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(out);

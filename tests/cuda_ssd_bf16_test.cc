@@ -193,26 +193,18 @@ absl::StatusOr<Result> RunScan(cuda::CudaContext& ctx, const Inputs& in, const R
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer state, Upload(ctx, r.state));
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer log_decay, Upload(ctx, r.log_decay));
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y, Upload(ctx, y16));
-  const int64_t first = o.reversed ? s.tokens - 1 : 0, step = o.reversed ? -1 : 1;
-  const bf16* x = reinterpret_cast<const bf16*>(xbc.get()) + first * in.ld;
-  const cuda::SsdScanBf16Params p{
-      .tokens = s.tokens,
-      .heads = s.heads,
-      .head_dim = s.head_dim,
-      .d_state = s.d_state,
-      .x = x,
-      .ldx = step * in.ld,
-      .b = x + s.width(),
-      .ldb = step * in.ld,
-      .c = x + s.width() + s.d_state,
-      .ldc = step * in.ld,
-      .dt = dt.get() + first * in.lddt,
-      .lddt = step * in.lddt,
-      .a_log = a_log.get(),
-      .d_skip = d_skip.get(),
-      .y = o.with_y ? reinterpret_cast<bf16*>(y.get()) + first * in.ldy : nullptr,
-      .ldy = step * in.ldy,
-      .segment_chunks = o.segment_chunks};
+  const int64_t first = o.reversed ? s.tokens - 1 : 0;
+  const cuda::MixerRows<bf16> rows{
+      reinterpret_cast<const bf16*>(xbc.get()) + first * in.ld,
+      in.ld,
+      dt.get() + first * in.lddt,
+      in.lddt,
+      o.with_y ? reinterpret_cast<bf16*>(y.get()) + first * in.ldy : nullptr,
+      in.ldy,
+      o.reversed ? -1 : 1};
+  cuda::SsdScanBf16Params p = cuda::MixerScan<cuda::SsdScanBf16Params>(
+      s.tokens, s.heads, s.head_dim, s.d_state, rows, a_log.get(), d_skip.get());
+  p.segment_chunks = o.segment_chunks;
   cuda::SsdWorkspace ws;
   LACT_RETURN_IF_ERROR(cuda::SsdScanBf16(ctx.stream(), ws, p, state.get(), log_decay.get()));
   LACT_RETURN_IF_ERROR(Download(ctx, y, y16));

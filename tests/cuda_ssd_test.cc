@@ -24,7 +24,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/ssd_scan.h"
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/ssd_scan.h"
 
 namespace lact::testing {
@@ -166,25 +166,17 @@ absl::StatusOr<Result> RunGpu(cuda::CudaContext& ctx, const Inputs& in, bool wit
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer log_decay,
                         ctx.Upload(r.log_decay.data(), r.log_decay.size()));
   LACT_ASSIGN_OR_RETURN(cuda::DeviceBuffer y, ctx.Upload(r.y.data(), r.y.size()));
-  const int64_t first = reversed ? s.tokens - 1 : 0, step = reversed ? -1 : 1;
-  const float* x = xbc.get() + first * in.ld;
-  const int64_t ld = step * in.ld;
-  const cuda::SsdScanParams params{.tokens = s.tokens,
-                                   .heads = s.heads,
-                                   .head_dim = s.head_dim,
-                                   .d_state = s.d_state,
-                                   .x = x,
-                                   .ldx = ld,
-                                   .b = x + s.width(),
-                                   .ldb = ld,
-                                   .c = x + s.width() + s.d_state,
-                                   .ldc = ld,
-                                   .dt = dt.get() + first * in.lddt,
-                                   .lddt = step * in.lddt,
-                                   .a_log = a_log.get(),
-                                   .d_skip = in.skip ? d_skip.get() : nullptr,
-                                   .y = with_y ? y.get() + first * in.ldy : nullptr,
-                                   .ldy = step * in.ldy};
+  const int64_t first = reversed ? s.tokens - 1 : 0;
+  const cuda::MixerRows<float> rows{xbc.get() + first * in.ld,
+                                    in.ld,
+                                    dt.get() + first * in.lddt,
+                                    in.lddt,
+                                    with_y ? y.get() + first * in.ldy : nullptr,
+                                    in.ldy,
+                                    reversed ? -1 : 1};
+  const cuda::SsdScanParams params =
+      cuda::MixerScan<cuda::SsdScanParams>(s.tokens, s.heads, s.head_dim, s.d_state, rows,
+                                           a_log.get(), in.skip ? d_skip.get() : nullptr);
   LACT_RETURN_IF_ERROR(cuda::SsdScan(ctx.stream(), ws, params, state.get(),
                                      with_log_decay ? log_decay.get() : nullptr));
   LACT_RETURN_IF_ERROR(ctx.Download(y.get(), r.y.size(), r.y.data()));

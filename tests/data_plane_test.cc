@@ -45,14 +45,12 @@ namespace fs = std::filesystem;
 // A model with 768 features in and out (small inside, so it builds and runs
 // fast), written into the test cluster's model folder as "wide768".
 void WriteWideModel() {
-  ModelConfig c;
-  c.d_model = 64;
-  c.d_input = 768;
-  c.d_output = 768;
-  c.ssm.head_dim = 32;
-  c.ssm.d_state = 16;
-  c.ttt.head_dim = 32;
-  c.mlp_hidden = 128;
+  const ModelConfig c{.d_model = 64,
+                      .d_input = 768,
+                      .d_output = 768,
+                      .ssm = {.head_dim = 32, .d_state = 16},
+                      .ttt = {.head_dim = 32},
+                      .mlp_hidden = 128};
   const Model model = RandomTestModel(c, 17);
   SafetensorsWriter writer;
   for (const auto& [name, t] : model.tensors()) writer.Add(name, t);

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "kernels/cuda/device.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 #include "tests/random_model.h"
 #include "worker/cuda/context_pool.h"
 #include "worker/cuda/cuda_runner.h"
@@ -25,16 +25,12 @@ namespace {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
 
 ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.d_input = 12;
-  c.ssm.head_dim = 16;
-  c.ssm.d_state = 8;
-  c.ttt.head_dim = 16;
-  c.ttt.chunk_tokens = 16;
-  c.mlp_hidden = 48;
-  return c;
+  return {.d_model = 32,
+          .n_layers = 2,
+          .d_input = 12,
+          .ssm = {.head_dim = 16, .d_state = 8},
+          .ttt = {.head_dim = 16, .chunk_tokens = 16},
+          .mlp_hidden = 48};
 }
 
 bool SameBits(const Tensor& a, const Tensor& b) {

@@ -321,13 +321,10 @@ TEST(Npy, RoundTripAndFloat16) {
 }
 
 ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.d_model = 16;
-  c.ttt.head_dim = 8;
-  c.ssm.head_dim = 8;
-  c.ssm.d_state = 4;
-  c.mlp_hidden = 16;
-  return c;
+  return {.d_model = 16,
+          .ssm = {.head_dim = 8, .d_state = 4},
+          .ttt = {.head_dim = 8},
+          .mlp_hidden = 16};
 }
 
 TEST(RunnerErrors, BadTokens) {

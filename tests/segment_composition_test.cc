@@ -12,7 +12,7 @@
 
 #include "common/random.h"
 #include "kernels/cpu/conv.h"
-#include "kernels/cpu/lact_ops.h"
+#include "kernels/cpu/lact_layer.h"
 #include "kernels/cpu/ssd_scan.h"
 #include "tests/random_model.h"
 

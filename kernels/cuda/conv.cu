@@ -1,6 +1,6 @@
 // Causal depthwise conv + silu over a segment, with W-1 history rows.
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/ops.h"
 #include "kernels/cuda/traffic.h"
 #include "kernels/cuda/vector_access.h"
 

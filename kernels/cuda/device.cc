@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {

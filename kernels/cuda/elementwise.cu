@@ -1,8 +1,8 @@
 // Elementwise passes: silu-gating, adds, softplus with bias, the LaCT
 // gradient factors and the bf16 rounding.
 #include "common/status_macros.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/ops.h"
 #include "kernels/cuda/traffic.h"
 #include "kernels/cuda/vector_access.h"
 

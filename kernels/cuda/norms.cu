@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "common/status_macros.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/ops.h"
 #include "kernels/cuda/traffic.h"
 #include "kernels/cuda/vector_access.h"
 

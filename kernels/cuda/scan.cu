@@ -1,8 +1,8 @@
 // The selective scan as its per-token recurrence: one thread per (head,
 // channel) owns a row of the state and walks the tokens in order. Correct
 // and simple; the chunked SSD kernel replaces it for speed.
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/ops.h"
 #include "kernels/cuda/traffic.h"
 
 namespace lact::cuda {

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -89,6 +90,52 @@ struct SsdScanParams {
   float* y;
   int64_t ldy;
 };
+
+// Where a scan's rows are, laid out as the Mamba mixer makes them: row t
+// of `xbc` holds x [heads * head_dim], then B [d_state], then C [d_state];
+// `dt` and `y` have rows of their own. The pointers name the first row the
+// scan takes; `step` 1 walks the rows forward, -1 backward (the backward
+// direction: pointers at the last row, the strides negated for it).
+template <class T>
+struct MixerRows {
+  const T* xbc;
+  int64_t ld;  // row stride of xbc
+  const float* dt;
+  int64_t lddt;
+  T* y;  // null: the state only
+  int64_t ldy;
+  int64_t step = 1;
+};
+
+// The element type of a scan's x: float (SsdScanParams), __nv_bfloat16
+// (SsdScanBf16Params).
+template <class Params>
+using ScanElement = std::remove_cv_t<std::remove_pointer_t<decltype(Params::x)>>;
+
+// SsdScanParams or SsdScanBf16Params (whose fields are named alike) of a
+// scan over `rows`.
+template <class Params>
+Params MixerScan(int64_t tokens, int heads, int head_dim, int d_state,
+                 const MixerRows<ScanElement<Params>>& rows, const float* a_log,
+                 const float* d_skip) {
+  const int64_t width = int64_t{heads} * head_dim, ld = rows.step * rows.ld;
+  return Params{.tokens = tokens,
+                .heads = heads,
+                .head_dim = head_dim,
+                .d_state = d_state,
+                .x = rows.xbc,
+                .ldx = ld,
+                .b = rows.xbc + width,
+                .ldb = ld,
+                .c = rows.xbc + width + d_state,
+                .ldc = ld,
+                .dt = rows.dt,
+                .lddt = rows.step * rows.lddt,
+                .a_log = a_log,
+                .d_skip = d_skip,
+                .y = rows.y,
+                .ldy = rows.step * rows.ldy};
+}
 
 // Scans `p`: `state` [H, P, N] is the initial state on entry and the final
 // state on return; `log_decay` [H] (may be null) gets sum_t dt_t[h] A[h]

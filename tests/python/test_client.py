@@ -56,8 +56,7 @@ _TMP = None
 
 def setUpModule():
     global lact, _TMP
-    _TMP = lact_package.install_copy("lact-pytest-")
-    lact = importlib.import_module("lact")
+    _TMP, lact = lact_package.install_copy("lact-pytest-", "lact")
 
 
 def tearDownModule():

@@ -12,13 +12,11 @@ d_conv], the recurrence, D skip, RMSNormGated with norm_before_gate=False,
 out_proj), independently of lact.torch's chunked scan.
 """
 
-import importlib
 import json
 import math
 import os
 import subprocess
 import sys
-import time
 import unittest
 from pathlib import Path
 
@@ -29,7 +27,6 @@ import torch.nn.functional as F
 import lact_package
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN_DIR = Path(os.environ.get("LACT_BIN_DIR", ROOT / "build" / "bin"))
 TOLERANCE = 1e-4  # float32 (lact run) against float64
 
 lact = lt = convert = sio = None  # imported in setUpModule, from the generated copy
@@ -38,11 +35,8 @@ _TMP = None
 
 def setUpModule():
     global lact, lt, convert, sio, _TMP
-    _TMP = lact_package.install_copy("lact-convert-test-")
-    lact = importlib.import_module("lact")
-    lt = importlib.import_module("lact.torch")
-    convert = importlib.import_module("lact.convert")
-    sio = importlib.import_module("lact.safetensors_io")
+    _TMP, lact, lt, convert, sio = lact_package.install_copy(
+        "lact-convert-test-", "lact", "lact.torch", "lact.convert", "lact.safetensors_io")
 
 
 def tearDownModule():
@@ -62,24 +56,8 @@ def run_cli(*args):
 def lact_run(model_path, context_path, out, *extra):
     """The tensors of `build/bin/lact run` (waits out a rebuild swapping the binary);
     `extra`: more of its arguments (e.g. --query FILE)."""
-    if not BIN_DIR.is_dir():
-        raise unittest.SkipTest(f"no {BIN_DIR} (build the C++ first)")
-    args = ["run", "--model", str(model_path), "--context", str(context_path), "--threads",
-            "1", "--out", str(out), *map(str, extra)]
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            done = subprocess.run([str(BIN_DIR / "lact")] + args, capture_output=True, text=True,
-                                  timeout=120)
-            if done.returncode == 0 or (BIN_DIR / "lact").exists():
-                break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise unittest.SkipTest(f"no runnable {BIN_DIR / 'lact'}")
-        time.sleep(1)
-    if done.returncode != 0:
-        raise AssertionError(f"lact {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    lact_package.run_lact(["run", "--model", model_path, "--context", context_path, "--threads",
+                           "1", "--out", out, *extra])
     return sio.read(out)[0]
 
 

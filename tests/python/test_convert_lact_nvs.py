@@ -11,7 +11,6 @@ in upstream's own layout (w0 [heads, head_dim, hidden], lr_fc rows (lrs, head),
 the "(b h) l d" batching), independently of lact.torch.
 """
 
-import importlib
 import math
 import re
 import unittest
@@ -32,10 +31,8 @@ FLOAT32_BOUND = 1e-5  # lact run (float32) against the float64 upstream layer
 
 def setUpModule():
     global lt, convert, sio, _TMP
-    _TMP = lact_package.install_copy("lact-nvs-test-")
-    lt = importlib.import_module("lact.torch")
-    convert = importlib.import_module("lact.convert")
-    sio = importlib.import_module("lact.safetensors_io")
+    _TMP, lt, convert, sio = lact_package.install_copy(
+        "lact-nvs-test-", "lact.torch", "lact.convert", "lact.safetensors_io")
     test_convert._TMP, test_convert.sio = _TMP, sio  # its run_cli and lact_run
 
 

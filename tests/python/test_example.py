@@ -28,7 +28,7 @@ class ExampleTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = lact_package.install_copy("lact-example-test-")
+        (cls.tmp,) = lact_package.install_copy("lact-example-test-")
 
     @classmethod
     def tearDownClass(cls):

@@ -13,7 +13,6 @@ Tolerances: max|got - want| / max|want| <= 1e-4 in float32 (the C++ golden
 tests' bound), 1e-9 in float64 against the float64 golden files.
 """
 
-import importlib
 import json
 import os
 import shutil
@@ -21,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 import unittest
 from pathlib import Path
 
@@ -31,7 +29,6 @@ import torch
 import lact_package
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN_DIR = Path(os.environ.get("LACT_BIN_DIR", ROOT / "build" / "bin"))
 GOLDEN_DIR = Path(os.environ.get("LACT_GOLDEN_DIR", ROOT.parent / "shared" / "golden"))
 F32_TOLERANCE = 1e-4
 F64_TOLERANCE = 1e-9
@@ -42,10 +39,8 @@ _TMP = None
 
 def setUpModule():
     global lact, lt, sio, _TMP
-    _TMP = lact_package.install_copy("lact-torch-test-")
-    lact = importlib.import_module("lact")
-    lt = importlib.import_module("lact.torch")
-    sio = importlib.import_module("lact.safetensors_io")
+    _TMP, lact, lt, sio = lact_package.install_copy(
+        "lact-torch-test-", "lact", "lact.torch", "lact.safetensors_io")
 
 
 def tearDownModule():
@@ -58,29 +53,14 @@ relative_error = lact_package.relative_error
 def lact_run(model_path, context_path, query_paths=(), **options):
     """(tensors, metadata) of `build/bin/lact run` (CPU, in process) on files.
     A rebuild may replace the binary for a moment: wait for it (2 minutes)."""
-    if not BIN_DIR.is_dir():
-        raise unittest.SkipTest(f"no {BIN_DIR} (build the C++ first)")
     out = Path(tempfile.mkdtemp(dir=_TMP)) / "out.safetensors"
-    args = ["run", "--model", str(model_path), "--context", str(context_path),
-            "--threads", "1", "--out", str(out)]
+    args = ["run", "--model", model_path, "--context", context_path, "--threads", "1",
+            "--out", out]
     for q in query_paths:
-        args += ["--query", str(q)]
+        args += ["--query", q]
     for key, value in options.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            done = subprocess.run([str(BIN_DIR / "lact")] + args, capture_output=True, text=True,
-                                  timeout=120)
-            if done.returncode == 0 or (BIN_DIR / "lact").exists():
-                break
-        except OSError:  # ENOENT, ETXTBSY while it is being replaced
-            pass
-        if time.monotonic() > deadline:
-            raise unittest.SkipTest(f"no runnable {BIN_DIR / 'lact'}")
-        time.sleep(1)
-    if done.returncode != 0:
-        raise AssertionError(f"lact {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        args += [f"--{key.replace('_', '-')}", value]
+    lact_package.run_lact(args)
     return sio.read(out)
 
 

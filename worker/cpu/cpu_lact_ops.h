@@ -1,7 +1,7 @@
 // The LaCT part of the CPU ops (cpu_ops.h): the layer's fast weights w0,
 // w1, w2 (float32 masters, and in the bf16 mode a rounded copy that the
 // GEMMs read, with its bf16 copies for the bf16 matmul), their gradients
-// accumulated over a chunk's tiles (kernels/cpu/lact_ops.h), all-reduced
+// accumulated over a chunk's tiles (kernels/cpu/lact_layer.h), all-reduced
 // over the shard's group on a thread of its own so that it overlaps the
 // compute thread, the update, and the updated weights applied to a tile's
 // queries into acc. A tile's rows are split into one slice per thread
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/lact_ops.h"
+#include "kernels/cpu/lact_layer.h"
 #include "worker/collective/collective.h"
 #include "worker/cpu/cpu_precision.h"
 #include "worker/schedule/backend_ops.h"

@@ -4,8 +4,8 @@
 
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/newton_schulz.h"
-#include "kernels/cuda/ops.h"
 
 namespace lact {
 namespace {

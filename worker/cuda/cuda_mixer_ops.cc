@@ -1,42 +1,13 @@
 #include "worker/cuda/cuda_mixer_ops.h"
 
+#include <type_traits>
+
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/ssd_scan_bf16.h"
 
 namespace lact {
-
-namespace {
-
-// The scan of a tile's n conv outputs `xbc` (its first row in scan order,
-// `step` rows apart: x, B and C column slices of rows of C values), dt and
-// y likewise; SsdScanParams or SsdScanBf16Params, whose fields are named
-// alike.
-template <class Params, class T>
-Params ScanOf(const ModelConfig& c, const MambaDirWeights& m, const DeviceWeights& weights,
-              int64_t n, int64_t step, const T* xbc, const float* dt, T* y) {
-  const int64_t di = c.d_inner(), C = c.conv_channels();
-  const int hs = c.ssm_heads(), N = c.ssm.d_state;
-  return Params{.tokens = n,
-                .heads = hs,
-                .head_dim = c.ssm.head_dim,
-                .d_state = N,
-                .x = xbc,
-                .ldx = step * C,
-                .b = xbc + di,
-                .ldb = step * C,
-                .c = xbc + di + N,
-                .ldc = step * C,
-                .dt = dt,
-                .lddt = step * hs,
-                .a_log = weights(m.a_log),
-                .d_skip = weights(m.d_skip),
-                .y = y,
-                .ldy = step * di};
-}
-
-}  // namespace
 
 absl::Status CudaMixerOps::Allocate(int64_t tile, cuda::SsdMath scan_math) {
   ssd_ = cuda::SsdWorkspace(0, scan_math);
@@ -104,18 +75,22 @@ absl::Status CudaMixerOps::Scan(const LayerWeights& w, Direction dir, int64_t fi
       weights_(m.conv_b), conv_.get(), conv_scratch_.get(), xbc.Offset(last * C), step * C));
   const float* const dt = dt_.get() + last * hs;
   float* const log_decay = summarize ? log_decay_.get() : nullptr;
+  // The scan's parameters in the element type of its rows: float or bf16.
+  auto params = [&](auto* xbc_rows, auto* y_rows) {
+    using T = std::remove_pointer_t<decltype(y_rows)>;
+    using Params =
+        std::conditional_t<std::is_same_v<T, float>, cuda::SsdScanParams, cuda::SsdScanBf16Params>;
+    const cuda::MixerRows<T> rows{
+        xbc_rows + last * C, C, dt, hs, outputs ? y_rows + last * di : nullptr, di, step};
+    return cuda::MixerScan<Params>(n, hs, c_.ssm.head_dim, c_.ssm.d_state, rows, weights_(m.a_log),
+                                   weights_(m.d_skip));
+  };
   if (bf16_scan_) {
-    LACT_RETURN_IF_ERROR(cuda::SsdScanBf16(
-        stream(), ssd_,
-        ScanOf<cuda::SsdScanBf16Params>(c_, m, weights_, n, step, xbc.bf16 + last * C, dt,
-                                        outputs ? y.bf16 + last * di : nullptr),
-        ssm_.get(), log_decay));
+    LACT_RETURN_IF_ERROR(
+        cuda::SsdScanBf16(stream(), ssd_, params(xbc.bf16, y.bf16), ssm_.get(), log_decay));
   } else {
     LACT_RETURN_IF_ERROR(
-        cuda::SsdScan(stream(), ssd_,
-                      ScanOf<cuda::SsdScanParams>(c_, m, weights_, n, step, xbc.f32 + last * C, dt,
-                                                  outputs ? y.f32 + last * di : nullptr),
-                      ssm_.get(), log_decay));
+        cuda::SsdScan(stream(), ssd_, params(xbc.f32, y.f32), ssm_.get(), log_decay));
   }
   if (!outputs) return absl::OkStatus();
   return NormAndProject(w, dir, first, n, y);

@@ -1,7 +1,7 @@
 #include "worker/cuda/cuda_mlp_ops.h"
 
 #include "common/status_macros.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 
 namespace lact {
 

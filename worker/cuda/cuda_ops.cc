@@ -6,7 +6,7 @@
 
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 
 namespace lact {
 

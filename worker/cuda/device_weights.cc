@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/kernels.h"
 
 namespace lact {
 

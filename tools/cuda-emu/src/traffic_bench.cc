@@ -91,14 +91,11 @@ int64_t Launches(const Table& t) {
 // real and dry over three tiles: the same table, and launches that are the
 // emulator's own count.
 absl::Status VerifyAccounting() {
-  ModelConfig config;
-  config.d_model = 64;
-  config.n_layers = 1;
-  config.mlp_hidden = 128;
-  config.ssm.head_dim = 16;
-  config.ssm.d_state = 16;
-  config.ttt.head_dim = 32;
-  config.ttt.chunk_tokens = 80;
+  const ModelConfig config{.d_model = 64,
+                           .n_layers = 1,
+                           .ssm = {.head_dim = 16, .d_state = 16},
+                           .ttt = {.head_dim = 32, .chunk_tokens = 80},
+                           .mlp_hidden = 128};
   LACT_ASSIGN_OR_RETURN(Model model, MakeRandomModel(config, 3));
   for (const Case& c : {Case{"fp32", "fp32"}, Case{"bf16", "fp32"}, Case{"bf16", "bf16"}}) {
     const std::string name = absl::StrCat(c.precision, " precision, ", c.scan_math, " scan");

@@ -1,4 +1,4 @@
-#include "kernels/cpu/lact_ops.h"
+#include "kernels/cpu/lact_layer.h"
 
 #include <cmath>
 
@@ -123,7 +123,7 @@ HeadBits FastBits(const Operands& operands, FastWeightsRef fast, int64_t offset,
   return {bits[0], bits[1], bits[2]};
 }
 
-// AccumulateFastWeightGrads on the bf16 matmul (lact_ops.h).
+// AccumulateFastWeightGrads on the bf16 matmul (lact_layer.h).
 void AccumulateGradsBf16(const ModelConfig& c, const float* kv, const float* lr, int64_t T,
                          FastWeightsRef fast, FastGradsRef grads, LactWorkspace* ws,
                          const Operands& operands) {

@@ -8,8 +8,8 @@
 //   4. applying the fast weights, o = f_w(q).
 // Fast weights of all heads are stored contiguously as in the state:
 // w0, w2 [H_t, d_h, dh], w1 [H_t, dh, d_h]; gradients have the same layout.
-#ifndef LACT_KERNELS_CPU_LACT_OPS_H_
-#define LACT_KERNELS_CPU_LACT_OPS_H_
+#ifndef LACT_KERNELS_CPU_LACT_LAYER_H_
+#define LACT_KERNELS_CPU_LACT_LAYER_H_
 
 #include <cstdint>
 #include <vector>
@@ -83,4 +83,4 @@ void ApplyFastWeights(const ModelConfig& c, const float* q, int64_t tokens, Fast
 
 }  // namespace lact::cpu
 
-#endif  // LACT_KERNELS_CPU_LACT_OPS_H_
+#endif  // LACT_KERNELS_CPU_LACT_LAYER_H_

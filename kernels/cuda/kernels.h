@@ -2,8 +2,8 @@
 // Every function launches on `stream` and returns the launch status; shapes
 // follow the CPU kernels of kernels/cpu (row-major, explicit row strides).
 // Pointers are device pointers.
-#ifndef LACT_KERNELS_CUDA_OPS_H_
-#define LACT_KERNELS_CUDA_OPS_H_
+#ifndef LACT_KERNELS_CUDA_KERNELS_H_
+#define LACT_KERNELS_CUDA_KERNELS_H_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -78,7 +78,7 @@ absl::Status ScanRecurrence(cudaStream_t s, int64_t tokens, int heads, int head_
                             const float* a_log, const float* d_skip, float* y, int64_t ldy,
                             float* state);
 
-// LaCT gradient factors in place for `heads` heads (kernels/cpu/lact_ops.cc):
+// LaCT gradient factors in place for `heads` heads (kernels/cpu/lact_layer.cc):
 // g <- lr0 * dG, u <- lr1 * Hd, dh <- lr2 * dU, where g, u, dh are
 // [heads, tokens, hidden] and head h's three rates are columns 3h..3h+2 of
 // lr (float32, row stride ldlr).
@@ -100,4 +100,4 @@ absl::Status Axpby(cudaStream_t s, float alpha, const float* a, float beta, cons
 
 }  // namespace lact::cuda
 
-#endif  // LACT_KERNELS_CUDA_OPS_H_
+#endif  // LACT_KERNELS_CUDA_KERNELS_H_
