@@ -23,7 +23,7 @@ rounds it itself.
 Run: /usr/bin/python3 bench/pipeline.py [--tokens 1048576] [--jobs 3]
      [--model preset:small] [--dtypes f32,bf16] [--clients python,cli]
      [--modes serial,two] [--workers 2] [--bf16-input torch|float32]
-     [--json FILE]
+     [--rounds 1] [--json FILE]
 Needs a build (scripts/build): build/bin/lact and build/python.
 """
 
@@ -136,15 +136,18 @@ def summarize(results, tokens: int) -> dict:
 
 
 def compare(rows, tokens: int):
-    """Adds each row's compute-only rate (its dtype's jobs run one at a time,
-    else its own) and its sustained rate's ratio to it, and prints the row."""
+    """Adds each row's compute-only rate (its dtype's jobs run one at a time
+    in the same round, else its own) and its sustained rate's ratio to it,
+    and prints the row."""
     for row in rows:
         serial = [c for r in rows if r["dtype"] == row["dtype"] and r["mode"] == "serial"
-                  for c in r["compute_seconds"]] or row["compute_seconds"]
+                  and r["round"] == row["round"] for c in r["compute_seconds"]]
+        serial = serial or row["compute_seconds"]
         row["compute_only_tokens_per_second"] = tokens / statistics.median(serial)
         row["sustained_over_compute"] = (row["sustained_tokens_per_second"] /
                                          row["compute_only_tokens_per_second"])
-        print(f"{row['dtype']:4} {row['client']:6} {row['mode']:6}: {row['jobs']} jobs of "
+        print(f"round {row['round']} {row['dtype']:4} {row['client']:6} {row['mode']:6}: "
+              f"{row['jobs']} jobs of "
               f"{tokens} tokens in {row['wall_seconds']:.1f} s: sustained "
               f"{row['sustained_tokens_per_second']:.0f} tokens/s = "
               f"{row['sustained_over_compute']:.3f} of compute-only "
@@ -163,6 +166,9 @@ def main():
     parser.add_argument("--clients", default="python,cli")
     parser.add_argument("--modes", default="serial,two")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times to run every row, each round's ratios against its own "
+                        "one-at-a-time jobs (a host whose speed drifts moves both alike)")
     parser.add_argument("--bf16-input", choices=("torch", "float32"), default="torch",
                         help="what the Python client's bf16 jobs are given")
     parser.add_argument("--json", help="where to write the raw results")
@@ -178,16 +184,17 @@ def main():
             warm = context[:65536] if args.tokens > 65536 else context
             runner.client.submit(args.model, warm, workers=args.workers).result()
             rows = []
-            for dtype in args.dtypes.split(","):
-                for client in args.clients.split(","):
-                    for mode in args.modes.split(","):
-                        job = lambda: getattr(runner, client)(dtype)  # noqa: E731
-                        results = run_stream(job, args.jobs, 2 if mode == "two" else 1)
-                        row = {"dtype": dtype, "client": client, "mode": mode,
-                               **summarize(results, args.tokens)}
-                        rows.append(row)
-                        print(f"{dtype} {client} {mode}: {row['wall_seconds']:.1f} s",
-                              file=sys.stderr, flush=True)
+            for round_index in range(args.rounds):
+                for dtype in args.dtypes.split(","):
+                    for client in args.clients.split(","):
+                        for mode in args.modes.split(","):
+                            job = lambda: getattr(runner, client)(dtype)  # noqa: E731
+                            results = run_stream(job, args.jobs, 2 if mode == "two" else 1)
+                            row = {"round": round_index, "dtype": dtype, "client": client,
+                                   "mode": mode, **summarize(results, args.tokens)}
+                            rows.append(row)
+                            print(f"round {round_index} {dtype} {client} {mode}: "
+                                  f"{row['wall_seconds']:.1f} s", file=sys.stderr, flush=True)
         finally:
             local.terminate()
             local.wait(timeout=60)
