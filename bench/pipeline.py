@@ -199,11 +199,13 @@ def main():
             local.terminate()
             local.wait(timeout=60)
     compare(rows, args.tokens)
-    uploads = {}
+    rates = {}  # dtype -> client -> the uploads of its one-at-a-time jobs, every round
     for row in rows:
         if row["mode"] == "serial":
-            uploads.setdefault(row["dtype"], {})[row["client"]] = statistics.median(
+            rates.setdefault(row["dtype"], {}).setdefault(row["client"], []).extend(
                 row["upload_mb_per_second"])
+    uploads = {dtype: {client: statistics.median(r) for client, r in by_client.items()}
+               for dtype, by_client in rates.items()}
     for dtype, by_client in uploads.items():
         if "python" in by_client and "cli" in by_client:
             print(f"{dtype:4} upload, one job at a time: python {by_client['python']:.0f} MB/s, "

@@ -255,24 +255,22 @@ class JobTransfers:
     def _take(self, rank: int, raw: bytes, tally, where: str):
         """One message of a shard's results stream, in protobuf's wire format."""
         chunk = output_chunk(raw)
-        if chunk is not None:
-            tally.add(chunk.data)
-            self._place_output(rank, chunk)
-            return
-        response = data_pb2.TransferResponse.FromString(raw)
-        kind = response.WhichOneof("kind")
-        if kind == "complete":
-            tally.check(response.complete, where)
-        elif kind == "output":
-            chunk = response.output
-            chunk = OutputChunk(chunk.set, chunk.offset, chunk.data)
-            tally.add(chunk.data)
-            self._place_output(rank, chunk)
-        elif kind == "state" and rank == 0:
-            tally.add(response.state.data)
-            self._place_state(response.state)
-        else:
-            raise _internal(f"worker of shard {rank} sent an unexpected message ({kind})")
+        if chunk is None:
+            response = data_pb2.TransferResponse.FromString(raw)
+            kind = response.WhichOneof("kind")
+            if kind == "complete":
+                tally.check(response.complete, where)
+                return
+            if kind == "state" and rank == 0:
+                tally.add(response.state.data)
+                self._place_state(response.state)
+                return
+            if kind != "output":
+                raise _internal(f"worker of shard {rank} sent an unexpected message ({kind})")
+            chunk = OutputChunk(response.output.set, response.output.offset,
+                                response.output.data)
+        tally.add(chunk.data)
+        self._place_output(rank, chunk)
 
     def _place_output(self, rank: int, chunk: OutputChunk):
         if chunk.set == 0 and self.output is not None:
