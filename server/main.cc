@@ -13,7 +13,7 @@
 // (--tls-cert and --tls-key: its certificate; --tls-ca: the CA that signs
 // the workers' certificates, which Control then requires of its callers
 // when it has a port of its own).
-// Flags: kUsage below (--help).
+// Flags: Usage() below (--help).
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -32,7 +32,6 @@
 #include "common/metrics_endpoint.h"
 #include "common/status_macros.h"
 #include "common/stop_signals.h"
-#include "common/timing.h"
 #include "common/wire_limits.h"
 #include "proto/auth.h"
 #include "proto/health.h"
@@ -47,50 +46,91 @@
 namespace lact::server {
 namespace {
 
-constexpr char kUsage[] =
-    "usage:\n"
-    "   lact-coordinator [--host 127.0.0.1] [--port 0] [--heartbeat-ms 1000]\n"
-    "                    [--retain-seconds 3600] [--max-context-tokens N]\n"
-    "                    [--collective-timeout-ms 60000] [--acquire-timeout-ms 0 (= the call's\n"
-    "                    deadline)]\n"
-    "                    [--max-queued-jobs 256]\n"
-    "                    [--upload-idle-timeout-ms 60000] [--data-root DIR]\n"
-    "                    [--data-root-layout per-tenant|shared (with --auth-tokens: each tenant's\n"
-    "                    files in DIR/TENANT, or all tenants in DIR; default per-tenant)]\n"
-    "                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]\n"
-    "                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
-    "                    [--max-queries-per-tenant 16 (Query calls of one tenant at once)]\n"
-    "                    [--max-job-records 100000] [--max-workers 10000]\n"
-    "                    [--state-dir DIR (job records and running jobs kept across restarts;\n"
-    "                    SIGTERM then hands the running jobs over to the next coordinator)]\n"
-    "                    [--max-reruns 3 (a job whose worker is gone runs again)]\n"
-    "                    [--spool-dir DIR (shared with the workers: in-band contexts kept so "
-    "their\n"
-    "                    jobs can run again)] [--spool-bytes 68719476736]\n"
-    "                    [--log-level debug|info|warn|error (JSON lines on stderr; default info)]\n"
-    "                    [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a\n"
-    "                    free port; none by default)]\n"
-    "                    [--drain-seconds 60 (without --state-dir, on SIGTERM: no new jobs, "
-    "running\n"
-    "                    ones finish)]\n";
+// What the command line says; each member's initializer (and each of
+// CoordinatorOptions') is its flag's default, which the usage text shows.
+struct CoordinatorFlags {
+  Flags flags;
+  CoordinatorOptions options;
+  std::string host = "127.0.0.1";
+  int64_t port = 0;
+  int64_t heartbeat_ms = 1000;
+  int64_t control_port = -1;  // -1: Control shares the public port
+};
 
+// --help's text.
+std::string Usage() {
+  const CoordinatorFlags d;
+  const CoordinatorOptions& o = d.options;
+  return absl::StrCat(
+      "usage:\n"
+      "   lact-coordinator [--host ",
+      d.host, "] [--port ", d.port, "] [--heartbeat-ms ", d.heartbeat_ms,
+      "]\n"
+      "                    [--retain-seconds ",
+      o.default_retain.count(),
+      "] [--max-context-tokens N]\n"
+      "                    [--collective-timeout-ms ",
+      o.collective_timeout_ms,
+      "] [--acquire-timeout-ms 0 (= the call's\n"
+      "                    deadline)]\n"
+      "                    [--max-queued-jobs ",
+      o.max_queued_jobs,
+      "]\n"
+      "                    [--upload-idle-timeout-ms ",
+      o.upload_idle_timeout.count(),
+      "] [--data-root DIR]\n"
+      "                    [--data-root-layout per-tenant|shared (with --auth-tokens: each "
+      "tenant's\n"
+      "                    files in DIR/TENANT, or all tenants in DIR; default per-tenant)]\n"
+      "                    [--auth-tokens FILE] [--cluster-secret-file FILE] [--control-port N]\n"
+      "                    [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
+      "                    [--max-queries-per-tenant ",
+      o.max_queries_per_tenant,
+      " (Query calls of one tenant at once)]\n"
+      "                    [--max-job-records ",
+      o.max_job_records, "] [--max-workers ", o.max_workers,
+      "]\n"
+      "                    [--state-dir DIR (job records and running jobs kept across "
+      "restarts;\n"
+      "                    SIGTERM then hands the running jobs over to the next coordinator)]\n"
+      "                    [--max-reruns ",
+      o.max_reruns,
+      " (a job whose worker is gone runs again)]\n"
+      "                    [--spool-dir DIR (shared with the workers: in-band contexts kept so "
+      "their\n"
+      "                    jobs can run again)] [--spool-bytes ",
+      o.spool_bytes,
+      "]\n"
+      "                    [--log-level debug|info|warn|error (JSON lines on stderr; default "
+      "info)]\n"
+      "                    [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks "
+      "a\n"
+      "                    free port; none by default)]\n"
+      "                    [--drain-seconds ",
+      o.drain_seconds,
+      " (without --state-dir, on SIGTERM: no new jobs, running\n"
+      "                    ones finish)]\n");
+}
+
+// Reads the flags into *o, *port and *heartbeat_ms; what they hold is each
+// flag's default.
 absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* port,
                           int64_t* heartbeat_ms) {
-  LACT_ASSIGN_OR_RETURN(*port, flags.Int("port", 0, 0, 65535));
-  LACT_ASSIGN_OR_RETURN(*heartbeat_ms, flags.Int("heartbeat-ms", 1000, 10, 60000));
-  LACT_ASSIGN_OR_RETURN(int64_t retain,
-                        flags.Int("retain-seconds", kDefaultRetain.count(), 1, int64_t{1} << 31));
+  LACT_ASSIGN_OR_RETURN(*port, flags.Int("port", *port, 0, 65535));
+  LACT_ASSIGN_OR_RETURN(*heartbeat_ms, flags.Int("heartbeat-ms", *heartbeat_ms, 10, 60000));
+  LACT_ASSIGN_OR_RETURN(
+      int64_t retain, flags.Int("retain-seconds", o->default_retain.count(), 1, int64_t{1} << 31));
   LACT_ASSIGN_OR_RETURN(
       o->limits.max_context_tokens,
       flags.Int("max-context-tokens", o->limits.max_context_tokens, 1, int64_t{1} << 34));
-  LACT_ASSIGN_OR_RETURN(
-      int64_t collective,
-      flags.Int("collective-timeout-ms", kDefaultCollectiveTimeout.count(), 100, 3600000));
+  LACT_ASSIGN_OR_RETURN(int64_t collective,
+                        flags.Int("collective-timeout-ms", o->collective_timeout_ms, 100, 3600000));
   LACT_ASSIGN_OR_RETURN(int64_t acquire, flags.Int("acquire-timeout-ms", 0, 0, int64_t{1} << 40));
-  LACT_ASSIGN_OR_RETURN(int64_t queued, flags.Int("max-queued-jobs", 256, 0, 1 << 20));
+  LACT_ASSIGN_OR_RETURN(int64_t queued,
+                        flags.Int("max-queued-jobs", o->max_queued_jobs, 0, 1 << 20));
   o->max_queued_jobs = static_cast<int>(queued);
   LACT_ASSIGN_OR_RETURN(int64_t idle, flags.Int("upload-idle-timeout-ms",
-                                                kDefaultUploadIdleTimeout.count(), 100, 3600000));
+                                                o->upload_idle_timeout.count(), 100, 3600000));
   o->upload_idle_timeout = std::chrono::milliseconds(idle);
   o->default_retain = std::chrono::seconds(retain);
   o->collective_timeout_ms = static_cast<int>(collective);
@@ -103,12 +143,14 @@ absl::Status ParseOptions(const Flags& flags, CoordinatorOptions* o, int64_t* po
         absl::StrCat("--data-root-layout ", layout, ": allowed per-tenant or shared"));
   }
   o->tenant_folders = layout == "per-tenant";
-  LACT_ASSIGN_OR_RETURN(int64_t queries, flags.Int("max-queries-per-tenant", 16, 1, 1 << 16));
+  LACT_ASSIGN_OR_RETURN(int64_t queries,
+                        flags.Int("max-queries-per-tenant", o->max_queries_per_tenant, 1, 1 << 16));
   o->max_queries_per_tenant = static_cast<int>(queries);
-  LACT_ASSIGN_OR_RETURN(o->max_job_records, flags.Int("max-job-records", 100000, 1, 1 << 30));
-  LACT_ASSIGN_OR_RETURN(o->max_workers, flags.Int("max-workers", 10000, 1, 1 << 20));
-  LACT_ASSIGN_OR_RETURN(int64_t reruns, flags.Int("max-reruns", 3, 0, 100));
-  LACT_ASSIGN_OR_RETURN(o->drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
+  LACT_ASSIGN_OR_RETURN(o->max_job_records,
+                        flags.Int("max-job-records", o->max_job_records, 1, 1 << 30));
+  LACT_ASSIGN_OR_RETURN(o->max_workers, flags.Int("max-workers", o->max_workers, 1, 1 << 20));
+  LACT_ASSIGN_OR_RETURN(int64_t reruns, flags.Int("max-reruns", o->max_reruns, 0, 100));
+  LACT_ASSIGN_OR_RETURN(o->drain_seconds, flags.Int("drain-seconds", o->drain_seconds, 0, 86400));
   o->max_reruns = static_cast<int>(reruns);
   o->spool_dir = flags.Get("spool-dir").value_or("");
   o->keeps_jobs = flags.Has("state-dir");
@@ -204,16 +246,6 @@ std::unique_ptr<grpc::Server> Serve(const std::string& host, int64_t port,
   return server;
 }
 
-// What the command line says.
-struct CoordinatorFlags {
-  Flags flags;
-  CoordinatorOptions options;
-  std::string host;
-  int64_t port = 0;
-  int64_t heartbeat_ms = 1000;
-  int64_t control_port = -1;  // -1: Control shares the public port
-};
-
 absl::StatusOr<CoordinatorFlags> ParseFlags(int argc, char** argv) {
   CoordinatorFlags f;
   LACT_ASSIGN_OR_RETURN(f.flags, Flags::Parse(std::vector<std::string>(argv + 1, argv + argc),
@@ -246,7 +278,7 @@ absl::StatusOr<CoordinatorFlags> ParseFlags(int argc, char** argv) {
                                                "log-level"}));
   LACT_RETURN_IF_ERROR(ParseOptions(f.flags, &f.options, &f.port, &f.heartbeat_ms));
   LACT_RETURN_IF_ERROR(InitLogFromFlag("lact-coordinator", f.flags.Get("log-level")));
-  f.host = f.flags.Get("host").value_or("127.0.0.1");
+  f.host = f.flags.Get("host").value_or(f.host);
   LACT_ASSIGN_OR_RETURN(f.control_port, f.flags.Int("control-port", -1, -1, 65535));
   return f;
 }
@@ -382,7 +414,8 @@ int ServeUntilStopped(const CoordinatorFlags& f, const Guards& guards,
 }
 
 int Main(int argc, char** argv) {
-  if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-coordinator", kUsage))
+  if (std::optional<int> answered =
+          AnswerHelpOrVersion(argc, argv, "lact-coordinator", Usage().c_str()))
     return *answered;
   EnableHealthAndReflection();
   absl::StatusOr<CoordinatorFlags> f = ParseFlags(argc, argv);

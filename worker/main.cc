@@ -1,8 +1,8 @@
 // lact-worker: serves the Worker service, registers with the coordinator,
 // heartbeats, and runs shards. On SIGINT/SIGTERM it drains: takes no new
 // work, deregisters, lets its running shards finish (up to
-// --drain-seconds, 60), then stops.
-// Flags: kUsage below (--help).
+// --drain-seconds), then stops.
+// Flags: Usage() below (--help).
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -39,44 +39,6 @@
 namespace lact {
 namespace {
 
-constexpr char kUsage[] =
-    "usage:\n"
-    "   lact-worker --coordinator HOST:PORT [--host 127.0.0.1] [--port 0]\n"
-    "               [--model-dir DIR] [--threads N] [--tile-tokens N]\n"
-    "               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]\n"
-    "               [--scan-math fp32|tf32x3|bf16 (the SSD scan's math; default bf16 in bf16\n"
-    "               precision where the model allows, else fp32)]\n"
-    "               [--collective gloo|nccl] [--data-root DIR]\n"
-    "               [--retain-bytes N (results and fused states kept for FetchResult and Query, "
-    "default\n"
-    "               8 GiB)] [--retain-bytes-per-tenant N (the most one tenant's jobs keep here;\n"
-    "               default --retain-bytes)]\n"
-    "               [--cluster-secret-file FILE (required off loopback: presented to the\n"
-    "               coordinator's Control service and required of its calls here)]\n"
-    "               [--tls-cert FILE --tls-key FILE --tls-ca FILE (required off loopback: this\n"
-    "               worker's certificate, served and shown to Control; the CA of the "
-    "coordinator's)]\n"
-    "               [--drain-seconds 60]\n"
-    "               [--coordinator-grace-seconds 300 (how long a shard runs on, and keeps its\n"
-    "               outcome, with no coordinator following it: a restarted coordinator takes it\n"
-    "               back within this; 0: a shard stops when its coordinator's call ends)]\n"
-    "               [--max-pending-calls 1024] [--first-message-timeout-ms 30000] (Transfer\n"
-    "               streams that have not sent their ticket: how many at once, for how long)\n"
-    "               [--max-queries 64 (queries running here at once)]\n"
-    "               [--staging-bytes N (the most memory, in decoded tokens, that shards waiting\n"
-    "               behind the one computing may take before their turn, so that the next job's\n"
-    "               upload overlaps this one's compute; default 4 GiB; 0: none)]\n"
-    "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band contexts\n"
-    "               are written there so a job can run again)]\n"
-    "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
-    "               [--warm-bytes N (touch N bytes of heap before registering and keep them for\n"
-    "               jobs' buffers, so a first job runs as warm as a later one; default 0)]\n"
-    "               [--advertise-host NAME (the host it registers, which peers dial and its\n"
-    "               certificate names, e.g. a StatefulSet pod's DNS name; default --host)]\n"
-    "               [--log-level debug|info|warn|error (JSON lines on stderr; default info)]\n"
-    "               [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a free\n"
-    "               port; none by default)]\n";
-
 // The worker's secret and TLS: the cluster secret it presents to the
 // coordinator and requires of it, its port's credentials (TLS when it has
 // a certificate; clients of ShardData show none) and its channel's to the
@@ -106,23 +68,103 @@ absl::StatusOr<Guards> LoadGuards(const Flags& flags, const std::string& host) {
   return g;
 }
 
-// What the command line says.
+// What the command line says; each member's initializer is its flag's
+// default, which the usage text shows.
 struct WorkerFlags {
   Flags flags;  // the TLS and metrics flags, read where they are used
   std::string coordinator;
-  std::string host;
+  std::string host = "127.0.0.1";
   int64_t port = 0;
   BackendOptions backend;
   int64_t drain_seconds = 60;
   int64_t coordinator_grace_seconds = 300;
-  int64_t retain_bytes = 0;
-  int64_t retain_tenant_bytes = 0;
+  int64_t retain_bytes = int64_t{8} << 30;
+  int64_t retain_tenant_bytes = 0;  // default: --retain-bytes
   int64_t warm_bytes = 0;
-  int64_t staging_bytes = 0;
+  int64_t staging_bytes = int64_t{4} << 30;
   int pending_calls = FirstMessageLimits::kDefaultMaxWaiting;
   std::chrono::milliseconds first_message = FirstMessageLimits::kDefaultTimeout;
   int max_queries = 64;
 };
+
+std::string GiB(int64_t bytes) { return absl::StrCat(bytes >> 30, " GiB"); }
+
+// --help's text, in two parts: where it runs and what it keeps, then how
+// it serves.
+std::string UsageOfTheRuns(const WorkerFlags& d) {
+  return absl::StrCat(
+      "usage:\n"
+      "   lact-worker --coordinator HOST:PORT [--host ",
+      d.host, "] [--port ", d.port,
+      "]\n"
+      "               [--model-dir DIR] [--threads N] [--tile-tokens N]\n"
+      "               [--backend cpu|cuda] [--device N] [--precision fp32|bf16]\n"
+      "               [--scan-math fp32|tf32x3|bf16 (the SSD scan's math; default bf16 in bf16\n"
+      "               precision where the model allows, else fp32)]\n"
+      "               [--collective gloo|nccl] [--data-root DIR]\n"
+      "               [--retain-bytes N (results and fused states kept for FetchResult and "
+      "Query, default\n"
+      "               ",
+      GiB(d.retain_bytes),
+      ")] [--retain-bytes-per-tenant N (the most one "
+      "tenant's jobs keep here;\n"
+      "               default --retain-bytes)]\n");
+}
+
+std::string UsageOfTheService(const WorkerFlags& d) {
+  return absl::StrCat(
+      "               [--cluster-secret-file FILE (required off loopback: presented to the\n"
+      "               coordinator's Control service and required of its calls here)]\n"
+      "               [--tls-cert FILE --tls-key FILE --tls-ca FILE (required off loopback: "
+      "this\n"
+      "               worker's certificate, served and shown to Control; the CA of the "
+      "coordinator's)]\n"
+      "               [--drain-seconds ",
+      d.drain_seconds,
+      "]\n"
+      "               [--coordinator-grace-seconds ",
+      d.coordinator_grace_seconds,
+      " (how long a shard runs on, and keeps its\n"
+      "               outcome, with no coordinator following it: a restarted coordinator "
+      "takes it\n"
+      "               back within this; 0: a shard stops when its coordinator's call ends)]\n"
+      "               [--max-pending-calls ",
+      d.pending_calls, "] [--first-message-timeout-ms ", d.first_message.count(),
+      "] (Transfer\n"
+      "               streams that have not sent their ticket: how many at once, for how "
+      "long)\n"
+      "               [--max-queries ",
+      d.max_queries,
+      " (queries running here at once)]\n"
+      "               [--staging-bytes N (the most memory, in decoded tokens, that shards "
+      "waiting\n"
+      "               behind the one computing may take before their turn, so that the next "
+      "job's\n"
+      "               upload overlaps this one's compute; default ",
+      GiB(d.staging_bytes),
+      "; 0: none)]\n"
+      "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band "
+      "contexts\n"
+      "               are written there so a job can run again)]\n"
+      "               [--no-huge-pages (contexts in 4 KiB pages, not transparent huge pages)]\n"
+      "               [--warm-bytes N (touch N bytes of heap before registering and keep them "
+      "for\n"
+      "               jobs' buffers, so a first job runs as warm as a later one; default ",
+      d.warm_bytes,
+      ")]\n"
+      "               [--advertise-host NAME (the host it registers, which peers dial and its\n"
+      "               certificate names, e.g. a StatefulSet pod's DNS name; default --host)]\n"
+      "               [--log-level debug|info|warn|error (JSON lines on stderr; default "
+      "info)]\n"
+      "               [--metrics-port N (Prometheus text at http://HOST:N/metrics; 0 picks a "
+      "free\n"
+      "               port; none by default)]\n");
+}
+
+std::string Usage() {
+  const WorkerFlags d;
+  return absl::StrCat(UsageOfTheRuns(d), UsageOfTheService(d));
+}
 
 constexpr const char* kFlagNames[] = {"coordinator",
                                       "host",
@@ -162,32 +204,32 @@ absl::StatusOr<WorkerFlags> ParseFlags(int argc, char** argv) {
                             {std::begin(kFlagNames), std::end(kFlagNames)}, {}, {"no-huge-pages"}));
   const Flags& flags = f.flags;
   LACT_ASSIGN_OR_RETURN(f.coordinator, flags.Required("coordinator"));
-  LACT_ASSIGN_OR_RETURN(f.port, flags.Int("port", 0, 0, 65535));
+  LACT_ASSIGN_OR_RETURN(f.port, flags.Int("port", f.port, 0, 65535));
   LACT_ASSIGN_OR_RETURN(const int64_t threads, flags.Int("threads", 0, 0, 1024));
   LACT_ASSIGN_OR_RETURN(const int64_t tile, flags.Int("tile-tokens", 0, 0, 1 << 24));
   LACT_ASSIGN_OR_RETURN(const int64_t device, flags.Int("device", 0, 0, 1024));
-  LACT_ASSIGN_OR_RETURN(f.drain_seconds, flags.Int("drain-seconds", 60, 0, 86400));
-  LACT_ASSIGN_OR_RETURN(f.coordinator_grace_seconds,
-                        flags.Int("coordinator-grace-seconds", 300, 0, 86400));
+  LACT_ASSIGN_OR_RETURN(f.drain_seconds, flags.Int("drain-seconds", f.drain_seconds, 0, 86400));
   LACT_ASSIGN_OR_RETURN(
-      const int64_t pending,
-      flags.Int("max-pending-calls", FirstMessageLimits::kDefaultMaxWaiting, 1, 1 << 20));
-  LACT_ASSIGN_OR_RETURN(const int64_t first_message,
-                        flags.Int("first-message-timeout-ms",
-                                  FirstMessageLimits::kDefaultTimeout.count(), 100, 3600000));
-  LACT_ASSIGN_OR_RETURN(const int64_t queries, flags.Int("max-queries", 64, 1, 1 << 16));
+      f.coordinator_grace_seconds,
+      flags.Int("coordinator-grace-seconds", f.coordinator_grace_seconds, 0, 86400));
+  LACT_ASSIGN_OR_RETURN(const int64_t pending,
+                        flags.Int("max-pending-calls", f.pending_calls, 1, 1 << 20));
+  LACT_ASSIGN_OR_RETURN(
+      const int64_t first_message,
+      flags.Int("first-message-timeout-ms", f.first_message.count(), 100, 3600000));
+  LACT_ASSIGN_OR_RETURN(const int64_t queries, flags.Int("max-queries", f.max_queries, 1, 1 << 16));
   f.max_queries = static_cast<int>(queries);
   LACT_ASSIGN_OR_RETURN(f.retain_bytes,
-                        flags.Int("retain-bytes", int64_t{8} << 30, 0, int64_t{1} << 50));
+                        flags.Int("retain-bytes", f.retain_bytes, 0, int64_t{1} << 50));
   LACT_ASSIGN_OR_RETURN(f.retain_tenant_bytes,
                         flags.Int("retain-bytes-per-tenant", f.retain_bytes, 0, int64_t{1} << 50));
-  LACT_ASSIGN_OR_RETURN(f.warm_bytes, flags.Int("warm-bytes", 0, 0, kMaxWarmBytes));
+  LACT_ASSIGN_OR_RETURN(f.warm_bytes, flags.Int("warm-bytes", f.warm_bytes, 0, kMaxWarmBytes));
   LACT_ASSIGN_OR_RETURN(f.staging_bytes,
-                        flags.Int("staging-bytes", int64_t{4} << 30, 0, int64_t{1} << 50));
+                        flags.Int("staging-bytes", f.staging_bytes, 0, int64_t{1} << 50));
   LACT_RETURN_IF_ERROR(InitLogFromFlag("lact-worker", flags.Get("log-level")));
   f.pending_calls = static_cast<int>(pending);
   f.first_message = std::chrono::milliseconds(first_message);
-  f.host = flags.Get("host").value_or("127.0.0.1");
+  f.host = flags.Get("host").value_or(f.host);
   const BackendOptions defaults;
   f.backend = {.backend = flags.Get("backend").value_or(defaults.backend),
                .threads = static_cast<int>(threads),
@@ -325,7 +367,7 @@ int Serve(const WorkerFlags& f, const Guards& guards, WorkerParts& p) {
 }
 
 int Main(int argc, char** argv) {
-  if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-worker", kUsage))
+  if (std::optional<int> answered = AnswerHelpOrVersion(argc, argv, "lact-worker", Usage().c_str()))
     return *answered;
   absl::StatusOr<WorkerFlags> f = ParseFlags(argc, argv);
   if (!f.ok()) return Fail(f.status());

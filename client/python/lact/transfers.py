@@ -27,10 +27,10 @@ import collections
 import threading
 import time
 
-import crc32c
 import grpc
 import numpy as np
 
+from . import checksum
 from .errors import LactError, from_rpc_error
 from .v1 import data_pb2
 
@@ -319,7 +319,7 @@ class _Tally:
         """Counts one output or state message's ``data`` (any buffer)."""
         self.messages += 1
         self.bytes += len(data)
-        self.crc = crc32c.crc32c(data, self.crc)
+        self.crc = checksum.crc32c(data, self.crc)
 
     def check(self, stated, where: str):
         if stated.messages != self.messages or stated.bytes != self.bytes:
