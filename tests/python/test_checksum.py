@@ -6,6 +6,7 @@ Run from tests/python: /usr/bin/python3 -m unittest test_checksum -v
 """
 
 import ctypes.util
+import importlib.util
 import os
 import unittest
 
@@ -14,17 +15,11 @@ import numpy as np
 
 import lact_package
 
-checksum = None  # imported in setUpModule, from the generated copy
-_TMP = None
-
-
-def setUpModule():
-    global checksum, _TMP
-    _TMP, checksum = lact_package.install_copy("lact-checksum-test-", "lact.checksum")
-
-
-def tearDownModule():
-    lact_package.remove_copy(_TMP)
+# The module alone, from the source tree: it needs no generated stubs.
+_SPEC = importlib.util.spec_from_file_location(
+    "lact_checksum_under_test", lact_package.ROOT / "client" / "python" / "lact" / "checksum.py")
+checksum = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(checksum)
 
 
 class ChecksumTest(unittest.TestCase):
