@@ -87,7 +87,11 @@ struct WorkerFlags {
   int max_queries = 64;
 };
 
-std::string GiB(int64_t bytes) { return absl::StrCat(bytes >> 30, " GiB"); }
+// A byte count as the usage text shows it: in GiB where that is exact.
+std::string ShownBytes(int64_t bytes) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  return bytes % kGiB == 0 ? absl::StrCat(bytes / kGiB, " GiB") : absl::StrCat(bytes);
+}
 
 // --help's text, in two parts: where it runs and what it keeps, then how
 // it serves.
@@ -105,7 +109,7 @@ std::string UsageOfTheRuns(const WorkerFlags& d) {
       "               [--retain-bytes N (results and fused states kept for FetchResult and "
       "Query, default\n"
       "               ",
-      GiB(d.retain_bytes),
+      ShownBytes(d.retain_bytes),
       ")] [--retain-bytes-per-tenant N (the most one "
       "tenant's jobs keep here;\n"
       "               default --retain-bytes)]\n");
@@ -141,7 +145,7 @@ std::string UsageOfTheService(const WorkerFlags& d) {
       "               behind the one computing may take before their turn, so that the next "
       "job's\n"
       "               upload overlaps this one's compute; default ",
-      GiB(d.staging_bytes),
+      ShownBytes(d.staging_bytes),
       "; 0: none)]\n"
       "               [--spool-dir DIR (the coordinator's --spool-dir, shared: in-band "
       "contexts\n"

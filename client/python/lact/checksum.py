@@ -40,9 +40,5 @@ def _isal_crc32c(data, crc: int) -> int:
     return ~register & 0xFFFFFFFF
 
 
-def _package_crc32c(data, crc: int) -> int:
-    return _crc32c_package.crc32c(data, crc)
-
-
 HARDWARE = _CRC32_ISCSI is not None
-crc32c = _isal_crc32c if HARDWARE else _package_crc32c
+crc32c = _isal_crc32c if HARDWARE else _crc32c_package.crc32c
