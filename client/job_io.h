@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "common/range_writer.h"
 #include "common/tensor.h"
+#include "common/token_codec.h"
 #include "lact/v1/coordinator.pb.h"
 
 namespace lact {
@@ -34,6 +35,17 @@ struct ContextSource {
   std::function<absl::Status(int64_t begin, int64_t n, float* out)> read;
 };
 
+// Rows already in a wire dtype (common/token_codec.h: little-endian f32,
+// bf16 or f16 elements), [tokens, width] and contiguous, in the caller's
+// memory: each message's bytes are sent from it as they are, with no copy
+// (the Python client's arrays). The job's dtype must be `dtype`.
+struct WireRows {
+  const void* data = nullptr;
+  int64_t tokens = 0;
+  int64_t width = 0;
+  WireType dtype = WireType::kF32;
+};
+
 // A file inside the cluster's data root (DataRef, common.proto).
 struct FileRef {
   std::string path;
@@ -41,7 +53,7 @@ struct FileRef {
   bool replace = false;  // output: the file may exist already (DataRef.replace)
 };
 
-// Where a job's context comes from: exactly one of the three.
+// Where a job's context comes from: exactly one of the four.
 class ContextInput {
  public:
   // A tensor [L, width], sent in band; it must outlive the Submit call. A
@@ -62,25 +74,39 @@ class ContextInput {
     return in;
   }
 
-  // Null unless given as a tensor, a file or a source.
+  // Wire rows sent from the caller's memory (WireRows), which must
+  // outlive the job's transfers.
+  static ContextInput Wire(WireRows rows) {
+    ContextInput in;
+    in.kind_ = Kind::kWire;
+    in.wire_ = rows;
+    return in;
+  }
+
+  // Null unless given as a tensor, a file, a source or wire rows.
   const Tensor* tensor() const { return kind_ == Kind::kTensor ? tensor_ : nullptr; }
   const FileRef* file() const { return kind_ == Kind::kFile ? &file_ : nullptr; }
   const ContextSource* source() const { return kind_ == Kind::kSource ? &source_ : nullptr; }
+  const WireRows* wire() const { return kind_ == Kind::kWire ? &wire_ : nullptr; }
   // Tokens and width of a context sent in band; 0 for a file (the workers
   // take them from it).
   int64_t tokens() const;
   int64_t width() const;
-  // OK for a tensor or source of [L >= 1, width >= 1] and a file with a
-  // path; INVALID_ARGUMENT saying which otherwise.
+  // OK for a tensor, source or wire rows of [L >= 1, width >= 1] and a
+  // file with a path; INVALID_ARGUMENT saying which otherwise.
   absl::Status Check() const;
+  // OK unless the context is wire rows of a dtype other than the job's
+  // `dtype` (INVALID_ARGUMENT naming both).
+  absl::Status CheckDtype(WireType dtype) const;
 
  private:
-  enum class Kind { kTensor, kFile, kSource };
+  enum class Kind { kTensor, kFile, kSource, kWire };
   ContextInput() = default;
   Kind kind_ = Kind::kTensor;
   const Tensor* tensor_ = nullptr;
   FileRef file_;
   ContextSource source_;
+  WireRows wire_;
 };
 
 // A writer of context output rows as they arrive: asked once per shard for
@@ -89,7 +115,7 @@ class ContextInput {
 using OutputRowsTarget =
     std::function<absl::StatusOr<std::unique_ptr<RangeWriter>>(int64_t begin, int64_t n)>;
 
-// Where a job's context outputs go: exactly one of the three.
+// Where a job's context outputs go: exactly one of the four.
 class OutputTarget {
  public:
   // JobResult.output (the default).
@@ -99,6 +125,14 @@ class OutputTarget {
   static OutputTarget Rows(OutputRowsTarget rows) {
     OutputTarget out;
     out.rows_ = std::move(rows);
+    return out;
+  }
+  // The caller's memory: `rows` holds [context tokens, output width]
+  // float32 values (the JobAccepted's) and outlives the job's transfers;
+  // JobResult.output stays empty.
+  static OutputTarget Buffer(float* rows) {
+    OutputTarget out;
+    out.buffer_ = rows;
     return out;
   }
   // A file the workers write themselves (JobSpec.output_ref); no rows
@@ -111,12 +145,14 @@ class OutputTarget {
   }
 
   bool in_band() const { return !by_reference_; }
-  // Null unless given as Rows or File.
+  // Null unless given as Rows, Buffer or File.
   const OutputRowsTarget* rows() const { return rows_ ? &rows_ : nullptr; }
+  float* buffer() const { return buffer_; }
   const FileRef* file() const { return by_reference_ ? &file_ : nullptr; }
 
  private:
   OutputRowsTarget rows_;
+  float* buffer_ = nullptr;
   FileRef file_;
   bool by_reference_ = false;
 };

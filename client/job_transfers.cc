@@ -58,6 +58,19 @@ bool SendRows(Stream* stream, const Tensor& t, int64_t begin, int64_t n, int set
   });
 }
 
+// Sends rows [begin, begin + n) of wire rows as set 0, each message's bytes
+// straight from the caller's memory.
+bool SendWireRows(Stream* stream, const WireRows& rows, int64_t begin, int64_t n,
+                  const std::function<void(int64_t)>& on_rows) {
+  const int64_t row_bytes = WireBytes(rows.dtype) * rows.width;
+  const char* first = static_cast<const char*>(rows.data) + begin * row_bytes;
+  return SendInMessages(n, row_bytes, [&](int64_t r, int64_t count) {
+    return SendChunk(stream, 0, r, count,
+                     {first + r * row_bytes, static_cast<size_t>(count * row_bytes)}, nullptr,
+                     on_rows);
+  });
+}
+
 // Sends rows [begin, begin + n) of the context `source` makes as set 0, each
 // message's rows made as it goes (a buffer a message, freed once sent).
 // False when the stream ended or *failed holds why a read failed.
@@ -83,19 +96,25 @@ bool SendSourceRows(Stream* stream, const ContextSource& source, int64_t begin, 
   });
 }
 
-// Copies rows of an output chunk into `t`; rows outside it are an error.
-absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in, Tensor& t) {
-  const int64_t width = t.dim(1), values = in.data_size / 4;
+// Copies rows of an output chunk into `rows` ([tokens, width]); rows
+// outside it are an error.
+absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in, float* rows,
+                       int64_t tokens, int64_t width) {
+  const int64_t values = in.data_size / 4;
   if (head.offset() < 0 || in.data_size % (4 * width) != 0 ||
-      head.offset() * width + values > t.size()) {
+      head.offset() * width + values > tokens * width) {
     return absl::InternalError(absl::StrCat("a worker sent output rows outside set ", head.set()));
   }
-  char* out = reinterpret_cast<char*>(t.ptr() + head.offset() * width);
+  char* out = reinterpret_cast<char*>(rows + head.offset() * width);
   for (absl::string_view piece : in.data) {
     std::memcpy(out, piece.data(), piece.size());
     out += piece.size();
   }
   return absl::OkStatus();
+}
+
+absl::Status PlaceRows(const v1::TokenChunk& head, const TransferResponseIn& in, Tensor& t) {
+  return PlaceRows(head, in, t.ptr(), t.dim(0), t.dim(1));
 }
 
 }  // namespace
@@ -110,6 +129,7 @@ JobTransfers::JobTransfers(std::shared_ptr<grpc::ChannelCredentials> credentials
       queries_(queries),
       output_in_band_(output != nullptr && output->in_band()),
       output_rows_(output != nullptr ? output->rows() : nullptr),
+      output_buffer_(output != nullptr ? output->buffer() : nullptr),
       result_(result) {}
 
 JobTransfers::~JobTransfers() {
@@ -257,11 +277,17 @@ absl::Status JobTransfers::Upload(int rank, Stream* stream) {
   absl::Status read;
   if (context_ != nullptr) {
     const v1::ShardRange& shard = accepted_.shards(rank);
-    const ContextSource* source = context_->source();
-    ok = ok && (source != nullptr ? SendSourceRows(stream, *source, shard.begin(), shard.tokens(),
-                                                   dtype, sent_rows, &read)
-                                  : SendRows(stream, *context_->tensor(), shard.begin(),
-                                             shard.tokens(), 0, dtype, sent_rows));
+    read = context_->CheckDtype(dtype);
+    if (!read.ok()) return read;
+    if (const ContextSource* source = context_->source()) {
+      ok = ok &&
+           SendSourceRows(stream, *source, shard.begin(), shard.tokens(), dtype, sent_rows, &read);
+    } else if (const WireRows* wire = context_->wire()) {
+      ok = ok && SendWireRows(stream, *wire, shard.begin(), shard.tokens(), sent_rows);
+    } else {
+      ok = ok && SendRows(stream, *context_->tensor(), shard.begin(), shard.tokens(), 0, dtype,
+                          sent_rows);
+    }
   }
   if (!read.ok()) return read;  // the caller ends the call
   if (rank == 0) {
@@ -282,6 +308,10 @@ absl::Status JobTransfers::Place(int rank, const TransferResponseIn& response) {
       return absl::InternalError("a worker sent a malformed output chunk");
     if (head.set() == 0 && output_in_band_ && output_rows_ != nullptr)
       return PlaceStreamed(rank, head, response);
+    if (head.set() == 0 && output_in_band_ && output_buffer_ != nullptr) {
+      return PlaceRows(head, response, output_buffer_, accepted_.context_tokens(),
+                       accepted_.output_width());
+    }
     if (head.set() == 0 && output_in_band_) return PlaceRows(head, response, result_->output);
     if (rank == 0 && head.set() >= 1 && head.set() <= static_cast<int>(result_->queries.size())) {
       return PlaceRows(head, response, result_->queries[head.set() - 1]);
@@ -333,7 +363,7 @@ absl::Status JobTransfers::PlaceStreamed(int rank, const v1::TokenChunk& head,
 void JobTransfers::AllocateOutputs() {
   const int64_t width = accepted_.output_width();
   // Anew: a job that runs again sends all its results again.
-  if (output_in_band_ && output_rows_ == nullptr)
+  if (output_in_band_ && output_rows_ == nullptr && output_buffer_ == nullptr)
     result_->output = Tensor({accepted_.context_tokens(), width});
   result_->queries.clear();
   result_->state.clear();

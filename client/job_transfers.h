@@ -80,7 +80,8 @@ class JobTransfers {
   const ContextInput* context_;
   const std::vector<Tensor>& queries_;
   const bool output_in_band_;            // set 0's outputs come back
-  const OutputRowsTarget* output_rows_;  // where they go as they come; null: result_->output
+  const OutputRowsTarget* output_rows_;  // where they go as they come; null: below
+  float* const output_buffer_;           // the caller's rows; null: result_->output
   bool fetch_ = false;
   bool without_outputs_ = false;  // fetch only rank 0's query outputs and state
   JobResult* result_;

@@ -150,6 +150,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
                                              const ProgressFn& progress,
                                              std::function<void(const std::string&)> on_accepted) {
   LACT_RETURN_IF_ERROR(CheckShapes(context, queries));
+  LACT_RETURN_IF_ERROR(context.CheckDtype(options.dtype));
   LACT_RETURN_IF_ERROR(CheckDetachable(options, context, queries));
   const auto deadline =
       std::chrono::system_clock::now() +

@@ -546,6 +546,106 @@ class ClusterTest(unittest.TestCase):
             self.assertLessEqual(relative_error(q, case.expected[f"query_{k}"]), TOLERANCE)
 
 
+class TransferPathsTest(unittest.TestCase):
+    """A Submit's bytes through liblact_transfer.so (lact.native: the C++
+    client's transfers behind a C interface) and through gRPC's Python
+    library give the same results, bit for bit; the library refuses inputs
+    that do not fit their JobAccepted, naming what is wrong. Runs where the
+    library is found ($LACT_TRANSFER_LIBRARY, as ctest sets it)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not lact.native.available():
+            if os.environ.get("LACT_TRANSFER_LIBRARY") and \
+                    os.environ.get("LACT_NATIVE_TRANSFERS") != "0":
+                raise AssertionError("LACT_TRANSFER_LIBRARY is set but lact.native did not load "
+                                     + os.environ["LACT_TRANSFER_LIBRARY"])
+            raise unittest.SkipTest("no liblact_transfer.so (LACT_TRANSFER_LIBRARY)")
+        cls.cluster = LocalCluster(2)
+        cls.client = lact.Client(cls.cluster.address)
+        cls.case = GoldenCase(golden_case_names()[0])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.cluster.stop()
+
+    def submit(self, native, context, queries, **options):
+        saved = lact.native._LIB
+        lact.native._LIB = saved if native else None  # what available() reads
+        try:
+            transfers = self.client._submit_transfers
+            self.assertEqual(type(transfers(coordinator_accepted(), None, [], None)).__name__,
+                             "NativeTransfers" if native else "JobTransfers")
+            return self.client.submit(self.case.name, context, queries, return_state=True,
+                                      workers=2, **self.case.options, **options).result(60)
+        finally:
+            lact.native._LIB = saved
+
+    def test_both_paths_give_the_same_bits(self):
+        context, queries = self.case.context, self.case.queries
+        inputs = {"f32": (context, queries, {}),
+                  "bf16": (context, queries, {"dtype": "bf16"}),
+                  "f16": (context.astype(np.float16), [q.astype(np.float16) for q in queries], {}),
+                  "uneven shards": (context, queries, {"shard_tokens": [1, len(context) - 1]})}
+        for what, (c, q, options) in inputs.items():
+            with self.subTest(what):
+                native = self.submit(True, c, q, **options)
+                python = self.submit(False, c, q, **options)
+                assert_same_results(self, native, python)
+                self.assertEqual(len(native.queries), len(q))
+                if what == "f32":
+                    self.assertLessEqual(relative_error(native.output,
+                                                        self.case.expected["output"]), TOLERANCE)
+
+    def transfer(self, accepted, context, queries=()):
+        t = lact.native.NativeTransfers(accepted, context, queries)
+        t.start(time.monotonic() + 30)
+        with self.assertRaises(lact.LactError) as raised:
+            t.join()
+        return raised.exception
+
+    def test_inputs_that_do_not_fit_are_refused(self):
+        codec = importlib.import_module("lact.codec")
+        rows = codec.as_tokens(np.ones((8, 4), np.float32))
+        cases = {
+            "the context's dtype is 2 (common.proto's DType) but the job's is 1":
+                (coordinator_accepted(dtype=1), codec.as_tokens(rows.wire, "bf16"), ()),
+            "the context is [8, 4] but the job's is [9, 4]":
+                (coordinator_accepted(context_tokens=9), rows, ()),
+            "shard rows [4, +5) lie outside the context":
+                (coordinator_accepted(shards=[(0, 4), (4, 5)]), rows, ()),
+            "the job has 1 query sets; 0 were given":
+                (coordinator_accepted(query_tokens=[2]), rows, ()),
+            "query set 0 has 3 tokens; the job's has 2":
+                (coordinator_accepted(query_tokens=[2]), rows, [codec.as_tokens(np.ones((3, 4)))]),
+        }
+        for message, (accepted, context, queries) in cases.items():
+            with self.subTest(message):
+                error = self.transfer(accepted, context, queries)
+                self.assertEqual(error.code, grpc.StatusCode.INVALID_ARGUMENT, error.message)
+                self.assertIn(message, error.message)
+
+    def test_unreachable_worker_is_named(self):
+        codec = importlib.import_module("lact.codec")
+        accepted = coordinator_accepted(shards=[(0, 8)], worker="127.0.0.1:1")
+        error = self.transfer(accepted, codec.as_tokens(np.ones((8, 4), np.float32)))
+        self.assertEqual(error.code, grpc.StatusCode.UNAVAILABLE, error.message)
+        self.assertIn("shard 0 on worker 127.0.0.1:1", error.message)
+
+
+def coordinator_accepted(context_tokens=8, dtype=1, shards=((0, 4), (4, 4)), query_tokens=(),
+                         worker="127.0.0.1:1"):
+    """A JobAccepted of an [8, 4] context for lact.native's checks (its
+    workers are never reached unless the inputs fit)."""
+    coordinator_pb2 = importlib.import_module("lact.v1.coordinator_pb2")
+    return coordinator_pb2.JobAccepted(
+        job_id="job-check", output_width=4, ticket="t", context_tokens=context_tokens,
+        token_width=4, dtype=dtype, query_tokens=list(query_tokens), output_in_band=True,
+        shards=[coordinator_pb2.ShardRange(worker=worker, begin=b, tokens=n, transfer=True)
+                for b, n in shards])
+
+
 def assert_same_results(test, result, undisturbed):
     """`result` holds the output, the first query set's output and the state
     of `undisturbed`, bit for bit."""

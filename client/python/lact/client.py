@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import grpc
 
-from . import codec
+from . import codec, native
 from .errors import LactError, from_rpc_error, invalid
 from .job import Job, Progress, Result, message_dict, results_from
 from .transfers import JobTransfers
@@ -145,12 +145,13 @@ class Client:
                 raise invalid(f"the token in '{token_file}' is {len(token)} bytes; "
                               f"need at least {_MIN_TOKEN_BYTES}")
         tls_ca = tls_ca or os.environ.get("LACT_TLS_CA") or None
-        self._credentials = None
+        self._credentials, self._tls_roots = None, None
         if tls_ca:
             pem = _read_file(tls_ca, "--tls-ca")
             if "-----BEGIN CERTIFICATE-----" not in pem:
                 raise invalid(f"tls_ca '{tls_ca}' is not a PEM certificate file")
-            self._credentials = grpc.ssl_channel_credentials(root_certificates=pem.encode())
+            self._tls_roots = pem.encode()
+            self._credentials = grpc.ssl_channel_credentials(root_certificates=self._tls_roots)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self._address = address
         self._lock = threading.Lock()
@@ -168,6 +169,13 @@ class Client:
                            grpc.insecure_channel(address, CHANNEL_OPTIONS))
                 self._channels[address] = channel
             return channel
+
+    def _submit_transfers(self, accepted, context, queries, on_sent):
+        """The transfers of a Submit's JobAccepted: through liblact_transfer.so
+        where it is found (lact.native), else through gRPC's Python library."""
+        if native.available():
+            return native.NativeTransfers(accepted, context, queries, self._tls_roots, on_sent)
+        return JobTransfers(self._channel_for, accepted, context, queries, on_sent=on_sent)
 
     def close(self):
         with self._lock:

@@ -276,8 +276,7 @@ class Job:
         # A job running again from its spool needs no context rows.
         context = None if self._context is None or accepted.context_spooled else self._context
         queries = [q.as_dtype(dtype) for q in self._queries]
-        transfers = JobTransfers(self._client._channel_for, accepted, context, queries,
-                                   on_sent=self._context_sent)
+        transfers = self._client._submit_transfers(accepted, context, queries, self._context_sent)
         with self._cond:
             now = time.monotonic()
             if context is not None:
