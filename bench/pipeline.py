@@ -14,6 +14,10 @@ worker_idle_seconds, of every job after the first), and the uploads' rate
 (JobStats: from the first byte of each shard's stream reaching its worker
 to the last), the Python client's beside the command line's.
 
+The Python client moves its jobs' bytes through build/python's
+liblact_transfer.so (lact.native), or, with LACT_NATIVE_TRANSFERS=0,
+through gRPC's Python library; the output and the JSON say which.
+
 The Python client's bf16 jobs send a torch.bfloat16 tensor, made once
 before the stream (a pipeline that works in bf16 holds its tokens so);
 --bf16-input float32 hands it the float32 array instead, which it rounds
@@ -44,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LACT = ROOT / "build" / "bin" / "lact"
 sys.path.insert(0, str(ROOT / "build" / "python"))
 import lact  # noqa: E402  (the package generated into build/python)
+import lact.native  # noqa: E402
 
 
 def start_cluster(workers: int, data_root: str) -> (subprocess.Popen, str):
@@ -211,10 +216,13 @@ def main():
             print(f"{dtype:4} upload, one job at a time: python {by_client['python']:.0f} MB/s, "
                   f"cli {by_client['cli']:.0f} MB/s: python/cli = "
                   f"{by_client['python'] / by_client['cli']:.2f}")
+    transfers = "liblact_transfer.so" if lact.native.available() else "grpcio"
+    print(f"the Python client's transfers: {transfers}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"tokens": args.tokens, "model": args.model, "workers": args.workers,
-                       "bf16_input": args.bf16_input, "rows": rows, "upload_mb_per_second_serial": uploads}, f, indent=1)
+                       "bf16_input": args.bf16_input, "python_transfers": transfers,
+                       "rows": rows, "upload_mb_per_second_serial": uploads}, f, indent=1)
 
 
 if __name__ == "__main__":

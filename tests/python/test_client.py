@@ -555,7 +555,8 @@ class TransferPathsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        if not lact.native.available():
+        cls.native = importlib.import_module("lact.native")
+        if not cls.native.available():
             if os.environ.get("LACT_TRANSFER_LIBRARY") and \
                     os.environ.get("LACT_NATIVE_TRANSFERS") != "0":
                 raise AssertionError("LACT_TRANSFER_LIBRARY is set but lact.native did not load "
@@ -571,8 +572,8 @@ class TransferPathsTest(unittest.TestCase):
         cls.cluster.stop()
 
     def submit(self, native, context, queries, **options):
-        saved = lact.native._LIB
-        lact.native._LIB = saved if native else None  # what available() reads
+        saved = self.native._LIB
+        self.native._LIB = saved if native else None  # what available() reads
         try:
             transfers = self.client._submit_transfers
             self.assertEqual(type(transfers(coordinator_accepted(), None, [], None)).__name__,
@@ -580,7 +581,7 @@ class TransferPathsTest(unittest.TestCase):
             return self.client.submit(self.case.name, context, queries, return_state=True,
                                       workers=2, **self.case.options, **options).result(60)
         finally:
-            lact.native._LIB = saved
+            self.native._LIB = saved
 
     def test_both_paths_give_the_same_bits(self):
         context, queries = self.case.context, self.case.queries
@@ -599,7 +600,7 @@ class TransferPathsTest(unittest.TestCase):
                                                         self.case.expected["output"]), TOLERANCE)
 
     def transfer(self, accepted, context, queries=()):
-        t = lact.native.NativeTransfers(accepted, context, queries)
+        t = self.native.NativeTransfers(accepted, context, queries)
         t.start(time.monotonic() + 30)
         with self.assertRaises(lact.LactError) as raised:
             t.join()
