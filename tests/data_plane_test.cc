@@ -2,7 +2,9 @@
 // 127.0.0.1 with real files: a job by reference (the workers read the
 // context and write the output under the cluster's --data-root) gives the
 // same bytes as the same job in band, for every golden case over 1-3
-// workers, a model 768 features wide and bf16 files; bad references fail before
+// workers, a model 768 features wide and bf16 files; so does a context of
+// wire rows from the caller's memory with outputs into its buffer (the
+// Python client's transfers); bad references fail before
 // any worker computes and write nothing outside the root; a raw client's
 // bad chunks, wrong ticket, stall and disconnect on a ShardDataService.Transfer
 // stream each end the job with a status that names the problem, and a
@@ -155,6 +157,39 @@ TEST_F(DataPlaneTest, Bf16FileEqualsBf16OnTheWire) {
   absl::StatusOr<JobResult> file = Client().Submit(o, ContextInput::File({Path("bf16.npy")}), {});
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_TRUE(file->output.data == wire->output.data);
+}
+
+TEST_F(DataPlaneTest, WireRowsIntoTheCallersBufferEqualATensorInBand) {
+  const Tensor context = RandomTokens(64, 32, 10);
+  const std::vector<Tensor> queries = {RandomTokens(3, 32, 11)};
+  SubmitOptions o;
+  o.model = "tiny";
+  o.workers = 2;
+  o.timeout = std::chrono::seconds(60);
+  for (WireType dtype : {WireType::kF32, WireType::kBF16, WireType::kF16}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    o.dtype = dtype;
+    o.output = OutputTarget::Memory();
+    absl::StatusOr<JobResult> tensor = Client().Submit(o, context, queries);
+    ASSERT_TRUE(tensor.ok()) << tensor.status();
+    const std::string wire = EncodeFloats(context.ptr(), context.size(), dtype);
+    std::vector<float> rows(tensor->output.size(), -1.0f);
+    o.output = OutputTarget::Buffer(rows.data());
+    absl::StatusOr<JobResult> got =
+        Client().Submit(o, ContextInput::Wire({wire.data(), 64, 32, dtype}), queries);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->output.size(), 0) << "the outputs went to the caller's buffer";
+    EXPECT_TRUE(rows == tensor->output.data) << "wire rows differ from the tensor";
+    ASSERT_EQ(got->queries.size(), 1u);
+    EXPECT_TRUE(got->queries[0].data == tensor->queries[0].data);
+  }
+  o.dtype = WireType::kF32;
+  const std::string bf16 = EncodeFloats(context.ptr(), context.size(), WireType::kBF16);
+  absl::StatusOr<JobResult> refused =
+      Client().Submit(o, ContextInput::Wire({bf16.data(), 64, 32, WireType::kBF16}), {});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("the context's rows are bf16 but the job's dtype is f32"));
 }
 
 TEST_F(DataPlaneTest, BadReferencesFailBeforeAnyWorkerComputes) {
