@@ -5,16 +5,11 @@
 namespace lact {
 namespace {
 
+// The CLI's and the Python client's names of the wire dtypes.
 const char* DtypeName(WireType dtype) {
-  switch (dtype) {
-    case WireType::kF32:
-      return "f32";
-    case WireType::kBF16:
-      return "bf16";
-    case WireType::kF16:
-      return "f16";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"?", "f32", "bf16", "f16"};
+  const int i = static_cast<int>(dtype);
+  return i >= 1 && i <= 3 ? kNames[i] : kNames[0];
 }
 
 }  // namespace
