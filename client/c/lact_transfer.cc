@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <new>
@@ -29,7 +30,7 @@ struct LactTransfer {
   lact::JobResult result;
   std::unique_ptr<lact::JobTransfers> transfers;  // null: the input was refused
   absl::Status status;                            // the refusal, then the join's
-  absl::Mutex mu;
+  mutable absl::Mutex mu;
   int64_t context_sent ABSL_GUARDED_BY(mu) = 0;
   bool joined ABSL_GUARDED_BY(mu) = false;
   std::vector<const std::pair<const std::string, lact::Tensor>*> state;  // after the join
@@ -62,6 +63,11 @@ absl::Status CheckContext(const LactTransferInput& in, const JobAccepted& accept
 }
 
 absl::Status CheckQueriesAndOutput(const LactTransferInput& in, const JobAccepted& accepted) {
+  if (in.query_sets > 0 && in.width != accepted.token_width()) {
+    return absl::InvalidArgumentError(absl::StrCat("the query sets are ", in.width,
+                                                   " wide but the job's tokens are ",
+                                                   accepted.token_width()));
+  }
   if (in.query_sets != accepted.query_tokens_size() ||
       (in.query_sets > 0 && (in.queries == nullptr || in.query_tokens == nullptr))) {
     return absl::InvalidArgumentError(absl::StrCat("the job has ", accepted.query_tokens_size(),
@@ -105,7 +111,7 @@ absl::Status Take(const LactTransferInput& in, LactTransfer* t) {
 }
 
 bool Joined(const LactTransfer* transfer) {
-  absl::MutexLock lock(&const_cast<LactTransfer*>(transfer)->mu);
+  absl::MutexLock lock(&transfer->mu);
   return transfer->joined;
 }
 
@@ -131,9 +137,10 @@ LactTransfer* lact_transfer_start(const LactTransferInput* input) {
       absl::MutexLock lock(&t->mu);
       t->context_sent = sent;
     });
-  } catch (const std::bad_alloc&) {
+  } catch (const std::exception& e) {  // no memory, no thread: nothing may cross into C
     t->transfers.reset();
-    t->status = absl::ResourceExhaustedError("out of memory starting the transfers");
+    t->status =
+        absl::ResourceExhaustedError(absl::StrCat("cannot start the transfers: ", e.what()));
   }
   return t;
 }

@@ -10,7 +10,8 @@
  * own, and returns at once; lact_transfer_join waits for them and returns
  * a gRPC status code (0: every shard's results arrived whole, checked
  * against the workers' CRC-32C) with its message. Inputs that do not fit
- * the JobAccepted are INVALID_ARGUMENT (3) at join, naming what is wrong.
+ * the JobAccepted are INVALID_ARGUMENT (3) at join, naming what is wrong;
+ * no memory or threads for the streams, RESOURCE_EXHAUSTED (8).
  *
  * Threads: lact_transfer_wait_sent and lact_transfer_cancel may be
  * called from any thread at any time before lact_transfer_free; join and

@@ -618,6 +618,8 @@ class TransferPathsTest(unittest.TestCase):
                 (coordinator_accepted(shards=[(0, 4), (4, 5)]), rows, ()),
             "the job has 1 query sets; 0 were given":
                 (coordinator_accepted(query_tokens=[2]), rows, ()),
+            "the query sets are 3 wide but the job's tokens are 4":
+                (coordinator_accepted(query_tokens=[2]), None, [codec.as_tokens(np.ones((2, 3)))]),
             "query set 0 has 3 tokens; the job's has 2":
                 (coordinator_accepted(query_tokens=[2]), rows, [codec.as_tokens(np.ones((3, 4)))]),
         }
