@@ -17,9 +17,11 @@
 #include "absl/time/time.h"
 #include "client/job_io.h"
 #include "client/job_transfers.h"
+#include "common/status_macros.h"
 #include "common/tensor.h"
 #include "common/token_codec.h"
 #include "lact/v1/coordinator.pb.h"
+#include "proto/job_options.h"
 #include "proto/tls.h"
 
 struct LactTransfer {
@@ -42,11 +44,6 @@ using lact::v1::JobAccepted;
 
 absl::Status CheckContext(const LactTransferInput& in, const JobAccepted& accepted) {
   if (in.context == nullptr) return absl::OkStatus();
-  if (in.dtype != accepted.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat("the context's dtype is ", in.dtype,
-                                                   " (common.proto's DType) but the job's is ",
-                                                   static_cast<int>(accepted.dtype())));
-  }
   if (in.context_tokens != accepted.context_tokens() || in.width != accepted.token_width()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the context is [", in.context_tokens, ", ", in.width, "] but the job's is [",
@@ -100,6 +97,8 @@ absl::Status Take(const LactTransferInput& in, LactTransfer* t) {
   if (in.context != nullptr) {
     t->context = std::make_unique<lact::ContextInput>(lact::ContextInput::Wire(
         {in.context, in.context_tokens, in.width, static_cast<lact::WireType>(in.dtype)}));
+    LACT_ASSIGN_OR_RETURN(const lact::WireType job_dtype, lact::FromProto(t->accepted.dtype()));
+    LACT_RETURN_IF_ERROR(t->context->CheckDtype(job_dtype));
   }
   for (int k = 0; k < in.query_sets; ++k) {
     lact::Tensor& q = t->queries.emplace_back(std::vector<int64_t>{in.query_tokens[k], in.width});

@@ -610,7 +610,7 @@ class TransferPathsTest(unittest.TestCase):
         codec = importlib.import_module("lact.codec")
         rows = codec.as_tokens(np.ones((8, 4), np.float32))
         cases = {
-            "the context's dtype is 2 (common.proto's DType) but the job's is 1":
+            "the context's rows are bf16 but the job's dtype is f32":
                 (coordinator_accepted(dtype=1), codec.as_tokens(rows.wire, "bf16"), ()),
             "the context is [8, 4] but the job's is [9, 4]":
                 (coordinator_accepted(context_tokens=9), rows, ()),
