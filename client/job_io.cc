@@ -3,17 +3,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace lact {
-namespace {
-
-// The CLI's and the Python client's names of the wire dtypes.
-const char* DtypeName(WireType dtype) {
-  constexpr const char* kNames[] = {"?", "f32", "bf16", "f16"};
-  const int i = static_cast<int>(dtype);
-  return i >= 1 && i <= 3 ? kNames[i] : kNames[0];
-}
-
-}  // namespace
-
 int64_t ContextInput::tokens() const {
   if (kind_ == Kind::kSource) return source_.tokens;
   if (kind_ == Kind::kWire) return wire_.tokens;
@@ -59,9 +48,9 @@ absl::Status ContextInput::Check() const {
 
 absl::Status ContextInput::CheckDtype(WireType dtype) const {
   if (kind_ != Kind::kWire || wire_.dtype == dtype) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("the context's rows are ", DtypeName(wire_.dtype),
-                                                 " but the job's dtype is ", DtypeName(dtype),
-                                                 "; wire rows go as they are"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("the context's rows are ", WireTypeName(wire_.dtype), " but the job's dtype is ",
+                   WireTypeName(dtype), "; wire rows go as they are"));
 }
 
 }  // namespace lact

@@ -10,6 +10,29 @@ namespace lact {
 
 int WireBytes(WireType type) { return type == WireType::kF32 ? 4 : 2; }
 
+namespace {
+
+constexpr struct {
+  WireType type;
+  const char* name;
+} kWireTypeNames[] = {{WireType::kF32, "f32"}, {WireType::kBF16, "bf16"}, {WireType::kF16, "f16"}};
+
+}  // namespace
+
+const char* WireTypeName(WireType type) {
+  for (const auto& [each, name] : kWireTypeNames) {
+    if (each == type) return name;
+  }
+  return "?";
+}
+
+absl::StatusOr<WireType> WireTypeNamed(absl::string_view name, absl::string_view what) {
+  for (const auto& [type, each] : kWireTypeNames) {
+    if (name == each) return type;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "' (allowed: f32, bf16, f16)"));
+}
+
 absl::Status CheckFinite(const float* values, int64_t count, int64_t width, int64_t first_token) {
   // A NaN or Inf has all exponent bits set; check them all in one pass.
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(values);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace lact {
@@ -16,6 +17,12 @@ namespace lact {
 enum class WireType { kF32 = 1, kBF16 = 2, kF16 = 3 };
 
 int WireBytes(WireType type);
+// "f32", "bf16" or "f16": the dtype's name in the CLI's --dtype and the
+// clients' messages.
+const char* WireTypeName(WireType type);
+// The WireType of such a name, or INVALID_ARGUMENT naming `what` (the
+// flag or field it came from) and the names allowed.
+absl::StatusOr<WireType> WireTypeNamed(absl::string_view name, absl::string_view what);
 
 // Decodes into dst, which has room for `capacity` floats (INVALID_ARGUMENT
 // when the chunk is larger); *tokens receives the number of tokens.

@@ -62,13 +62,6 @@ absl::StatusOr<LactClient> Connect(const Flags& flags, const std::string& server
   return client;
 }
 
-absl::StatusOr<WireType> ParseDType(const std::string& s) {
-  if (s == "f32") return WireType::kF32;
-  if (s == "bf16") return WireType::kBF16;
-  if (s == "f16") return WireType::kF16;
-  return absl::InvalidArgumentError(absl::StrCat("--dtype '", s, "' (allowed: f32, bf16, f16)"));
-}
-
 // One line, rewritten in place on a terminal; every few seconds otherwise.
 class ProgressLine {
  public:
@@ -212,7 +205,8 @@ absl::StatusOr<SubmitOptions> SubmitOptionsFromFlags(const Flags& flags) {
   LACT_ASSIGN_OR_RETURN(std::optional<int64_t> chunk,
                         flags.OptionalInt("chunk-tokens", 0, int64_t{1} << 30));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
-  LACT_ASSIGN_OR_RETURN(options.dtype, ParseDType(flags.Get("dtype").value_or("f32")));
+  LACT_ASSIGN_OR_RETURN(options.dtype,
+                        WireTypeNamed(flags.Get("dtype").value_or("f32"), "--dtype"));
   options.workers = static_cast<int>(workers);
   if (muon) options.options.muon_steps = static_cast<int>(*muon);
   if (chunk) options.options.chunk_tokens = static_cast<int>(*chunk);
@@ -370,7 +364,8 @@ absl::Status QueryCommand(const std::vector<std::string>& args) {
   LACT_ASSIGN_OR_RETURN(std::string job, flags.Required("job"));
   LACT_ASSIGN_OR_RETURN(std::string out_path, flags.Required("out"));
   LACT_RETURN_IF_ERROR(CheckOutputFile("out", out_path));
-  LACT_ASSIGN_OR_RETURN(WireType dtype, ParseDType(flags.Get("dtype").value_or("f32")));
+  LACT_ASSIGN_OR_RETURN(WireType dtype,
+                        WireTypeNamed(flags.Get("dtype").value_or("f32"), "--dtype"));
   LACT_ASSIGN_OR_RETURN(int64_t timeout_s, flags.Int("timeout", 0, 0, int64_t{1} << 31));
   if (flags.GetAll("query").empty())
     return absl::InvalidArgumentError("give at least one --query FILE.npy");
