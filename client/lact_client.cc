@@ -78,6 +78,12 @@ constexpr std::chrono::seconds kWorkersRegisterWithin(10);
 // again: after 100 ms, doubling to at most 2 s, until the call's deadline.
 constexpr std::chrono::milliseconds kFirstBackoff(100), kMostBackoff(2000);
 
+// How long a Submit call that its coordinator never answered (it went
+// away as the call was sent) waits for a coordinator to answer again: a
+// restart's length. Made again with its request_id, the call follows the
+// job if the first admitted it, and admits it otherwise.
+constexpr std::chrono::seconds kUnansweredWaits(30);
+
 // Whether a Submit call that ended with `status` and trailing `metadata`
 // lost its coordinator (the coordinator's own statuses carry
 // kCoordinatorStatusKey), rather than hearing its job's end or running out
@@ -87,6 +93,23 @@ bool CoordinatorWentAway(const grpc::Status& status,
   return !status.ok() && metadata.count(kCoordinatorStatusKey) == 0 &&
          status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
          status.error_code() != grpc::StatusCode::CANCELLED;
+}
+
+// Whether a Submit call that ended as `end` on `ctx` is made again: one
+// lost to a coordinator that keeps its jobs is; so is one that a
+// coordinator which had been listening as it was made (`reached`) never
+// answered (it went away as the call was sent), once `channel` connects
+// again. Any other is an error at once.
+bool MakeAgain(const SubmitSession::CallEnd& end, const grpc::ClientContext& ctx, bool keeps_jobs,
+               bool reached, grpc::Channel& channel,
+               std::chrono::system_clock::time_point deadline) {
+  const auto now = std::chrono::system_clock::now();
+  if (!CoordinatorWentAway(end.status, ctx.GetServerTrailingMetadata()) || now >= deadline) {
+    return false;
+  }
+  if (keeps_jobs) return true;
+  return !end.answered && reached &&
+         channel.WaitForConnected(std::min(deadline, now + kUnansweredWaits));
 }
 
 // The end of a call whose bytes `transfers` (null: none) moved: they are
@@ -166,6 +189,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
                         deadline);
   bool made_again = false;  // the first call was lost to the coordinator going away
   std::chrono::milliseconds backoff = kFirstBackoff;
+  const bool reached = ConnectedBy(deadline);  // a coordinator listened as the call was made
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
@@ -173,10 +197,7 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
     const SubmitSession::CallEnd end = session.Read(stub_->Submit(&ctx, request).get(), &ctx);
     if (end.keeps_jobs) *keeps_jobs_ = true;
     if (end.detached) return session.TakeResult();
-    // A call lost to a coordinator that keeps its jobs is made again; to
-    // one that does not (or never said), it is an error at once.
-    if (!*keeps_jobs_ || !CoordinatorWentAway(end.status, ctx.GetServerTrailingMetadata()) ||
-        std::chrono::system_clock::now() >= deadline) {
+    if (!MakeAgain(end, ctx, *keeps_jobs_, reached, *channel_, deadline)) {
       if (end.status.ok() && made_again && session.transfers() != nullptr) break;
       LACT_RETURN_IF_ERROR(EndWithTransfers(end.status, session.transfers()));
       return session.TakeResult();
@@ -195,6 +216,15 @@ absl::StatusOr<JobResult> LactClient::Submit(const SubmitOptions& options,
   LACT_ASSIGN_OR_RETURN(const v1::JobInfo info, GetJob(result.job_id));
   LACT_RETURN_IF_ERROR(FetchKept(info, options.output, &result));
   return result;
+}
+
+bool LactClient::ConnectedBy(std::chrono::system_clock::time_point deadline) {
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  while (state == GRPC_CHANNEL_IDLE || state == GRPC_CHANNEL_CONNECTING) {
+    if (!channel_->WaitForStateChange(state, deadline)) break;
+    state = channel_->GetState(/*try_to_connect=*/true);
+  }
+  return state == GRPC_CHANNEL_READY;
 }
 
 void LactClient::NoteKeepsJobs(grpc::ClientContext& ctx) {

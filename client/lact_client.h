@@ -4,7 +4,8 @@
 // server's message. A job's bytes go straight to and from its workers, one
 // Transfer stream (and thread) per shard; every message stays under 4 MiB.
 // A Submit whose coordinator restarts mid-job (one that keeps its jobs) is
-// made again with the same request_id and follows the same job.
+// made again with the same request_id and follows the same job; so is one
+// whose coordinator went away before answering it, once one is back.
 #ifndef LACT_CLIENT_LACT_CLIENT_H_
 #define LACT_CLIENT_LACT_CLIENT_H_
 
@@ -123,13 +124,17 @@ class LactClient {
   absl::Status FetchKept(const v1::JobInfo& info, const OutputTarget& output, JobResult* result);
   // A call's answer said the coordinator keeps its jobs across restarts.
   void NoteKeepsJobs(grpc::ClientContext& ctx);
+  // Whether the coordinator's channel is connected, trying until it is,
+  // fails (nothing listens, a failed handshake) or `deadline` passes.
+  bool ConnectedBy(std::chrono::system_clock::time_point deadline);
 
   std::string address_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // to the coordinator and the workers
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::CoordinatorService::Stub> stub_;
   // Set once an answer said the coordinator keeps its jobs across restarts
-  // (movable, as the client is): only then is a lost Submit call made again.
+  // (movable, as the client is): only then is a Submit call lost mid-job
+  // made again (one lost before any answer always is, within 30 s).
   std::unique_ptr<std::atomic<bool>> keeps_jobs_ = std::make_unique<std::atomic<bool>>(false);
 };
 

@@ -16,6 +16,7 @@ SubmitSession::CallEnd SubmitSession::Read(grpc::ClientReader<v1::SubmitResponse
   CallEnd end;
   v1::SubmitResponse response;
   while (stream->Read(&response)) {
+    end.answered = true;
     end.keeps_jobs = ctx->GetServerInitialMetadata().count(kKeepsJobsKey) > 0;
     if (result_.job_id.empty() && !JobIdOf(response).empty()) {
       result_.job_id = JobIdOf(response);

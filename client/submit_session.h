@@ -93,6 +93,7 @@ class SubmitSession {
   // How one call ended.
   struct CallEnd {
     grpc::Status status;
+    bool answered = false;    // a response came
     bool keeps_jobs = false;  // the coordinator keeps its jobs across restarts (kKeepsJobsKey)
     bool detached = false;    // the job's id came and SubmitOptions.detach ended the call
   };

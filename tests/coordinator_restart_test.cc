@@ -335,6 +335,35 @@ TEST_F(KeptCluster, WorkerLostMeanwhileRunsAgain) {
   ExpectSame(*run.result, want_, "the job run again");
 }
 
+// A Submit call sent by a client that has heard nothing from `cluster`'s
+// coordinator yet, as that coordinator goes away (stopped, the call sent,
+// then killed) before answering, and the coordinator started again: what
+// the client's Submit returned.
+Followed SubmitAsTheCoordinatorGoes(LocalCluster& cluster, const Tensor& context,
+                                    const std::vector<Tensor>& queries) {
+  LactClient fresh(cluster.address());
+  EXPECT_TRUE(fresh.WaitUntilReachable(std::chrono::seconds(5)).ok());
+  cluster.SignalCoordinator(SIGSTOP);
+  Followed run;
+  std::thread job([&] { run = SubmitFollowing(fresh, Options(), context, queries); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the call is sent
+  cluster.KillCoordinator();
+  const absl::Status back = cluster.StartCoordinatorAgain();
+  job.join();
+  EXPECT_TRUE(back.ok()) << back;
+  return run;
+}
+
+// A coordinator that keeps its jobs, gone before answering a Submit call:
+// the call is made again once it is back, and follows the job if the
+// first call admitted it, or admits it; the job equals an undisturbed run.
+TEST_F(KeptCluster, ASubmitCutBeforeAnyAnswerIsMadeAgain) {
+  const Followed run = SubmitAsTheCoordinatorGoes(*cluster, jobs.context, jobs.queries);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  EXPECT_TRUE(run.rode_out) << "no COORDINATOR_AWAY while the call waited";
+  ExpectSame(*run.result, want_, "the job sent again");
+}
+
 // The coordinator away longer than the workers' grace: they drop the held
 // shards (the shard stops, its kept results go), and the job taken back
 // ends FAILED, saying why.
@@ -400,6 +429,22 @@ TEST(CoordinatorRestarts, WithoutAStateDirTheClientIsToldAtOnce) {
   EXPECT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable) << job.status();
   EXPECT_FALSE(away.load()) << "it waited for a coordinator that keeps no jobs";
+}
+
+// Without --state-dir too, a Submit call its coordinator never answered
+// is made again once a coordinator listens: the call admitted nothing the
+// client heard of, so the coordinator started again admits it.
+TEST(CoordinatorRestarts, WithoutAStateDirACallNeverAnsweredIsMadeAgain) {
+  std::unique_ptr<LocalCluster> cluster = StartTestCluster(2);
+  ASSERT_NE(cluster, nullptr);
+  Jobs jobs;
+  LactClient client(cluster->address());
+  const absl::StatusOr<JobResult> want = client.Submit(Options(), jobs.small, {});
+  ASSERT_TRUE(want.ok()) << want.status();
+  const Followed run = SubmitAsTheCoordinatorGoes(*cluster, jobs.small, {});
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  EXPECT_TRUE(run.rode_out) << "no COORDINATOR_AWAY while the call waited";
+  ExpectSame(*run.result, *want, "the job sent again");
 }
 
 }  // namespace

@@ -713,47 +713,69 @@ class RestartTest(unittest.TestCase):
         process.kill()
         raise RuntimeError("the coordinator did not start")
 
-    def test_coordinator_killed_mid_job(self):
+    def setUp(self):
         self.dir = Path(tempfile.mkdtemp(prefix="lact-restart-", dir=_TMP))
         (self.dir / "state").mkdir()
-        coordinator, address = self._coordinator(0)
-        workers = [subprocess.Popen(
-            [str(BIN_DIR / "lact-worker"), "--coordinator", address, "--threads", "1",
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.coordinator, self.address = self._coordinator(0)
+        self.workers = []
+        self.addCleanup(self._stop_all)
+        self.workers = [subprocess.Popen(
+            [str(BIN_DIR / "lact-worker"), "--coordinator", self.address, "--threads", "1",
              "--spool-dir", str(self.dir / "spool"), "--coordinator-grace-seconds", "60"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
-        try:
-            client = lact.Client(address)
-            rng = np.random.default_rng(12)
-            context = rng.standard_normal((8192, 256), dtype=np.float32)
-            queries = [rng.standard_normal((16, 256), dtype=np.float32)]
-            options = dict(workers=2, return_state=True, timeout=120)
+        rng = np.random.default_rng(12)
+        self.context = rng.standard_normal((8192, 256), dtype=np.float32)
+        self.queries = [rng.standard_normal((16, 256), dtype=np.float32)]
+        self.options = dict(workers=2, return_state=True, timeout=120)
+        with lact.Client(self.address) as client:
             deadline = time.monotonic() + 60
             while True:  # the workers registered
                 try:
-                    undisturbed = client.submit("preset:small:3", context, queries,
-                                                **options).result()
+                    self.undisturbed = client.submit("preset:small:3", self.context, self.queries,
+                                                     **self.options).result()
                     break
                 except lact.LactError:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
-            job = client.submit("preset:small:3", context, queries, **options)
+
+    def _stop_all(self):
+        for process in [self.coordinator, *self.workers]:
+            process.kill()
+            process.wait()
+
+    def _kill_and_start_again(self):
+        self.coordinator.kill()
+        self.coordinator.wait()
+        self.coordinator, _ = self._coordinator(int(self.address.rsplit(":", 1)[1]))
+
+    def test_coordinator_killed_mid_job(self):
+        with lact.Client(self.address) as client:
+            job = client.submit("preset:small:3", self.context, self.queries, **self.options)
             events = job.progress()
             for p in events:
                 if p.stage == "LAYERS":  # one layer of two done
                     break
-            coordinator.kill()
-            coordinator.wait()
-            coordinator, _ = self._coordinator(int(address.rsplit(":", 1)[1]))
+            self._kill_and_start_again()
             stages = [p.stage for p in events]
             result = job.result(timeout=120)
             self.assertIn("COORDINATOR_AWAY", stages)
-            assert_same_results(self, result, undisturbed)
-            client.close()
-        finally:
-            for process in [coordinator, *workers]:
-                process.kill()
-                process.wait()
+            assert_same_results(self, result, self.undisturbed)
+
+    def test_submit_cut_before_any_answer(self):
+        """A Submit call sent as the coordinator went away (stopped, the
+        call sent, then killed) before answering, by a client that had
+        heard nothing of it, is made again once a coordinator listens."""
+        with lact.Client(self.address) as client:
+            client.models()  # the channel connected
+            self.coordinator.send_signal(signal.SIGSTOP)
+            job = client.submit("preset:small:3", self.context, self.queries, **self.options)
+            time.sleep(0.3)  # the call is sent
+            self._kill_and_start_again()
+            result = job.result(timeout=120)
+            self.assertIn("COORDINATOR_AWAY", [p.stage for p in job.progress()])
+            assert_same_results(self, result, self.undisturbed)
 
 
 class TlsTest(unittest.TestCase):

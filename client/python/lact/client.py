@@ -170,6 +170,32 @@ class Client:
                 self._channels[address] = channel
             return channel
 
+    def _coordinator_listens(self, timeout: float, settle: bool = False) -> bool:
+        """Whether the coordinator's channel connects within ``timeout`` s;
+        with ``settle``, it stops trying at its first failure (nothing
+        listens there, a failed handshake)."""
+        channel = self._channel_for(self._address)
+        if not settle:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout)
+                return True
+            except grpc.FutureTimeoutError:
+                return False
+        states = {}
+        settled = threading.Event()
+
+        def seen(state):
+            states["last"] = state
+            if state not in (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.CONNECTING):
+                settled.set()
+
+        channel.subscribe(seen, try_to_connect=True)
+        try:
+            settled.wait(timeout)
+        finally:
+            channel.unsubscribe(seen)
+        return states.get("last") == grpc.ChannelConnectivity.READY
+
     def _submit_transfers(self, accepted, context, queries, on_sent):
         """The transfers of a Submit's JobAccepted: through liblact_transfer.so
         where it is found (lact.native), else through gRPC's Python library."""

@@ -24,6 +24,11 @@ _STAGES = coordinator_pb2.Progress.Stage
 # How often a Submit call lost to its coordinator going away is made again:
 # after 0.1 s, doubling to at most 2 s, until the job's deadline.
 _FIRST_BACKOFF, _MOST_BACKOFF = 0.1, 2.0
+# How long a Submit call that its coordinator never answered (it went away
+# as the call was sent) waits for a coordinator to listen again: a
+# restart's length. Made again with its request_id, the call follows the
+# job if the first admitted it, and admits it otherwise.
+_UNANSWERED_WAITS = 30.0
 # On every status of the coordinator's own, and on the answers of one that
 # keeps its jobs across restarts (proto/metadata_keys.h).
 _COORDINATOR_STATUS_KEY = "lact-coordinator-status"
@@ -193,7 +198,10 @@ class Job:
         transfers, stats, shards, error = None, None, [], None
         deadline = self._started + self._timeout
         made_again, backoff = False, _FIRST_BACKOFF
+        # A coordinator listened as the call was made.
+        reached = self._client._coordinator_listens(self._timeout, settle=True)
         while True:
+            answered = False
             try:
                 call = self._client._coordinator.Submit(
                     # Once the job has an id, a call made again never admits a second.
@@ -202,6 +210,7 @@ class Job:
                     timeout=max(0.0, deadline - time.monotonic()),
                     metadata=self._client._metadata, wait_for_ready=made_again)
                 for response in call:
+                    answered = True
                     if any(k == _KEEPS_JOBS_KEY for k, _ in call.initial_metadata() or ()):
                         self._client._keeps_jobs = True
                     kind = response.WhichOneof("kind")
@@ -214,9 +223,15 @@ class Job:
                         stats = response.done.stats
                 break
             except grpc.RpcError as e:
-                # Made again only for a coordinator that keeps its jobs.
-                if not (self._client._keeps_jobs and _coordinator_went_away(e) and
-                        time.monotonic() < deadline):
+                # Made again for a coordinator that keeps its jobs; also when
+                # one that had been listening never answered (it went away as
+                # the call was sent), once one listens again.
+                left = deadline - time.monotonic()
+                again = _coordinator_went_away(e) and left > 0
+                if again and not self._client._keeps_jobs:
+                    again = (not answered and reached and
+                             self._client._coordinator_listens(min(left, _UNANSWERED_WAITS)))
+                if not again:
                     error = from_rpc_error(e)
                     break
                 self._away()
