@@ -60,13 +60,27 @@ absl::Status CheckDetachable(const SubmitOptions& options, const ContextInput& c
   return absl::OkStatus();
 }
 
+// gRPC's retries of the calls that only read: one that fails UNAVAILABLE
+// before any answer (its coordinator went away as it was sent) is made
+// again after 0.1 s doubling to 1 s, at most 5 times; as the calls wait
+// for the channel to be ready, an attempt rides a restart out.
+constexpr char kReadsRetryConfig[] = R"json({"methodConfig": [{
+  "name": [{"service": "lact.v1.CoordinatorService", "method": "GetJob"},
+           {"service": "lact.v1.CoordinatorService", "method": "ListJobs"},
+           {"service": "lact.v1.CoordinatorService", "method": "ListModels"},
+           {"service": "lact.v1.CoordinatorService", "method": "ListWorkers"}],
+  "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                  "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})json";
+
 // The coordinator's channel reconnects within 2 s of its coming back (a
-// restart), not after gRPC's default backoff of up to 2 minutes.
+// restart), not after gRPC's default backoff of up to 2 minutes; its
+// reads are retried (kReadsRetryConfig).
 grpc::ChannelArguments CoordinatorChannelArguments() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetServiceConfigJSON(kReadsRetryConfig);
   return args;
 }
 

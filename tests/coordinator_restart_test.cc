@@ -354,6 +354,29 @@ Followed SubmitAsTheCoordinatorGoes(LocalCluster& cluster, const Tensor& context
   return run;
 }
 
+// The calls that only read (the first `lact submit` makes is ListModels),
+// sent as the coordinator went away before answering (stopped, then
+// killed): made again by gRPC's retries, they ride the restart out.
+TEST_F(KeptCluster, AReadCutBeforeItsAnswerIsMadeAgain) {
+  LactClient fresh(cluster->address());
+  ASSERT_TRUE(fresh.WaitUntilReachable(std::chrono::seconds(5)).ok());
+  cluster->SignalCoordinator(SIGSTOP);
+  absl::StatusOr<std::vector<v1::ModelInfo>> models = absl::UnknownError("not run");
+  absl::StatusOr<v1::JobInfo> job = absl::UnknownError("not run");
+  std::thread reads([&] {
+    models = fresh.ListModels();
+    job = fresh.GetJob(want_.job_id);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the call is sent
+  cluster->KillCoordinator();
+  const absl::Status back = cluster->StartCoordinatorAgain();
+  reads.join();
+  ASSERT_TRUE(back.ok()) << back;
+  ASSERT_TRUE(models.ok()) << models.status();
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->status(), v1::JobInfo::SUCCEEDED);
+}
+
 // A coordinator that keeps its jobs, gone before answering a Submit call:
 // the call is made again once it is back, and follows the job if the
 // first call admitted it, or admits it; the job equals an undisturbed run.

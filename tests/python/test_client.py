@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from pathlib import Path
@@ -762,6 +763,20 @@ class RestartTest(unittest.TestCase):
             result = job.result(timeout=120)
             self.assertIn("COORDINATOR_AWAY", stages)
             assert_same_results(self, result, self.undisturbed)
+
+    def test_read_cut_before_its_answer(self):
+        """A call that only reads, sent as the coordinator went away before
+        answering (stopped, then killed), rides the restart out."""
+        with lact.Client(self.address) as client:
+            client.models()  # the channel connected
+            self.coordinator.send_signal(signal.SIGSTOP)
+            listed = []
+            reader = threading.Thread(target=lambda: listed.append(client.models()))
+            reader.start()
+            time.sleep(0.3)  # the call is sent
+            self._kill_and_start_again()
+            reader.join(timeout=60)
+            self.assertEqual(len(listed), 1, "ListModels failed or hung")
 
     def test_submit_cut_before_any_answer(self):
         """A Submit call sent as the coordinator went away (stopped, the

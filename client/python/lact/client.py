@@ -27,6 +27,16 @@ DEFAULT_WATCH_TIMEOUT = 24 * 3600.0
 DEFAULT_FETCH_TIMEOUT = 3600.0
 UNARY_TIMEOUT = 30.0
 
+# gRPC's retries of the coordinator's calls that only read: one that fails
+# UNAVAILABLE before any answer (the coordinator went away as it was sent)
+# is made again after 0.1 s doubling to 1 s, at most 5 times; as the calls
+# wait for the channel to be ready, an attempt rides a restart out.
+_READS_RETRY_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": "lact.v1.CoordinatorService", "method": m}
+             for m in ("GetJob", "ListJobs", "ListModels", "ListWorkers")],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                    "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})
+
 # Every lact channel receives messages up to 64 MiB (common/wire_limits.h)
 # and pings as the servers expect (proto/keepalive.h).
 CHANNEL_OPTIONS = [
@@ -40,6 +50,7 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.service_config", _READS_RETRY_CONFIG),
     # Bulk bytes in 4 MiB frames with 32 MiB in flight per stream, as the
     # C++ client sends them (proto/bulk_transport.cc).
     ("grpc.http2.max_frame_size", 4 << 20),
