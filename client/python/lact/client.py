@@ -29,8 +29,8 @@ UNARY_TIMEOUT = 30.0
 
 # gRPC's retries of the coordinator's calls that only read: one that fails
 # UNAVAILABLE before any answer (the coordinator went away as it was sent)
-# is made again after 0.1 s doubling to 1 s, at most 5 times; as the calls
-# wait for the channel to be ready, an attempt rides a restart out.
+# is made again after 0.1 s doubling to 1 s, at most 5 attempts; as the
+# calls wait for the channel to be ready, an attempt rides a restart out.
 _READS_RETRY_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": "lact.v1.CoordinatorService", "method": m}
              for m in ("GetJob", "ListJobs", "ListModels", "ListWorkers")],
@@ -169,6 +169,7 @@ class Client:
         self._channels: Dict[str, grpc.Channel] = {}
         self._coordinator = coordinator_pb2_grpc.CoordinatorServiceStub(self._channel_for(address))
         self._keeps_jobs = False  # an answer said the coordinator keeps its jobs (--state-dir)
+        self._heard = False  # the coordinator has answered a call of this client
 
     def _channel_for(self, address: str) -> grpc.Channel:
         """The (shared) channel to ``address``, TLS if the client has a CA."""
@@ -181,31 +182,16 @@ class Client:
                 self._channels[address] = channel
             return channel
 
-    def _coordinator_listens(self, timeout: float, settle: bool = False) -> bool:
-        """Whether the coordinator's channel connects within ``timeout`` s;
-        with ``settle``, it stops trying at its first failure (nothing
-        listens there, a failed handshake)."""
-        channel = self._channel_for(self._address)
-        if not settle:
-            try:
-                grpc.channel_ready_future(channel).result(timeout=timeout)
-                return True
-            except grpc.FutureTimeoutError:
-                return False
-        states = {}
-        settled = threading.Event()
-
-        def seen(state):
-            states["last"] = state
-            if state not in (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.CONNECTING):
-                settled.set()
-
-        channel.subscribe(seen, try_to_connect=True)
+    def _coordinator_listens(self, timeout: float) -> bool:
+        """Whether a coordinator answers within ``timeout`` s (a ListModels
+        call that waits for the channel)."""
         try:
-            settled.wait(timeout)
-        finally:
-            channel.unsubscribe(seen)
-        return states.get("last") == grpc.ChannelConnectivity.READY
+            self._coordinator.ListModels(coordinator_pb2.ListModelsRequest(), timeout=timeout,
+                                         metadata=self._metadata, wait_for_ready=True)
+        except grpc.RpcError as e:
+            return e.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                    grpc.StatusCode.DEADLINE_EXCEEDED)
+        return True
 
     def _submit_transfers(self, accepted, context, queries, on_sent):
         """The transfers of a Submit's JobAccepted: through liblact_transfer.so
@@ -350,8 +336,8 @@ class Client:
     # Unary calls and WatchJob.
     def _unary(self, method, request):
         try:
-            return method(request, timeout=UNARY_TIMEOUT, metadata=self._metadata,
-                          wait_for_ready=True)
+            response = method(request, timeout=UNARY_TIMEOUT, metadata=self._metadata,
+                              wait_for_ready=True)
         except grpc.RpcError as e:
             error = from_rpc_error(e)
             if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -359,6 +345,8 @@ class Client:
                                   f"{self._address} within {UNARY_TIMEOUT:.0f} s (is a "
                                   "coordinator running there? a cluster with TLS needs tls_ca)")
             raise error from None
+        self._heard = True
+        return response
 
     def status(self, job_id: str) -> JobStatus:
         """GetJob: the job as the coordinator knows it now."""

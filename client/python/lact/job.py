@@ -25,9 +25,10 @@ _STAGES = coordinator_pb2.Progress.Stage
 # after 0.1 s, doubling to at most 2 s, until the job's deadline.
 _FIRST_BACKOFF, _MOST_BACKOFF = 0.1, 2.0
 # How long a Submit call that its coordinator never answered (it went away
-# as the call was sent) waits for a coordinator to listen again: a
-# restart's length. Made again with its request_id, the call follows the
-# job if the first admitted it, and admits it otherwise.
+# as the call was sent), one that had answered the client before, waits
+# for a coordinator to listen again: a restart's length. Made again with
+# its request_id, the call follows the job if the first admitted it, and
+# admits it otherwise.
 _UNANSWERED_WAITS = 30.0
 # On every status of the coordinator's own, and on the answers of one that
 # keeps its jobs across restarts (proto/metadata_keys.h).
@@ -198,8 +199,7 @@ class Job:
         transfers, stats, shards, error = None, None, [], None
         deadline = self._started + self._timeout
         made_again, backoff = False, _FIRST_BACKOFF
-        # A coordinator listened as the call was made.
-        reached = self._client._coordinator_listens(self._timeout, settle=True)
+        reached = self._client._heard  # the coordinator had answered this client
         while True:
             answered = False
             try:
@@ -210,7 +210,7 @@ class Job:
                     timeout=max(0.0, deadline - time.monotonic()),
                     metadata=self._client._metadata, wait_for_ready=made_again)
                 for response in call:
-                    answered = True
+                    answered = self._client._heard = True
                     if any(k == _KEEPS_JOBS_KEY for k, _ in call.initial_metadata() or ()):
                         self._client._keeps_jobs = True
                     kind = response.WhichOneof("kind")
@@ -224,8 +224,8 @@ class Job:
                 break
             except grpc.RpcError as e:
                 # Made again for a coordinator that keeps its jobs; also when
-                # one that had been listening never answered (it went away as
-                # the call was sent), once one listens again.
+                # one that had answered this client before never answered the
+                # call (it went away as the call was sent), once one listens.
                 left = deadline - time.monotonic()
                 again = _coordinator_went_away(e) and left > 0
                 if again and not self._client._keeps_jobs:
