@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -335,21 +336,30 @@ TEST_F(KeptCluster, WorkerLostMeanwhileRunsAgain) {
   ExpectSame(*run.result, want_, "the job run again");
 }
 
-// A Submit call sent by a client that has heard nothing from `cluster`'s
-// coordinator yet, as that coordinator goes away (stopped, the call sent,
-// then killed) before answering, and the coordinator started again: what
-// the client's Submit returned.
-Followed SubmitAsTheCoordinatorGoes(LocalCluster& cluster, const Tensor& context,
-                                    const std::vector<Tensor>& queries) {
+// `call` made by a client that has heard nothing from `cluster`'s
+// coordinator yet, as that coordinator goes away before answering
+// (stopped, the call sent, then killed), and the coordinator started
+// again; `call` has returned. The restart's status.
+absl::Status CallAsTheCoordinatorGoes(LocalCluster& cluster,
+                                      const std::function<void(LactClient&)>& call) {
   LactClient fresh(cluster.address());
   EXPECT_TRUE(fresh.WaitUntilReachable(std::chrono::seconds(5)).ok());
   cluster.SignalCoordinator(SIGSTOP);
-  Followed run;
-  std::thread job([&] { run = SubmitFollowing(fresh, Options(), context, queries); });
+  std::thread caller([&] { call(fresh); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the call is sent
   cluster.KillCoordinator();
   const absl::Status back = cluster.StartCoordinatorAgain();
-  job.join();
+  caller.join();
+  return back;
+}
+
+// What a Submit made as CallAsTheCoordinatorGoes makes its call returned.
+Followed SubmitAsTheCoordinatorGoes(LocalCluster& cluster, const Tensor& context,
+                                    const std::vector<Tensor>& queries) {
+  Followed run;
+  const absl::Status back = CallAsTheCoordinatorGoes(cluster, [&](LactClient& client) {
+    run = SubmitFollowing(client, Options(), context, queries);
+  });
   EXPECT_TRUE(back.ok()) << back;
   return run;
 }
@@ -358,19 +368,12 @@ Followed SubmitAsTheCoordinatorGoes(LocalCluster& cluster, const Tensor& context
 // sent as the coordinator went away before answering (stopped, then
 // killed): made again by gRPC's retries, they ride the restart out.
 TEST_F(KeptCluster, AReadCutBeforeItsAnswerIsMadeAgain) {
-  LactClient fresh(cluster->address());
-  ASSERT_TRUE(fresh.WaitUntilReachable(std::chrono::seconds(5)).ok());
-  cluster->SignalCoordinator(SIGSTOP);
   absl::StatusOr<std::vector<v1::ModelInfo>> models = absl::UnknownError("not run");
   absl::StatusOr<v1::JobInfo> job = absl::UnknownError("not run");
-  std::thread reads([&] {
-    models = fresh.ListModels();
-    job = fresh.GetJob(want_.job_id);
+  const absl::Status back = CallAsTheCoordinatorGoes(*cluster, [&](LactClient& client) {
+    models = client.ListModels();
+    job = client.GetJob(want_.job_id);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the call is sent
-  cluster->KillCoordinator();
-  const absl::Status back = cluster->StartCoordinatorAgain();
-  reads.join();
   ASSERT_TRUE(back.ok()) << back;
   ASSERT_TRUE(models.ok()) << models.status();
   ASSERT_TRUE(job.ok()) << job.status();

@@ -764,30 +764,36 @@ class RestartTest(unittest.TestCase):
             self.assertIn("COORDINATOR_AWAY", stages)
             assert_same_results(self, result, self.undisturbed)
 
+    def _sent_as_the_coordinator_goes(self, client, send):
+        """``send()``'s value, sent by ``client`` (which the coordinator has
+        answered before) as the coordinator goes away before answering
+        (stopped, the call sent, then killed); the coordinator started again."""
+        client.models()  # the channel connected
+        self.coordinator.send_signal(signal.SIGSTOP)
+        sent = send()
+        time.sleep(0.3)  # the call is sent
+        self._kill_and_start_again()
+        return sent
+
     def test_read_cut_before_its_answer(self):
-        """A call that only reads, sent as the coordinator went away before
-        answering (stopped, then killed), rides the restart out."""
+        """A call that only reads, cut so, rides the restart out."""
         with lact.Client(self.address) as client:
-            client.models()  # the channel connected
-            self.coordinator.send_signal(signal.SIGSTOP)
             listed = []
-            reader = threading.Thread(target=lambda: listed.append(client.models()))
-            reader.start()
-            time.sleep(0.3)  # the call is sent
-            self._kill_and_start_again()
-            reader.join(timeout=60)
+
+            def read():
+                reader = threading.Thread(target=lambda: listed.append(client.models()))
+                reader.start()
+                return reader
+
+            self._sent_as_the_coordinator_goes(client, read).join(timeout=60)
             self.assertEqual(len(listed), 1, "ListModels failed or hung")
 
     def test_submit_cut_before_any_answer(self):
-        """A Submit call sent as the coordinator went away (stopped, the
-        call sent, then killed) before answering, by a client that had
-        heard nothing of it, is made again once a coordinator listens."""
+        """A Submit call cut so is made again once a coordinator listens."""
         with lact.Client(self.address) as client:
-            client.models()  # the channel connected
-            self.coordinator.send_signal(signal.SIGSTOP)
-            job = client.submit("preset:small:3", self.context, self.queries, **self.options)
-            time.sleep(0.3)  # the call is sent
-            self._kill_and_start_again()
+            job = self._sent_as_the_coordinator_goes(
+                client, lambda: client.submit("preset:small:3", self.context, self.queries,
+                                              **self.options))
             result = job.result(timeout=120)
             self.assertIn("COORDINATOR_AWAY", [p.stage for p in job.progress()])
             assert_same_results(self, result, self.undisturbed)
